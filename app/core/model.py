@@ -1,0 +1,114 @@
+"""The seam between the turn loop and the providers: wire-neutral request and response.
+
+The loop builds an ``LLMRequest`` and awaits ``ModelClient.complete``; an adapter
+translates it to its wire format and back, or raises a ``ProviderError``::
+
+    response = await client.complete(LLMRequest(messages=(Message("user", "hi"),)))
+    response.content, response.finish_reason, response.usage
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+Role = Literal["system", "user", "assistant", "tool"]
+FinishReason = Literal["stop", "length", "tool_calls", "refusal", "content_filter"]
+StructuredOutput = Literal["auto", "native", "prompt"]
+# What a client actually does for a model when asked for structured output.
+StructuredMode = Literal["json_schema", "json_object", "tool", "prompt"]
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    """A function call the model asked for. ``arguments`` is the raw JSON text it sent."""
+
+    id: str
+    name: str
+    arguments: str
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    role: Role
+    content: str
+    tool_calls: tuple[ToolCall, ...] = ()
+    tool_call_id: str | None = None
+    name: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ToolSpec:
+    """A tool offered to the model on normal (work) turns. ``parameters`` is a JSON Schema."""
+
+    name: str
+    description: str
+    parameters: Mapping[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    input_tokens: int
+    output_tokens: int
+
+    @property
+    def total(self) -> int:
+        return self.input_tokens + self.output_tokens
+
+
+@dataclass(frozen=True, slots=True)
+class LLMRequest:
+    """One model call.
+
+    ``model`` names a configured model or route; ``None`` means the client's default.
+    ``output_schema`` is the JSON Schema the answer must satisfy, for adapters that can
+    constrain decoding; ``structured_output`` says whether they may ("auto"), must
+    ("native") or must not ("prompt"). ``timeout_s`` bounds the whole call including
+    transport retries (the job's remaining deadline).
+    """
+
+    messages: tuple[Message, ...]
+    model: str | None = None
+    tools: tuple[ToolSpec, ...] = ()
+    max_output_tokens: int = 1024
+    temperature: float | None = None
+    seed: int | None = None
+    output_schema: Mapping[str, Any] | None = None
+    structured_output: StructuredOutput = "auto"
+    timeout_s: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class LLMResponse:
+    """What came back. ``cost_usd`` is ``None`` when the model has no known price."""
+
+    content: str | None
+    finish_reason: FinishReason
+    model: str
+    provider: str
+    usage: Usage | None = None
+    tool_calls: tuple[ToolCall, ...] = ()
+    refusal: str | None = None
+    cost_usd: float | None = None
+    structured_mode: StructuredMode = "prompt"
+    transport_retries: int = 0
+    transport_wait_ms: int = 0
+    latency_ms: int = 0
+    warnings: tuple[str, ...] = field(default_factory=tuple)
+
+
+class ModelClient(Protocol):
+    """Anything that can answer an ``LLMRequest``: a provider router, a fake, a script."""
+
+    async def complete(self, request: LLMRequest) -> LLMResponse:
+        """Answer, or raise ``app.errors.ProviderError`` (already classified)."""
+        ...
+
+    def structured_mode(self, model: str | None, requested: StructuredOutput) -> StructuredMode:
+        """How ``model`` will honour ``output_schema`` under ``requested``."""
+        ...
+
+    def estimate_cost(self, model: str | None, input_tokens: int, output_tokens: int) -> float | None:
+        """Upper-bound USD for a call of that size, ``None`` when the price is unknown."""
+        ...

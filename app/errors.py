@@ -1,0 +1,113 @@
+"""reprompt's one error tree.
+
+Every error carries the envelope code it becomes, whether an orchestrator may
+retry it, and the HTTP status it is rendered with::
+
+    RepromptError                      (500, internal-error)
+    ├── InvalidInput                   (422, invalid-input)  bad job, signature, schema, option
+    │   └── SignatureError             (422)                 with position and what was expected
+    └── ProviderError                  (502)                 a model call failed, classified at the edge
+        ├── ProviderTimeout            llm-timeout      retryable
+        ├── ProviderRateLimited        llm-rate-limit   retryable, carries Retry-After
+        ├── ProviderUnavailable        llm-unavailable  retryable (5xx, connection, open circuit)
+        ├── ProviderTokenLimit         llm-token-limit  the prompt does not fit the context window
+        ├── ProviderRefusal            llm-refusal      refusal or content filter
+        └── ProviderConfigError        llm-config       401/403/404: names the provider, never the key
+
+Provider error text is for operators; it is never shown to the model.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from app.core import codes
+
+
+class RepromptError(Exception):
+    """Base of every error reprompt raises on purpose."""
+
+    code: ClassVar[str] = codes.INTERNAL_ERROR
+    status: ClassVar[int] = 500
+    retryable: ClassVar[bool] = False
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(detail)
+        self.detail = detail
+
+
+class InvalidInput(RepromptError):
+    """The job (or a part of it) is malformed. ``field`` names the offending part."""
+
+    code = codes.INVALID_INPUT
+    status = 422
+
+    def __init__(self, detail: str, *, field: str | None = None) -> None:
+        super().__init__(detail)
+        self.field = field
+
+
+class SignatureError(InvalidInput):
+    """A signature failed to parse: ``position`` is the 0-based offset, ``expected`` what fits."""
+
+    def __init__(self, detail: str, *, position: int, expected: str, source: str) -> None:
+        super().__init__(detail, field="signature")
+        self.position = position
+        self.expected = expected
+        self.source = source
+
+
+class ProviderError(RepromptError):
+    """A model call failed after transport retries. Raised by provider adapters only."""
+
+    status = 502
+
+    def __init__(
+        self,
+        detail: str,
+        *,
+        provider: str,
+        model: str | None = None,
+        retry_after_s: float | None = None,
+        transport_retries: int = 0,
+        transport_wait_ms: int = 0,
+    ) -> None:
+        super().__init__(detail)
+        self.provider = provider
+        self.model = model
+        self.retry_after_s = retry_after_s
+        self.transport_retries = transport_retries
+        self.transport_wait_ms = transport_wait_ms
+
+
+class ProviderTimeout(ProviderError):
+    code = codes.LLM_TIMEOUT
+    status = 504
+    retryable = True
+
+
+class ProviderRateLimited(ProviderError):
+    code = codes.LLM_RATE_LIMIT
+    status = 429
+    retryable = True
+
+
+class ProviderUnavailable(ProviderError):
+    code = codes.LLM_UNAVAILABLE
+    status = 503
+    retryable = True
+
+
+class ProviderTokenLimit(ProviderError):
+    code = codes.LLM_TOKEN_LIMIT
+    status = 422
+
+
+class ProviderRefusal(ProviderError):
+    code = codes.LLM_REFUSAL
+    status = 422
+
+
+class ProviderConfigError(ProviderError):
+    code = codes.LLM_CONFIG
+    status = 502
