@@ -3,16 +3,16 @@
 Every error carries the envelope code it becomes, whether an orchestrator may
 retry it, and the HTTP status it is rendered with::
 
-    RepromptError                      (500, internal-error)
-    ├── InvalidInput                   (422, invalid-input)  bad job, signature, schema, option
-    │   └── SignatureError             (422)                 with position and what was expected
-    └── ProviderError                  (502)                 a model call failed, classified at the edge
-        ├── ProviderTimeout            llm-timeout      retryable
-        ├── ProviderRateLimited        llm-rate-limit   retryable, carries Retry-After
-        ├── ProviderUnavailable        llm-unavailable  retryable (5xx, connection, open circuit)
-        ├── ProviderTokenLimit         llm-token-limit  the prompt does not fit the context window
-        ├── ProviderRefusal            llm-refusal      refusal or content filter
-        └── ProviderConfigError        llm-config       401/403/404: names the provider, never the key
+    RepromptError              500 internal-error
+    ├── InvalidInput           422 invalid-input    bad job, signature, schema, option
+    │   └── SignatureError     422                  with position and what was expected
+    └── ProviderError          502                  a model call failed, classified at the edge
+        ├── ProviderTimeout        llm-timeout      retryable
+        ├── ProviderRateLimited    llm-rate-limit   retryable, carries Retry-After
+        ├── ProviderUnavailable    llm-unavailable  retryable (5xx, connection, open circuit)
+        ├── ProviderTokenLimit     llm-token-limit  the prompt does not fit the context window
+        ├── ProviderRefusal        llm-refusal      refusal or content filter
+        └── ProviderConfigError    llm-config       401/403/404: names the provider, not the key
 
 Provider error text is for operators; it is never shown to the model.
 """

@@ -109,6 +109,8 @@ class ModelClient(Protocol):
         """How ``model`` will honour ``output_schema`` under ``requested``."""
         ...
 
-    def estimate_cost(self, model: str | None, input_tokens: int, output_tokens: int) -> float | None:
+    def estimate_cost(
+        self, model: str | None, input_tokens: int, output_tokens: int
+    ) -> float | None:
         """Upper-bound USD for a call of that size, ``None`` when the price is unknown."""
         ...

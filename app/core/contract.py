@@ -1,0 +1,67 @@
+"""The contract an answer must meet, compiled once from a job spec.
+
+contract = build_contract(spec)         # raises InvalidInput naming the field
+contract.output_schema, contract.example, contract.validators
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from app.core import validators as validator_kinds
+from app.core.example import example_for
+from app.core.prompts import check_custom
+from app.core.signature import compile_signature
+from app.core.spec import JobSpec
+from app.core.validation import check_schema, schema_errors
+from app.core.validators import Validator
+from app.errors import InvalidInput
+
+
+@dataclass(frozen=True, slots=True)
+class Contract:
+    output_schema: dict[str, Any]
+    input_schema: dict[str, Any] | None
+    example: str | None  # compact JSON text of a valid instance, when one could be built
+    validators: tuple[Validator, ...]
+
+
+def build_contract(spec: JobSpec, extra_validators: Sequence[Validator] = ()) -> Contract:
+    """Compile the signature or check the schema, and check everything that depends on it."""
+    input_schema: dict[str, Any] | None = None
+    if spec.signature is not None:
+        signature = compile_signature(spec.signature)
+        output_schema, input_schema = signature.output_schema, signature.input_schema
+    else:
+        assert spec.schema_ is not None  # JobSpec guarantees one of the two
+        check_schema(spec.schema_)
+        output_schema = spec.schema_
+
+    if input_schema is not None and spec.input is not None:
+        problems = schema_errors(spec.input, input_schema, max_errors=5)
+        if problems:
+            raise InvalidInput(
+                "input does not match the signature's input part: " + "; ".join(problems),
+                field="input",
+            )
+    if spec.fallback is not None:
+        problems = schema_errors(spec.fallback.data, output_schema, max_errors=5)
+        if problems:
+            raise InvalidInput(
+                "fallback.data does not match the output schema: " + "; ".join(problems),
+                field="fallback.data",
+            )
+    if spec.retry_prompt is not None:
+        check_custom(spec.retry_prompt, field="retryPrompt")
+
+    built = tuple(validator_kinds.build(v, i) for i, v in enumerate(spec.validators))
+    example = example_for(output_schema) if spec.include_example else None
+    return Contract(
+        output_schema=output_schema,
+        input_schema=input_schema,
+        example=None if example is None else json.dumps(example, ensure_ascii=False),
+        validators=built + tuple(extra_validators),
+    )

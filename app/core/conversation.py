@@ -1,0 +1,71 @@
+"""The messages a turn sends, and the transcript of everything that was said.
+
+Collapsed (the default, spec 000): the task, the work done with tools, and only the
+latest rejected answer with its feedback, so a prompt does not grow with retries.
+Full: every exchange in order.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Literal
+
+from app.core.model import Message
+
+EntryKind = Literal["work", "failure"]
+
+
+@dataclass(slots=True)
+class Conversation:
+    system: Message
+    task: Message
+    full: bool = False
+    _log: list[tuple[EntryKind, tuple[Message, ...]]] = field(default_factory=list)
+    transcript: list[Message] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.transcript = [self.system, self.task]
+
+    def add_work(self, *messages: Message) -> None:
+        """Tool calls and their results: the investigation the model keeps seeing."""
+        self._log.append(("work", messages))
+        self.transcript.extend(messages)
+
+    def add_failure(
+        self, answer: Message | None, feedback: Message, *, recorded: str | None
+    ) -> None:
+        """A rejected answer and the correction. ``recorded`` is the answer as the transcript
+        keeps it (the prompt gets ``answer``, which may be shortened)."""
+        sent = (feedback,) if answer is None else (answer, feedback)
+        self._log.append(("failure", sent))
+        if recorded is not None:
+            self.transcript.append(Message("assistant", recorded))
+        self.transcript.append(feedback)
+
+    def add_final(self, answer: str) -> None:
+        self.transcript.append(Message("assistant", answer))
+
+    def messages(self, note: str | None) -> tuple[Message, ...]:
+        """What the next call sends; ``note`` (turn info, must-return warning) ends it."""
+        out = [self.system, self.task]
+        if self.full:
+            for _, entry in self._log:
+                out.extend(entry)
+        else:
+            for kind, entry in self._log:
+                if kind == "work":
+                    out.extend(entry)
+            if self._log and self._log[-1][0] == "failure":
+                out.extend(self._log[-1][1])
+        if note:
+            last = out[-1]
+            if last.role == "user":
+                out[-1] = replace(last, content=f"{last.content}\n\n{note}")
+            else:
+                out.append(Message("user", note))
+        return tuple(out)
+
+    def purified(self) -> list[Message]:
+        """Spec 002 purify: the task, the tool work and the accepted answer; no failures."""
+        work = [m for kind, entry in self._log if kind == "work" for m in entry]
+        return [self.system, self.task, *work, self.transcript[-1]]

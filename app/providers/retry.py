@@ -1,0 +1,211 @@
+"""Transport retries inside one model call: tenacity, wrapped once, here and nowhere else.
+
+Only transient provider errors are retried (``ProviderError.retryable``: timeout, rate
+limit, unavailable). The wait before attempt ``n + 1`` is spec 001's schedule with
+*equal jitter*::
+
+    base = backoff_delay_ms(code, n - 1) / 1000       # 5 s rate limit, 1 s timeout,
+                                                      # 10 s unavailable, 2 s other;
+                                                      # doubled per attempt, capped at 30 s
+    wait = base / 2 + uniform(0, base / 2)            # never shorter than half the schedule
+    wait = min(max(wait, retry_after_s), max_wait_s)  # Retry-After honoured, still capped
+
+and no wait may run past the call's deadline: when it would, we give up at once with the
+last error. Attempts and total wait land in ``LLMResponse.transport_retries`` /
+``transport_wait_ms`` on success and on the raised ``ProviderError`` on failure; they
+are never turns. ``set_testing(True)`` keeps all of that but skips the sleeping (the
+would-be waits are still recorded and still count against the deadline)::
+
+    retrier = Retrier(on_retry=lambda code, attempt, wait_s: ...)
+    deadline = Deadline(request.timeout_s)
+    value, tally = await retrier.run(send, policy=RetryPolicy(max_attempts=3),
+                                     deadline=deadline, timeout_s=60.0)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Final, Literal, TypeVar
+
+import tenacity
+
+from app.core.codes import MAX_BACKOFF_MS, backoff_delay_ms
+from app.errors import ProviderError
+
+T = TypeVar("T")
+Clock = Callable[[], float]
+Sleep = Callable[[float], Awaitable[None]]
+# (error code, 1-based number of the attempt that just failed, seconds until the next one)
+OnRetry = Callable[[str, int, float], None]
+Jitter = Literal["equal", "none"]
+
+DEFAULT_MAX_ATTEMPTS: Final = 3
+MAX_WAIT_S: Final = MAX_BACKOFF_MS / 1000
+
+logger = logging.getLogger(__name__)
+
+_testing = False
+
+
+def set_testing(testing: bool) -> None:
+    """Turn sleeping off (tests): retry decisions, waits and deadlines are computed as usual."""
+    global _testing
+    _testing = testing
+
+
+def is_testing() -> bool:
+    return _testing
+
+
+class Deadline:
+    """The time one ``complete`` may take, measured from its start; ``None`` is unbounded."""
+
+    def __init__(self, budget_s: float | None, *, clock: Clock = time.monotonic) -> None:
+        self._clock = clock
+        self._start = clock()
+        self._budget_s = budget_s
+        self._skipped_s = 0.0
+
+    def elapsed(self) -> float:
+        return self._clock() - self._start + self._skipped_s
+
+    def remaining(self) -> float | None:
+        if self._budget_s is None:
+            return None
+        return self._budget_s - self.elapsed()
+
+    def cap(self, timeout_s: float) -> float:
+        """``timeout_s``, shortened to what is left of the deadline."""
+        remaining = self.remaining()
+        return timeout_s if remaining is None else min(timeout_s, remaining)
+
+    def skip(self, seconds: float) -> None:
+        """Account for a wait that was not slept (testing mode)."""
+        self._skipped_s += seconds
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS
+    max_wait_s: float = MAX_WAIT_S
+    jitter: Jitter = "equal"
+
+    def wait_s(
+        self, code: str, failed_attempts: int, retry_after_s: float | None, rng: random.Random
+    ) -> float:
+        """Seconds to wait after ``failed_attempts`` (>= 1) attempts ended with ``code``."""
+        base = backoff_delay_ms(code, failed_attempts - 1) / 1000
+        wait = base / 2 + rng.uniform(0, base / 2) if self.jitter == "equal" else base
+        if retry_after_s is not None:
+            wait = max(wait, retry_after_s)
+        return min(wait, self.max_wait_s)
+
+
+@dataclass(slots=True)
+class Tally:
+    """What the transport retries of one call cost."""
+
+    retries: int = 0
+    wait_s: float = 0.0
+
+    @property
+    def wait_ms(self) -> int:
+        return round(self.wait_s * 1000)
+
+
+class Retrier:
+    """Runs one provider call with transport retries. Build one per process."""
+
+    def __init__(
+        self,
+        *,
+        sleep: Sleep = asyncio.sleep,
+        on_retry: OnRetry | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        self._sleep = sleep
+        self._on_retry = on_retry
+        self._rng = rng or random.Random()
+
+    async def run(
+        self,
+        call: Callable[[float], Awaitable[T]],
+        *,
+        policy: RetryPolicy,
+        deadline: Deadline,
+        timeout_s: float,
+    ) -> tuple[T, Tally]:
+        """Await ``call(per_attempt_timeout_s)`` until it succeeds, fails for good, runs out
+        of attempts, or the next wait would pass ``deadline``."""
+        tally = Tally()
+
+        def wait(state: tenacity.RetryCallState) -> float:
+            err = _error_of(state)
+            return policy.wait_s(err.code, state.attempt_number, err.retry_after_s, self._rng)
+
+        def stop(state: tenacity.RetryCallState) -> bool:
+            if state.attempt_number >= policy.max_attempts:
+                return True
+            remaining = deadline.remaining()
+            return remaining is not None and state.upcoming_sleep >= remaining
+
+        def before_sleep(state: tenacity.RetryCallState) -> None:
+            err = _error_of(state)
+            wait_s = state.upcoming_sleep
+            tally.retries += 1
+            tally.wait_s += wait_s
+            logger.info(
+                "transport retry %d for %s/%s after %s: waiting %.3fs",
+                state.attempt_number,
+                err.provider,
+                err.model,
+                err.code,
+                wait_s,
+            )
+            if self._on_retry is not None:
+                try:
+                    self._on_retry(err.code, state.attempt_number, wait_s)
+                except Exception:
+                    # An observer must never turn a recoverable call into a failure.
+                    logger.exception("on_retry hook failed")
+
+        async def sleep(seconds: float) -> None:
+            if _testing:
+                deadline.skip(seconds)
+            else:
+                await self._sleep(seconds)
+
+        async def attempt() -> T:
+            return await call(deadline.cap(timeout_s))
+
+        retrying = tenacity.AsyncRetrying(
+            sleep=sleep,
+            stop=stop,
+            wait=wait,
+            retry=tenacity.retry_if_exception(_is_transient),
+            before_sleep=before_sleep,
+            reraise=True,
+        )
+        try:
+            value: T = await retrying(attempt)
+        except ProviderError as err:
+            err.transport_retries = tally.retries
+            err.transport_wait_ms = tally.wait_ms
+            raise
+        return value, tally
+
+
+def _is_transient(exc: BaseException) -> bool:
+    return isinstance(exc, ProviderError) and exc.retryable
+
+
+def _error_of(state: tenacity.RetryCallState) -> ProviderError:
+    assert state.outcome is not None
+    err = state.outcome.exception()
+    assert isinstance(err, ProviderError)
+    return err

@@ -1,0 +1,283 @@
+"""The ``ModelClient`` the turn loop talks to: models, routes, fallback, circuits, cost.
+
+A *route* is an ordered list of models; ``LLMRequest.model`` names a model or a route
+(``None``: the configured default). Each model is called through its circuit breaker
+and the transport retries; when it ends transient (unavailable, rate-limited, timed
+out, or its circuit is open) and time is left, the next model of the route answers
+and a warning says so. Anything else (bad credentials, token limit) is raised as is::
+
+    router = build_router(load_providers(), http)
+    response = await router.complete(LLMRequest(messages=msgs, model="fast", timeout_s=30))
+    response.model, response.provider, response.cost_usd, response.warnings
+    router.snapshot()   # circuit states for the API and metrics
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Protocol
+
+import httpx
+
+from app.core.model import LLMRequest, LLMResponse, StructuredMode, StructuredOutput
+from app.errors import InvalidInput, ProviderError, ProviderUnavailable
+from app.providers import structured
+from app.providers.anthropic import AnthropicAdapter
+from app.providers.circuit import Breaker, Circuits, CircuitState, Clock
+from app.providers.config import ModelConfig, ProvidersConfig
+from app.providers.openai import OpenAIAdapter
+from app.providers.pricing import cost_of
+from app.providers.retry import Deadline, OnRetry, Retrier, RetryPolicy, Sleep
+from app.providers.structured import Capability
+
+logger = logging.getLogger(__name__)
+
+
+class Adapter(Protocol):
+    """One wire protocol: a single attempt, translated, failures already classified."""
+
+    async def send(
+        self,
+        request: LLMRequest,
+        *,
+        model: str,
+        spec: ModelConfig,
+        mechanism: Capability,
+        timeout_s: float,
+    ) -> LLMResponse: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """A configured model, ready to call."""
+
+    name: str
+    provider: str
+    spec: ModelConfig
+    adapter: Adapter
+    policy: RetryPolicy
+    timeout_s: float
+    breaker: Breaker
+
+    @property
+    def capability(self) -> Capability:
+        return self.spec.structured or "prompt"
+
+
+class Router:
+    """Implements ``app.core.model.ModelClient`` over the configured providers."""
+
+    def __init__(
+        self,
+        targets: Mapping[str, Target],
+        routes: Mapping[str, tuple[str, ...]],
+        *,
+        default: str | None,
+        circuits: Circuits,
+        retrier: Retrier,
+        clock: Clock = time.monotonic,
+    ) -> None:
+        self._targets = dict(targets)
+        self._routes = dict(routes)
+        self._default = default
+        self._circuits = circuits
+        self._retrier = retrier
+        self._clock = clock
+
+    def __repr__(self) -> str:
+        return (
+            f"Router(models={sorted(self._targets)}, routes={sorted(self._routes)},"
+            f" default={self._default!r})"
+        )
+
+    @property
+    def default(self) -> str | None:
+        return self._default
+
+    def names(self) -> tuple[str, ...]:
+        """Every model and route a request may name."""
+        return (*self._targets, *self._routes)
+
+    def resolve(self, model: str | None) -> tuple[str, ...]:
+        """The models ``model`` (a model, a route or ``None``) tries, in order."""
+        name = model or self._default
+        if name is None:
+            raise InvalidInput("no model is configured", field="model")
+        if name in self._routes:
+            return self._routes[name]
+        if name in self._targets:
+            return (name,)
+        known = ", ".join(sorted(self.names())) or "none"
+        raise InvalidInput(f"unknown model or route {name!r} (configured: {known})", field="model")
+
+    def snapshot(self) -> dict[str, CircuitState]:
+        """Circuit state per ``"provider/model"``."""
+        return self._circuits.snapshot()
+
+    def structured_mode(self, model: str | None, requested: StructuredOutput) -> StructuredMode:
+        """How ``model`` honours an output schema; a route reports its weakest model.
+        ``"native"`` raises ``InvalidInput`` unless every model can constrain decoding."""
+        names = self.resolve(model)
+        modes = [structured.mode_for(self._targets[n].capability, requested) for n in names]
+        if requested == "native":
+            lacking = [n for n, mode in zip(names, modes, strict=True) if mode == "prompt"]
+            if lacking:
+                raise InvalidInput(
+                    f"native structured output was required, but {', '.join(lacking)} can"
+                    " only be prompted for it",
+                    field="structuredOutput",
+                )
+        return structured.weakest(modes)
+
+    def estimate_cost(
+        self, model: str | None, input_tokens: int, output_tokens: int
+    ) -> float | None:
+        """Upper-bound USD for a call of that size: the dearest model of a route, ``None``
+        when any of them has no price."""
+        costs = []
+        for name in self.resolve(model):
+            price = self._targets[name].spec.price
+            if price is None:
+                return None
+            costs.append(price.estimate(input_tokens, output_tokens))
+        return max(costs)
+
+    async def complete(self, request: LLMRequest) -> LLMResponse:
+        """Answer ``request`` from the first model of its route that can."""
+        started = self._clock()
+        deadline = Deadline(request.timeout_s, clock=self._clock)
+        names = self.resolve(request.model)
+        if request.output_schema is not None and request.structured_output == "native":
+            self.structured_mode(request.model, "native")
+        warnings: list[str] = []
+        retries = wait_ms = 0
+        for i, name in enumerate(names):
+            target = self._targets[name]
+            try:
+                response = await self._call(target, request, deadline)
+            except ProviderError as err:
+                retries += err.transport_retries
+                wait_ms += err.transport_wait_ms
+                following = names[i + 1] if i + 1 < len(names) else None
+                remaining = deadline.remaining()
+                if (
+                    following is None
+                    or not err.retryable
+                    or (remaining is not None and remaining <= 0)
+                ):
+                    raise _final(err, names[: i + 1], retries, wait_ms) from None
+                note = f"fell back from {name} to {following}: {err.code}"
+                logger.warning("%s (%s)", note, err.detail)
+                warnings.append(note)
+                continue
+            cost, cost_warning = cost_of(target.spec.price, response.usage, name)
+            if cost_warning:
+                warnings.append(cost_warning)
+            return replace(
+                response,
+                cost_usd=cost,
+                warnings=(*warnings, *response.warnings),
+                transport_retries=retries + response.transport_retries,
+                transport_wait_ms=wait_ms + response.transport_wait_ms,
+                latency_ms=round((self._clock() - started) * 1000),
+            )
+        raise AssertionError("a route has at least one model")  # pragma: no cover
+
+    async def _call(self, target: Target, request: LLMRequest, deadline: Deadline) -> LLMResponse:
+        breaker = target.breaker
+        if not breaker.allow():
+            raise ProviderUnavailable(
+                f"circuit open for {breaker.key}", provider=target.provider, model=target.name
+            )
+        mechanism = structured.mechanism(target.capability, request)
+
+        async def send(timeout_s: float) -> LLMResponse:
+            return await target.adapter.send(
+                request,
+                model=target.name,
+                spec=target.spec,
+                mechanism=mechanism,
+                timeout_s=timeout_s,
+            )
+
+        try:
+            response, tally = await self._retrier.run(
+                send, policy=target.policy, deadline=deadline, timeout_s=target.timeout_s
+            )
+        except ProviderError as err:
+            # Only transient failures say the model is down; any other answer says it is up.
+            if err.retryable:
+                breaker.record_failure()
+            else:
+                breaker.record_success()
+            raise
+        except BaseException:
+            breaker.release()
+            raise
+        breaker.record_success()
+        return replace(response, transport_retries=tally.retries, transport_wait_ms=tally.wait_ms)
+
+
+def build_router(
+    config: ProvidersConfig,
+    http: httpx.AsyncClient,
+    *,
+    clock: Clock = time.monotonic,
+    sleep: Sleep = asyncio.sleep,
+    on_retry: OnRetry | None = None,
+    rng: random.Random | None = None,
+) -> Router:
+    """A router over ``config``'s models, sharing ``http``. ``clock`` drives deadlines and
+    circuit cool-downs, ``sleep`` the retry waits, ``on_retry(code, attempt, wait_s)``
+    observes every transport retry."""
+    circuits = Circuits(
+        failure_threshold=config.circuit.failure_threshold,
+        cooldown_s=config.circuit.cooldown_s,
+        clock=clock,
+    )
+    adapters: dict[str, Adapter] = {}
+    for name, provider in config.providers.items():
+        if provider.kind == "anthropic":
+            adapters[name] = AnthropicAdapter(http, provider=name, config=provider)
+        else:
+            adapters[name] = OpenAIAdapter(http, provider=name, config=provider)
+    targets = {}
+    for name, spec in config.models.items():
+        provider = config.providers[spec.provider]
+        targets[name] = Target(
+            name=name,
+            provider=spec.provider,
+            spec=spec,
+            adapter=adapters[spec.provider],
+            policy=RetryPolicy(max_attempts=provider.max_attempts),
+            timeout_s=provider.timeout_s,
+            breaker=circuits.breaker(spec.provider, name),
+        )
+    return Router(
+        targets,
+        {name: tuple(route.models) for name, route in config.routes.items()},
+        default=config.default_target(),
+        circuits=circuits,
+        retrier=Retrier(sleep=sleep, on_retry=on_retry, rng=rng),
+        clock=clock,
+    )
+
+
+def _final(err: ProviderError, tried: tuple[str, ...], retries: int, wait_ms: int) -> ProviderError:
+    """The error the caller sees: the last one, with the totals of the whole route."""
+    detail = err.detail
+    if len(tried) > 1:
+        detail = f"{detail} (after trying {', '.join(tried)})"
+    return type(err)(
+        detail,
+        provider=err.provider,
+        model=err.model,
+        retry_after_s=err.retry_after_s,
+        transport_retries=retries,
+        transport_wait_ms=wait_ms,
+    )

@@ -1,0 +1,309 @@
+"""One HTTP exchange with a provider, every failure mapped into ``app.errors`` at the edge.
+
+Adapters build the body and read the answer; this module posts it and classifies
+whatever went wrong, most specific first (as httpx's ``map_httpcore_exceptions``)::
+
+    httpx connect/read/write/pool timeout, asyncio timeout -> ProviderTimeout
+    httpx.UnsupportedProtocol, ProxyError, InvalidURL      -> ProviderConfigError
+    any other httpx.TransportError, DecodingError          -> ProviderUnavailable
+    408                                                    -> ProviderTimeout
+    429                                                    -> ProviderRateLimited + retry_after_s
+    5xx, 529 (Anthropic overloaded), 409                   -> ProviderUnavailable + retry_after_s
+    400/413/422 saying the context window was exceeded     -> ProviderTokenLimit
+    401/403                                                -> ProviderConfigError (credentials)
+    404                                                    -> ProviderConfigError (unknown model)
+    any other 4xx: our request's fault, retrying won't help -> ProviderConfigError
+    2xx whose body is not a JSON object                    -> ProviderUnavailable
+
+Provider text goes into ``detail`` for operators, scrubbed of anything shaped like a key::
+
+    body, headers = await post_json(http, url, headers=h, body=b, timeout_s=5.0, edge=edge)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import re
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
+from typing import Any, Final
+
+import httpx
+
+from app.errors import (
+    ProviderConfigError,
+    ProviderError,
+    ProviderRateLimited,
+    ProviderTimeout,
+    ProviderTokenLimit,
+    ProviderUnavailable,
+)
+
+logger = logging.getLogger(__name__)
+
+# Provider messages are for operators; long bodies (HTML error pages) are cut.
+MAX_DETAIL_CHARS: Final = 500
+REDACTED: Final = "[redacted]"
+
+# Shapes of API keys and bearer tokens that providers sometimes echo back in errors
+# ("Incorrect API key provided: sk-abc***xyz"). Model ids never match these.
+_KEY_PATTERNS: Final = (
+    re.compile(r"\b(?:sk|gsk|xai|pk|rk)[-_][A-Za-z0-9_\-*.]{6,}"),
+    re.compile(r"(?i)\bbearer\s+\S+"),
+    re.compile(r"(?i)(api[-_ ]?key[\"':=\s]+)[^\s\"',}]{6,}"),
+    re.compile(r"\b[A-Za-z0-9]{32,}\b"),
+)
+
+# How providers say "the prompt does not fit": OpenAI and Groq (code), vLLM and
+# OpenAI (message), llama.cpp server (type and message), Anthropic (message).
+_TOKEN_LIMIT_CODES: Final = frozenset(
+    {"context_length_exceeded", "exceed_context_size_error", "string_above_max_length"}
+)
+_TOKEN_LIMIT_TEXT: Final = re.compile(
+    r"maximum context length|context[_ ]length[_ ]exceeded|context window"
+    r"|exceeds? the (?:available )?context size|prompt is too long|too many input tokens"
+    r"|input is too long|reduce the length of the messages",
+    re.IGNORECASE,
+)
+_OVERLOADED: Final = 529
+
+
+@dataclass(frozen=True, slots=True)
+class Edge:
+    """Who a request is for, so errors can name it; ``secrets`` are scrubbed from them."""
+
+    provider: str
+    model: str
+    secrets: tuple[str, ...] = ()
+
+    def scrub(self, text: str) -> str:
+        return redact(text, self.secrets)
+
+
+def redact(text: str, secrets: tuple[str, ...] = ()) -> str:
+    """``text`` with the configured keys and anything key-shaped replaced by ``[redacted]``."""
+    for secret in secrets:
+        if secret:
+            text = text.replace(secret, REDACTED)
+    for pattern in _KEY_PATTERNS:
+        if pattern.groups:
+            text = pattern.sub(lambda m: m.group(1) + REDACTED, text)
+        else:
+            text = pattern.sub(REDACTED, text)
+    return text
+
+
+async def post_json(
+    http: httpx.AsyncClient,
+    url: str,
+    *,
+    headers: Mapping[str, str],
+    body: Mapping[str, Any],
+    timeout_s: float,
+    edge: Edge,
+) -> tuple[dict[str, Any], httpx.Headers]:
+    """POST ``body`` and return the decoded JSON object and the response headers, or raise."""
+    if timeout_s <= 0:
+        raise ProviderTimeout(
+            f"{edge.provider}: no time left to call model {edge.model}",
+            provider=edge.provider,
+            model=edge.model,
+        )
+    logger.debug("POST %s (provider=%s model=%s)", url, edge.provider, edge.model)
+    with map_transport_errors(edge, timeout_s):
+        # httpx's timeouts are per operation; asyncio.timeout bounds the whole exchange.
+        async with asyncio.timeout(timeout_s):
+            response = await http.post(
+                url, json=dict(body), headers=dict(headers), timeout=timeout_s
+            )
+    if response.status_code >= 400:
+        raise classify_status(response.status_code, response.headers, response.text, edge)
+    try:
+        decoded = json.loads(response.content)
+    except ValueError:
+        decoded = None
+    if not isinstance(decoded, dict):
+        raise ProviderUnavailable(
+            f"{edge.provider} sent a malformed body ({response.status_code}) for model "
+            f"{edge.model}: {edge.scrub(_excerpt(response.text))}",
+            provider=edge.provider,
+            model=edge.model,
+        )
+    return decoded, response.headers
+
+
+@contextmanager
+def map_transport_errors(edge: Edge, timeout_s: float) -> Iterator[None]:
+    """Turn httpx and asyncio failures raised inside the block into ``ProviderError``."""
+    try:
+        yield
+    except (httpx.TimeoutException, TimeoutError) as exc:
+        raise ProviderTimeout(
+            f"{edge.provider} did not answer within {round(timeout_s, 2):g}s"
+            f" for model {edge.model} ({type(exc).__name__})",
+            provider=edge.provider,
+            model=edge.model,
+        ) from None
+    except (httpx.UnsupportedProtocol, httpx.ProxyError, httpx.InvalidURL) as exc:
+        raise ProviderConfigError(
+            f"{edge.provider}: cannot reach its base_url ({type(exc).__name__}: "
+            f"{edge.scrub(str(exc))})",
+            provider=edge.provider,
+            model=edge.model,
+        ) from None
+    except (httpx.TransportError, httpx.DecodingError) as exc:
+        raise ProviderUnavailable(
+            f"{edge.provider} connection failed for model {edge.model} "
+            f"({type(exc).__name__}: {edge.scrub(str(exc))})",
+            provider=edge.provider,
+            model=edge.model,
+        ) from None
+
+
+def classify_status(
+    status: int, headers: httpx.Headers, text: str, edge: Edge, *, now: datetime | None = None
+) -> ProviderError:
+    """The error an HTTP error status becomes. Pure: tests call it directly."""
+    message, codes = error_message(text)
+    said = edge.scrub(_excerpt(message)) if message else "no details"
+    provider, model = edge.provider, edge.model
+    if status == 429:
+        return ProviderRateLimited(
+            f"{edge.provider} rate-limited model {edge.model} (429): {said}",
+            retry_after_s=retry_after_seconds(headers, now=now),
+            provider=provider,
+            model=model,
+        )
+    if status >= 500 or status == 409:
+        what = "is overloaded" if status == _OVERLOADED else "is unavailable"
+        return ProviderUnavailable(
+            f"{edge.provider} {what} ({status}) for model {edge.model}: {said}",
+            retry_after_s=retry_after_seconds(headers, now=now),
+            provider=provider,
+            model=model,
+        )
+    if status == 408:
+        return ProviderTimeout(
+            f"{edge.provider} timed out the request (408) for model {edge.model}: {said}",
+            provider=provider,
+            model=model,
+        )
+    if status in (400, 413, 422) and _is_token_limit(message, codes):
+        return ProviderTokenLimit(
+            f"{edge.provider}: the prompt does not fit the context window of model "
+            f"{edge.model} ({status}): {said}",
+            provider=provider,
+            model=model,
+        )
+    if status in (401, 403):
+        return ProviderConfigError(
+            f"{edge.provider} rejected the credentials ({status}) for model {edge.model}: {said}",
+            provider=provider,
+            model=model,
+        )
+    if status == 404:
+        return ProviderConfigError(
+            f"{edge.provider} does not know model {edge.model} or the endpoint (404): {said}",
+            provider=provider,
+            model=model,
+        )
+    return ProviderConfigError(
+        f"{edge.provider} rejected the request ({status}) for model {edge.model}: {said}",
+        provider=provider,
+        model=model,
+    )
+
+
+def error_message(text: str) -> tuple[str, frozenset[str]]:
+    """``(message, codes)`` from the error bodies of OpenAI, Anthropic, vLLM, llama.cpp, Ollama.
+
+    ``codes`` holds the body's ``code`` and ``type`` strings, whichever are present.
+    """
+    try:
+        body = json.loads(text)
+    except ValueError:
+        return text.strip(), frozenset()
+    if not isinstance(body, dict):
+        return text.strip(), frozenset()
+    err = body.get("error", body)
+    if isinstance(err, str):
+        return err, frozenset()
+    if not isinstance(err, dict):
+        return text.strip(), frozenset()
+    message = err.get("message") or body.get("message") or body.get("detail") or ""
+    codes = frozenset(str(err[key]) for key in ("code", "type") if err.get(key))
+    return str(message), codes
+
+
+def retry_after_seconds(headers: httpx.Headers, *, now: datetime | None = None) -> float | None:
+    """How long the provider asked us to wait, from the first header that says so.
+
+    ``retry-after-ms`` (OpenAI), ``retry-after`` (seconds or an HTTP date), then the
+    latest ``anthropic-ratelimit-*-reset`` (RFC 3339) among the limits that are exhausted.
+    """
+    now = now or datetime.now(UTC)
+    if (ms := headers.get("retry-after-ms")) is not None:
+        try:
+            return max(float(ms) / 1000, 0.0)
+        except ValueError:
+            pass
+    if (value := headers.get("retry-after")) is not None:
+        seconds = _parse_retry_after(value, now)
+        if seconds is not None:
+            return seconds
+    return _anthropic_reset(headers, now)
+
+
+def _parse_retry_after(value: str, now: datetime) -> float | None:
+    try:
+        return max(float(value), 0.0)
+    except ValueError:
+        pass
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return max((when - now).total_seconds(), 0.0)
+
+
+def _anthropic_reset(headers: httpx.Headers, now: datetime) -> float | None:
+    prefix = "anthropic-ratelimit-"
+    resets: dict[str, float] = {}
+    exhausted: set[str] = set()
+    for name, value in headers.items():
+        if not name.startswith(prefix):
+            continue
+        limit = name[len(prefix) :]
+        if limit.endswith("-reset"):
+            try:
+                when = datetime.fromisoformat(value.strip())
+            except ValueError:
+                continue
+            if when.tzinfo is None:
+                when = when.replace(tzinfo=UTC)
+            resets[limit.removesuffix("-reset")] = max((when - now).total_seconds(), 0.0)
+        elif limit.endswith("-remaining") and value.strip() == "0":
+            exhausted.add(limit.removesuffix("-remaining"))
+    if not resets:
+        return None
+    # Wait for the limits that ran out; when none says so, the soonest reset is a fair guess.
+    hit = [seconds for limit, seconds in resets.items() if limit in exhausted]
+    return max(hit) if hit else min(resets.values())
+
+
+def _is_token_limit(message: str, codes: frozenset[str]) -> bool:
+    return bool(codes & _TOKEN_LIMIT_CODES) or bool(_TOKEN_LIMIT_TEXT.search(message))
+
+
+def _excerpt(text: str) -> str:
+    text = " ".join(text.split())
+    if len(text) > MAX_DETAIL_CHARS:
+        return text[:MAX_DETAIL_CHARS] + "…"
+    return text

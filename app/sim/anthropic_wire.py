@@ -1,0 +1,183 @@
+"""Anthropic's messages wire format: request → ``Scenario``, ``Reply`` → response body.
+
+::
+
+    scenario = parse_request(body)              # raises InvalidRequest (rendered as 400)
+    render_reply(reply, scenario)               # {"type": "message", "content": [...], ...}
+    render_error(529, "overloaded")             # {"type": "error", "error": {"type", "message"}}
+
+A ``tool_use`` block's ``input`` must be an object, so an answer whose JSON is broken
+(or wrapped in prose) travels as a text block instead, as from a model that ignored the tool.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from typing import Any, Final
+
+from app.sim import chance
+from app.sim.behaviour import Reply
+from app.sim.config import DEFAULT_MODEL
+from app.sim.conversation import Conversation, Turn
+from app.sim.errors import InvalidRequest
+from app.sim.openai_wire import model_name
+from app.sim.scenario import Scenario
+
+_STOP: Final = {"stop": "end_turn", "length": "max_tokens", "tool_use": "tool_use"}
+_ERRORS: Final = {
+    400: "invalid_request_error",
+    404: "not_found_error",
+    429: "rate_limit_error",
+    500: "api_error",
+    529: "overloaded_error",
+}
+OVERLOADED_STATUS: Final = 529
+
+
+def parse_request(body: object) -> Scenario:
+    if not isinstance(body, dict):
+        raise InvalidRequest("the request body must be a JSON object")
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise InvalidRequest("messages: must be a non-empty array")
+    if body.get("stream"):
+        raise InvalidRequest("stream: reprompt sim does not stream; send stream=false")
+    max_tokens = body.get("max_tokens")
+    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
+        raise InvalidRequest("max_tokens: Field required (a positive integer)")
+    turns: list[Turn] = []
+    system = _text("system", body.get("system"))
+    if system:
+        turns.append(Turn("system", system))
+    turns.extend(_turn(i, m) for i, m in enumerate(messages))
+    tools = _tools(body.get("tools"))
+    output_format = body.get("output_format")
+    format_schema = output_format.get("schema") if isinstance(output_format, dict) else None
+    model = body.get("model")
+    return Scenario.build(
+        Conversation(tuple(turns)),
+        model=model if isinstance(model, str) and model else None,
+        max_tokens=max_tokens,
+        format_schema=format_schema,
+        tool=_forced_tool(tools, body.get("tool_choice")),
+        json_mode=format_schema is not None,
+        extra_prompt_chars=len(json.dumps(body.get("tools") or [])),
+    )
+
+
+def render_reply(reply: Reply, scenario: Scenario) -> dict[str, Any]:
+    content: list[dict[str, Any]] = []
+    stop = "refusal" if reply.finish == "refusal" else _STOP[reply.finish]
+    text = reply.refusal if reply.refusal is not None else reply.text
+    call = reply.tool_use
+    if call is not None and call.input is None:
+        text = f"{text}\n\n{call.arguments}" if text else call.arguments
+        stop, call = "end_turn", None
+    if text:
+        content.append({"type": "text", "text": text})
+    if call is not None:
+        content.append(
+            {"type": "tool_use", "id": f"toolu_{call.id}", "name": call.name, "input": call.input}
+        )
+    key = chance.digest(scenario.conversation.digest, reply.attempt, reply.outcome)[:24]
+    return {
+        "id": f"msg_sim{key}",
+        "type": "message",
+        "role": "assistant",
+        "model": model_name(scenario.model),
+        "content": content,
+        "stop_reason": stop,
+        "stop_sequence": None,
+        "usage": {"input_tokens": reply.prompt_tokens, "output_tokens": reply.output_tokens},
+    }
+
+
+def render_error(status: int, message: str) -> dict[str, Any]:
+    return {
+        "type": "error",
+        "error": {"type": _ERRORS.get(status, "api_error"), "message": message},
+    }
+
+
+def rate_limit_headers(retry_after_s: float, now: datetime) -> dict[str, str]:
+    reset = (now + timedelta(seconds=retry_after_s)).astimezone(UTC)
+    return {
+        "retry-after": f"{retry_after_s:g}",
+        "anthropic-ratelimit-requests-limit": "60",
+        "anthropic-ratelimit-requests-remaining": "0",
+        "anthropic-ratelimit-requests-reset": reset.strftime("%Y-%m-%dT%H:%M:%SZ"),
+    }
+
+
+def models_body() -> dict[str, Any]:
+    entry = {
+        "type": "model",
+        "id": DEFAULT_MODEL,
+        "display_name": "reprompt simulator",
+        "created_at": "2025-01-01T00:00:00Z",
+    }
+    return {"data": [entry], "has_more": False, "first_id": DEFAULT_MODEL, "last_id": DEFAULT_MODEL}
+
+
+def _turn(index: int, raw: object) -> Turn:
+    if not isinstance(raw, dict) or raw.get("role") not in ("user", "assistant"):
+        raise InvalidRequest(f"messages.{index}: role must be 'user' or 'assistant'")
+    content = raw.get("content")
+    if raw["role"] == "user":
+        return Turn("user", _text(f"messages.{index}.content", content))
+    if isinstance(content, list):
+        for block in content:
+            if isinstance(block, dict) and block.get("type") == "tool_use":
+                text = _text(f"messages.{index}.content", content)
+                return Turn("assistant", text, tool_arguments=json.dumps(block.get("input")))
+    return Turn("assistant", _text(f"messages.{index}.content", content))
+
+
+def _text(where: str, content: object) -> str:
+    """The readable text of a string or a list of blocks (text and tool results)."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        raise InvalidRequest(f"{where}: must be a string or an array of content blocks")
+    parts: list[str] = []
+    for block in content:
+        if not isinstance(block, dict):
+            raise InvalidRequest(f"{where}: content blocks must be objects")
+        if block.get("type") == "text":
+            parts.append(str(block.get("text", "")))
+        elif block.get("type") == "tool_result":
+            parts.append(_text(where, block.get("content")))
+    return "\n".join(parts)
+
+
+def _tools(raw: object) -> dict[str, object]:
+    if raw is None:
+        return {}
+    if not isinstance(raw, list):
+        raise InvalidRequest("tools: must be an array")
+    tools: dict[str, object] = {}
+    for i, tool in enumerate(raw):
+        if not isinstance(tool, dict) or not isinstance(tool.get("name"), str):
+            raise InvalidRequest(f"tools.{i}: must have a name and an input_schema")
+        if "input_schema" in tool:  # server tools (web search...) have none and are ignored
+            tools[tool["name"]] = tool["input_schema"]
+    return tools
+
+
+def _forced_tool(tools: dict[str, object], choice: object) -> tuple[str, object] | None:
+    kind = choice.get("type") if isinstance(choice, dict) else None
+    if kind == "tool":
+        assert isinstance(choice, dict)
+        name = choice.get("name")
+        if name not in tools:
+            raise InvalidRequest(f"tool_choice.name: unknown tool {name!r}")
+        assert isinstance(name, str)
+        return name, tools[name]
+    if kind == "none" or not tools:
+        return None
+    if len(tools) == 1 or kind == "any":  # with several tools "any" picks the first
+        return next(iter(tools.items()))
+    return None

@@ -1,0 +1,82 @@
+"""A conversation as the simulated model reads it, whichever wire format carried it.
+
+::
+
+    convo = Conversation((Turn("user", "Extract..."), Turn("assistant", "{"), Turn("user", "fix")))
+    convo.attempt          # 2: one previous answer
+    convo.previous_answer  # the assistant turn the feedback is about
+    convo.feedback         # "fix"
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Literal
+
+from app.sim import chance
+
+Role = Literal["system", "user", "assistant", "tool"]
+
+
+@dataclass(frozen=True, slots=True)
+class Turn:
+    """One message. ``tool_arguments`` is an assistant's tool call as JSON text."""
+
+    role: Role
+    text: str
+    tool_arguments: str | None = None
+    refused: bool = False
+
+    @property
+    def answer(self) -> str:
+        """What an assistant turn answered: its tool call when it made one, else its text."""
+        return self.tool_arguments if self.tool_arguments is not None else self.text
+
+
+@dataclass(frozen=True)
+class Conversation:
+    turns: tuple[Turn, ...]
+
+    @cached_property
+    def digest(self) -> str:
+        """Identifies what the model reads; request options such as max_tokens are left out."""
+        return chance.digest(*((t.role, t.text, t.tool_arguments, t.refused) for t in self.turns))
+
+    @property
+    def attempt(self) -> int:
+        """1 + the number of assistant answers already in the conversation."""
+        return 1 + sum(t.role == "assistant" for t in self.turns)
+
+    @property
+    def task(self) -> str:
+        """The first user message before any answer (with a collapsed history, the first one)."""
+        for turn in self.turns:
+            if turn.role == "assistant":
+                break
+            if turn.role == "user":
+                return turn.text
+        return next((t.text for t in self.turns if t.role == "user"), "")
+
+    @property
+    def previous_answer(self) -> Turn | None:
+        return next((t for t in reversed(self.turns) if t.role == "assistant"), None)
+
+    @property
+    def feedback(self) -> str:
+        """Everything said after the last answer (user and tool messages)."""
+        tail: list[str] = []
+        for turn in reversed(self.turns):
+            if turn.role == "assistant":
+                break
+            tail.append(turn.text)
+        return "\n".join(reversed(tail))
+
+    def prompt_texts(self) -> list[str]:
+        """System and user texts, in order: where schemas and directives are looked for."""
+        return [t.text for t in self.turns if t.role in ("system", "user")]
+
+    def all_texts(self) -> list[str]:
+        return [t.text for t in self.turns] + [
+            t.tool_arguments for t in self.turns if t.tool_arguments is not None
+        ]

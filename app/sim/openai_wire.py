@@ -1,0 +1,215 @@
+"""OpenAI's chat-completions wire format: request → ``Scenario``, ``Reply`` → response body.
+
+::
+
+    scenario = parse_request(body)              # raises InvalidRequest (rendered as 400)
+    render_reply(reply, scenario, created=...)  # {"object": "chat.completion", ...}
+    render_error(429, "slow down")              # {"error": {"message", "type", "code"}}
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Final
+
+from app.sim import chance
+from app.sim.behaviour import Reply
+from app.sim.config import DEFAULT_MODEL
+from app.sim.conversation import Conversation, Role, Turn
+from app.sim.errors import InvalidRequest
+from app.sim.scenario import Scenario
+
+_ROLES: Final[dict[str, Role]] = {
+    "system": "system",
+    "developer": "system",
+    "user": "user",
+    "assistant": "assistant",
+    "tool": "tool",
+    "function": "tool",
+}
+_FINISH: Final = {"stop": "stop", "length": "length", "tool_use": "tool_calls", "refusal": "stop"}
+_ERRORS: Final = {
+    400: ("invalid_request_error", "invalid_request"),
+    404: ("invalid_request_error", "unknown_url"),
+    429: ("requests", "rate_limit_exceeded"),
+    500: ("server_error", "server_error"),
+    503: ("server_error", "overloaded"),
+}
+
+
+def parse_request(body: object) -> Scenario:
+    if not isinstance(body, dict):
+        raise InvalidRequest("the request body must be a JSON object")
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise InvalidRequest("'messages' must be a non-empty array")
+    if body.get("stream"):
+        raise InvalidRequest("stream: reprompt sim does not stream; send stream=false")
+    turns = tuple(_turn(i, m) for i, m in enumerate(messages))
+    tools = _tools(body.get("tools"))
+    tool = _forced_tool(tools, body.get("tool_choice"))
+    format_schema, json_mode = _response_format(body.get("response_format"))
+    extra = len(json.dumps(body.get("tools") or [])) + len(json.dumps(format_schema or {}))
+    model = body.get("model")
+    return Scenario.build(
+        Conversation(turns),
+        model=model if isinstance(model, str) and model else None,
+        max_tokens=_max_tokens(body),
+        format_schema=format_schema,
+        tool=tool,
+        json_mode=json_mode or format_schema is not None,
+        extra_prompt_chars=extra,
+    )
+
+
+def render_reply(reply: Reply, scenario: Scenario, *, created: int) -> dict[str, Any]:
+    message: dict[str, Any] = {"role": "assistant", "content": reply.text, "refusal": reply.refusal}
+    if reply.tool_use is not None:
+        message["tool_calls"] = [
+            {
+                "id": f"call_{reply.tool_use.id}",
+                "type": "function",
+                "function": {"name": reply.tool_use.name, "arguments": reply.tool_use.arguments},
+            }
+        ]
+    key = chance.digest(scenario.conversation.digest, reply.attempt, reply.outcome)[:24]
+    return {
+        "id": f"chatcmpl-sim{key}",
+        "object": "chat.completion",
+        "created": created,
+        "model": model_name(scenario.model),
+        "choices": [
+            {
+                "index": 0,
+                "message": message,
+                "logprobs": None,
+                "finish_reason": _FINISH[reply.finish],
+            }
+        ],
+        "usage": {
+            "prompt_tokens": reply.prompt_tokens,
+            "completion_tokens": reply.output_tokens,
+            "total_tokens": reply.prompt_tokens + reply.output_tokens,
+        },
+        "system_fingerprint": "reprompt-sim",
+    }
+
+
+def render_error(status: int, message: str) -> dict[str, Any]:
+    kind, code = _ERRORS.get(status, ("server_error", "server_error"))
+    return {"error": {"message": message, "type": kind, "param": None, "code": code}}
+
+
+def rate_limit_headers(retry_after_s: float) -> dict[str, str]:
+    return {
+        "retry-after": f"{retry_after_s:g}",
+        "retry-after-ms": str(round(retry_after_s * 1000)),
+        "x-ratelimit-limit-requests": "60",
+        "x-ratelimit-remaining-requests": "0",
+        "x-ratelimit-reset-requests": f"{retry_after_s:g}s",
+    }
+
+
+def models_body() -> dict[str, Any]:
+    return {
+        "object": "list",
+        "data": [{"id": DEFAULT_MODEL, "object": "model", "created": 0, "owned_by": "reprompt"}],
+    }
+
+
+def model_name(requested: str | None) -> str:
+    """Responses name the simulator honestly: ``sim/<requested>``."""
+    return f"sim/{requested}" if requested else DEFAULT_MODEL
+
+
+def _turn(index: int, raw: object) -> Turn:
+    if not isinstance(raw, dict):
+        raise InvalidRequest(f"messages[{index}] must be an object")
+    role = _ROLES.get(str(raw.get("role")))
+    if role is None:
+        raise InvalidRequest(f"messages[{index}].role: unsupported role {raw.get('role')!r}")
+    text = _text(index, raw.get("content"))
+    refusal = raw.get("refusal")
+    if role != "assistant":
+        return Turn(role, text)
+    if isinstance(refusal, str) and refusal and not text:
+        return Turn(role, refusal, refused=True)
+    calls = raw.get("tool_calls")
+    if isinstance(calls, list) and calls and isinstance(calls[0], dict):
+        function = calls[0].get("function")
+        if isinstance(function, dict) and isinstance(function.get("arguments"), str):
+            return Turn(role, text, tool_arguments=function["arguments"])
+    return Turn(role, text)
+
+
+def _text(index: int, content: object) -> str:
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "\n".join(
+            str(part.get("text", ""))
+            for part in content
+            if isinstance(part, dict) and part.get("type") in ("text", "input_text")
+        )
+    raise InvalidRequest(f"messages[{index}].content must be a string or an array of parts")
+
+
+def _tools(raw: object) -> dict[str, object]:
+    if raw is None:
+        return {}
+    if not isinstance(raw, list):
+        raise InvalidRequest("'tools' must be an array")
+    tools: dict[str, object] = {}
+    for i, tool in enumerate(raw):
+        function = tool.get("function") if isinstance(tool, dict) else None
+        if not isinstance(function, dict) or not isinstance(function.get("name"), str):
+            raise InvalidRequest(f"tools[{i}] must be {{'type': 'function', 'function': {{name}}}}")
+        tools[function["name"]] = function.get("parameters", {"type": "object", "properties": {}})
+    return tools
+
+
+def _forced_tool(tools: dict[str, object], choice: object) -> tuple[str, object] | None:
+    if isinstance(choice, dict):
+        function = choice.get("function")
+        name = function.get("name") if isinstance(function, dict) else None
+        if name not in tools:
+            raise InvalidRequest(f"tool_choice names an unknown tool: {name!r}")
+        assert isinstance(name, str)
+        return name, tools[name]
+    if choice == "none" or not tools:
+        return None
+    if len(tools) == 1 or choice == "required":  # with several tools "required" picks the first
+        return next(iter(tools.items()))
+    return None
+
+
+def _response_format(raw: object) -> tuple[object, bool]:
+    """(schema or None, JSON mode) from ``response_format``."""
+    if raw is None:
+        return None, False
+    if not isinstance(raw, dict):
+        raise InvalidRequest("'response_format' must be an object")
+    kind = raw.get("type")
+    if kind == "json_schema":
+        spec = raw.get("json_schema")
+        if not isinstance(spec, dict) or "schema" not in spec:
+            raise InvalidRequest("response_format.json_schema.schema is required")
+        return spec["schema"], True
+    if kind == "json_object":
+        return raw.get("schema"), True
+    if kind in ("text", None):
+        return None, False
+    raise InvalidRequest(f"response_format.type: unsupported {kind!r}")
+
+
+def _max_tokens(body: dict[str, Any]) -> int | None:
+    for key in ("max_completion_tokens", "max_tokens"):
+        value = body.get(key)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise InvalidRequest(f"'{key}' must be a positive integer")
+        return value
+    return None

@@ -1,0 +1,231 @@
+"""The simulator's HTTP server: OpenAI and Anthropic endpoints over one behaviour.
+
+The only state it keeps is how many times it has seen each conversation, so that a
+transport retry of the same body gets the next scripted fault. In tests::
+
+    from app.sim.server import SimConfig, serve_in_background
+
+    with serve_in_background(SimConfig(seed=1)) as base_url:
+        httpx.post(f"{base_url}/v1/chat/completions", json={...})
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Final
+
+import uvicorn
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException
+
+from app.sim import anthropic_wire, behaviour, chance, openai_wire
+from app.sim.behaviour import Reply
+from app.sim.config import SimConfig
+from app.sim.errors import InvalidRequest
+from app.sim.scenario import Scenario
+
+__all__ = ["SimConfig", "create_app", "serve_in_background"]
+
+log = logging.getLogger("reprompt.sim")
+
+_MAX_TRACKED: Final = 100_000
+
+
+@dataclass(frozen=True, slots=True)
+class _Wire:
+    """One provider's wire format, as the request handler needs it."""
+
+    parse: Callable[[object], Scenario]
+    reply: Callable[[Reply, Scenario], dict[str, Any]]
+    error: Callable[[int, str], dict[str, Any]]
+    rate_limit_headers: Callable[[float], dict[str, str]]
+    overloaded_status: int
+
+
+_OPENAI: Final = _Wire(
+    parse=openai_wire.parse_request,
+    reply=lambda reply, scenario: openai_wire.render_reply(
+        reply, scenario, created=int(time.time())
+    ),
+    error=openai_wire.render_error,
+    rate_limit_headers=openai_wire.rate_limit_headers,
+    overloaded_status=503,
+)
+_ANTHROPIC: Final = _Wire(
+    parse=anthropic_wire.parse_request,
+    reply=anthropic_wire.render_reply,
+    error=anthropic_wire.render_error,
+    rate_limit_headers=lambda s: anthropic_wire.rate_limit_headers(s, datetime.now(UTC)),
+    overloaded_status=anthropic_wire.OVERLOADED_STATUS,
+)
+
+
+class _Tally:
+    """Counts per key, forgetting the oldest keys past a bound."""
+
+    def __init__(self, bound: int = _MAX_TRACKED) -> None:
+        self._counts: OrderedDict[str, int] = OrderedDict()
+        self._bound = bound
+
+    def get(self, key: str) -> int:
+        return self._counts.get(key, 0)
+
+    def bump(self, key: str) -> int:
+        """Increment ``key``; returns the count before this call."""
+        before = self._counts.pop(key, 0)
+        self._counts[key] = before + 1
+        if len(self._counts) > self._bound:
+            self._counts.popitem(last=False)
+        return before
+
+
+def create_app(config: SimConfig | None = None) -> FastAPI:
+    """The simulator as an ASGI app (a fresh one per call: its counters start at zero)."""
+    config = config or SimConfig()
+    seen = _Tally()
+    answered = _Tally()
+    app = FastAPI(title="reprompt sim", docs_url=None, redoc_url=None, openapi_url=None)
+    app.state.sim_config = config
+
+    async def serve(request: Request, wire: _Wire) -> JSONResponse:
+        try:
+            body = await request.json()
+        except ValueError:
+            return JSONResponse(wire.error(400, "the request body is not valid JSON"), 400)
+        try:
+            scenario = wire.parse(body)
+        except InvalidRequest as exc:
+            return JSONResponse(wire.error(exc.status, exc.message), exc.status)
+        convo = scenario.conversation
+        hits = seen.bump(convo.digest)
+        task_key = chance.digest("task", convo.task)
+        attempt = behaviour.attempt_of(scenario, answered.get(task_key))
+        fault = behaviour.fault_for(config, scenario, hits=hits, attempt=attempt)
+        delay = behaviour.latency_s(config, scenario, hits=hits)
+        if fault is not None and fault.kind == "slow":
+            delay += fault.delay_s
+        if delay > 0:
+            await asyncio.sleep(delay)
+        headers = {"x-sim-attempt": str(attempt)}
+        if fault is not None and fault.kind == "rate_limit":
+            headers |= wire.rate_limit_headers(fault.retry_after_s) | {
+                "x-sim-outcome": "rate_limit"
+            }
+            return JSONResponse(wire.error(429, _RATE_LIMITED), 429, headers=headers)
+        if fault is not None and fault.kind == "overloaded":
+            headers |= {"retry-after": f"{fault.retry_after_s:g}", "x-sim-outcome": "overloaded"}
+            status = wire.overloaded_status
+            return JSONResponse(wire.error(status, _OVERLOADED), status, headers=headers)
+        if fault is not None and fault.kind == "server_error":
+            headers["x-sim-outcome"] = "server_error"
+            return JSONResponse(wire.error(500, _SERVER_ERROR), 500, headers=headers)
+        try:
+            reply = behaviour.answer(config, scenario, attempt=attempt)
+        except Exception as exc:  # a simulator bug must not look like a simulated fault
+            log.exception("reprompt sim failed to answer")
+            headers["x-sim-outcome"] = "sim_bug"
+            message = f"reprompt sim bug: {type(exc).__name__}: {exc}"
+            return JSONResponse(wire.error(500, message), 500, headers=headers)
+        answered.bump(task_key)
+        headers["x-sim-outcome"] = reply.outcome
+        return JSONResponse(wire.reply(reply, scenario), headers=headers)
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(request: Request) -> JSONResponse:
+        return await serve(request, _OPENAI)
+
+    @app.post("/v1/messages")
+    async def messages(request: Request) -> JSONResponse:
+        return await serve(request, _ANTHROPIC)
+
+    @app.get("/v1/models")
+    async def models(request: Request) -> JSONResponse:
+        if "anthropic-version" in request.headers:
+            return JSONResponse(anthropic_wire.models_body())
+        return JSONResponse(openai_wire.models_body())
+
+    @app.get("/healthz")
+    async def healthz() -> dict[str, Any]:
+        return {"status": "ok", "seed": config.seed}
+
+    @app.exception_handler(HTTPException)
+    async def http_error(request: Request, exc: HTTPException) -> JSONResponse:
+        anthropic = request.url.path == "/v1/messages" or "anthropic-version" in request.headers
+        wire = _ANTHROPIC if anthropic else _OPENAI
+        status = exc.status_code
+        message = f"{request.method} {request.url.path}: {exc.detail}"
+        return JSONResponse(wire.error(status, message), status, headers=exc.headers)
+
+    return app
+
+
+_RATE_LIMITED: Final = "Rate limit reached for requests (simulated by reprompt sim)."
+_OVERLOADED: Final = "The model is overloaded (simulated by reprompt sim). Please retry."
+_SERVER_ERROR: Final = (
+    "The server had an error processing your request (simulated by reprompt sim)."
+)
+
+
+def build_server(
+    app: FastAPI, *, host: str, port: int, log_level: str = "warning"
+) -> uvicorn.Server:
+    """A uvicorn server for ``app`` that leaves global logging and websockets alone."""
+    return uvicorn.Server(
+        uvicorn.Config(
+            app,
+            host=host,
+            port=port,
+            log_level=log_level,
+            log_config=None,
+            access_log=False,
+            lifespan="off",
+            ws="none",
+            timeout_graceful_shutdown=2,
+        )
+    )
+
+
+@contextmanager
+def serve_in_background(
+    config: SimConfig | None = None, *, host: str = "127.0.0.1", startup_timeout_s: float = 10.0
+) -> Iterator[str]:
+    """Run the simulator on a free port of ``host`` in a thread; yields its base URL.
+
+    Waits until it accepts connections and shuts it down cleanly on exit.
+    """
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    # IPPROTO_TCP spelled out: asyncio only sets TCP_NODELAY on sockets that say TCP, and
+    # without it every keep-alive response waits ~40 ms for a delayed ACK.
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, 0))
+        port = sock.getsockname()[1]
+        server = build_server(create_app(config), host=host, port=port)
+        thread = threading.Thread(
+            target=server.run, kwargs={"sockets": [sock]}, name=f"reprompt-sim-{port}", daemon=True
+        )
+        thread.start()
+        try:
+            deadline = time.monotonic() + startup_timeout_s
+            while not server.started:
+                if not thread.is_alive() or time.monotonic() > deadline:
+                    raise RuntimeError(f"reprompt sim did not start on {host}:{port}")
+                time.sleep(0.005)
+            netloc = f"[{host}]" if family == socket.AF_INET6 else host
+            yield f"http://{netloc}:{port}"
+        finally:
+            server.should_exit = True
+            thread.join(timeout=startup_timeout_s)
+    finally:
+        sock.close()

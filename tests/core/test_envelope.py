@@ -1,0 +1,64 @@
+"""The envelope and its constants (spec 001)."""
+
+from __future__ import annotations
+
+import pytest
+
+from app.core import codes
+from app.core.envelope import Envelope
+
+
+def test_retryable_and_non_retryable_sets_partition_the_errors() -> None:
+    assert codes.RETRYABLE_LLM_ERRORS == {codes.LLM_TIMEOUT, codes.LLM_RATE_LIMIT, codes.LLM_UNAVAILABLE}
+    assert codes.NON_RETRYABLE_LLM_ERRORS >= {codes.LLM_REFUSAL, codes.LLM_INVALID_OUTPUT, codes.LLM_TOKEN_LIMIT}
+    assert codes.RETRYABLE_EVENT_ERRORS == {codes.EVENT_TIMEOUT, codes.EVENT_UNAVAILABLE}
+    assert codes.RETRYABLE_ERRORS.isdisjoint(codes.NON_RETRYABLE_ERRORS)
+    assert codes.RETRYABLE_ERRORS | codes.NON_RETRYABLE_ERRORS == codes.ALL_ERRORS
+    assert codes.is_retryable(codes.LLM_RATE_LIMIT)
+    assert not codes.is_retryable(codes.BUDGET_EXHAUSTED)
+
+
+@pytest.mark.parametrize(
+    ("code", "attempt", "expected"),
+    [
+        (codes.LLM_RATE_LIMIT, 0, 5000),
+        (codes.LLM_RATE_LIMIT, 1, 10000),
+        (codes.LLM_TIMEOUT, 0, 1000),
+        (codes.LLM_UNAVAILABLE, 0, 10000),
+        (codes.LLM_UNAVAILABLE, 2, 30000),  # capped
+        (codes.EVENT_TIMEOUT, 1, 4000),
+        ("something-else", 0, 2000),  # default
+    ],
+)
+def test_backoff_schedule_of_spec_001(code: str, attempt: int, expected: int) -> None:
+    assert codes.backoff_delay_ms(code, attempt) == expected
+
+
+def test_success_envelope_has_data_and_no_error() -> None:
+    env = Envelope.success({"a": 1}, warnings=("repair: x",)).to_dict()
+    assert env == {"status": "success", "data": {"a": 1}, "warnings": ["repair: x"]}
+
+
+def test_error_envelope_has_error_detail_and_cause() -> None:
+    env = Envelope.failure(codes.BUDGET_EXHAUSTED, "no valid answer", cause=codes.LLM_INVALID_OUTPUT)
+    assert env.to_dict() == {
+        "status": "error",
+        "error": "budget-exhausted",
+        "detail": "no valid answer",
+        "cause": "llm-invalid-output",
+        "warnings": [],
+    }
+
+
+def test_error_envelope_refuses_unknown_constants() -> None:
+    with pytest.raises(ValueError, match="unknown error constant"):
+        Envelope.failure("oops", "x")
+
+
+def test_in_progress_envelope_carries_progress() -> None:
+    env = Envelope.in_progress({"turn": 2, "phase": "retry"}).to_dict()
+    assert env == {"status": "in-progress", "progress": {"turn": 2, "phase": "retry"}, "warnings": []}
+
+
+def test_null_data_is_still_data() -> None:
+    assert Envelope.success(None).to_dict()["data"] is None
