@@ -96,7 +96,7 @@ def check_answer(
         return Checked(True, chosen.value, tuple(warnings), None, (), None, candidate.text)
 
     roots = _root_types(compiled)
-    ranked = sorted(
+    _, (candidate, chosen) = max(
         enumerate(tried),
         key=lambda item: (
             _plausible(item[1][0].text, roots),
@@ -105,10 +105,9 @@ def check_answer(
             item[0],
         ),
     )
-    candidate, chosen = ranked[-1][1]
     notes = (*_notes(candidate), *chosen.warnings)
     if chosen.parsed:
-        errors = tuple(cap_errors(chosen.errors, max_errors))
+        errors = tuple(cap_errors(chosen.errors, max_errors, complete=chosen.complete))
         return Checked(False, chosen.value, notes, "schema", errors, None, candidate.text)
     problem = chosen.syntax
     assert problem is not None
@@ -123,6 +122,7 @@ class _Attempt:
     warnings: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     syntax: SyntaxProblem | None = None
+    complete: bool = True  # False when there were too many errors to list them all
 
 
 def _check(candidate: Candidate, schema: Schema, *, strict: bool) -> _Attempt:
@@ -150,7 +150,8 @@ def _check(candidate: Candidate, schema: Schema, *, strict: bool) -> _Attempt:
         coerced = coerce(value, schema)
         value = coerced.value
         warnings.extend(coerced.warnings)
-    return _Attempt(True, value, warnings, schema.errors(value))
+    errors, complete = schema.error_lines(value)
+    return _Attempt(True, value, warnings, errors, complete=complete)
 
 
 class _NotJson(Exception):

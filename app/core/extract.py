@@ -30,8 +30,9 @@ _JSON_FENCE_TAGS = frozenset({"", "json", "jsonc", "json5", "javascript", "js"})
 _FENCE_OPEN = re.compile(r"^[ \t]*```[ \t]*([A-Za-z0-9_+.-]*)[ \t]*\r?$", re.M)
 _FENCE_CLOSE = re.compile(r"^[ \t]*```[ \t]*\r?$", re.M)
 _OPENER = re.compile(r"[\[{]")
-_KEY_START = re.compile(r"""\s*(?:["'“}]|[A-Za-z_$][A-Za-z0-9_$]*\s*:)""")
-_ITEM_START = re.compile(r"""\s*(?:[\[{"'“\]\-.0-9]|(?:true|false|null|True|False|None)\b)""")
+# What may follow an opening bracket for the span to look like JSON (or the text ends there).
+_KEY_START = re.compile(r"""\s*(?:["'“}]|[A-Za-z_$][A-Za-z0-9_$]*\s*:|\Z)""")
+_ITEM_START = re.compile(r"""\s*(?:[\[{"'“\]\-.0-9]|(?:true|false|null|True|False|None)\b|\Z)""")
 
 
 @dataclass(frozen=True, slots=True)

@@ -270,10 +270,10 @@ class _Run:
         if response.tool_calls and not content.strip():
             if tools:
                 names = await self._work(conversation, response.tool_calls)
+                self.budget.consume()
                 await self._record(
                     base, response, "tool_calls", None, None, answer=None, calls=names
                 )
-                self.budget.consume()
                 return _CONTINUE
             return await self._reject(
                 conversation, base, response, failure_tools_unavailable(), content
@@ -344,6 +344,7 @@ class _Run:
         feed: bool = True,
     ) -> Any:
         """A rejected answer: record it, tell the model why (collapsed), spend a turn."""
+        self.budget.consume()
         await self._record(
             base, response, failure.outcome, failure.code, failure.diagnosis, answer=content
         )
@@ -358,7 +359,6 @@ class _Run:
                 "diagnosis": failure.diagnosis,
             }
         )
-        self.budget.consume()
         if feed:
             retry_no = max(self.rejected, 1)
             text = render_feedback(
@@ -484,6 +484,7 @@ class _Run:
                     "diagnosis": diagnosis,
                     "attempt": base.attempt,
                     "remaining": self.budget.retry_remaining,
+                    "callsLeft": self.budget.calls_left,
                     "inputTokens": record.input_tokens,
                     "outputTokens": record.output_tokens,
                     "costUsd": record.cost_usd,
@@ -528,7 +529,6 @@ class _Run:
                     "has_tools": bool(self.tools) and self.budget.max_turns > 1,
                     "show_schema": not native,
                     "schema": schema_text,
-                    "example": self.contract.example,
                     "can_fail": not native,
                 },
             ),

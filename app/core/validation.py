@@ -147,6 +147,8 @@ class Schema:
         """Whether ``value`` satisfies the whole schema, or only the subschema ``scope``."""
         validator: Any = self._validator
         if scope is not None:
+            # jsonschema's own descend() evolves this way; the resolver keeps $refs inside
+            # the subschema resolving against the document they came from.
             validator = validator.evolve(schema=scope.node, _resolver=scope.resolver)
         try:
             return bool(validator.is_valid(value))
@@ -154,32 +156,41 @@ class Schema:
             raise _unresolvable(exc) from exc
 
     def errors(self, value: Any) -> list[str]:
-        """Every distinct error line, in document order (bounded, not capped)."""
+        """Every distinct error line, in document order (not capped)."""
+        return self.error_lines(value)[0]
+
+    def error_lines(self, value: Any) -> tuple[list[str], bool]:
+        """The distinct error lines, and whether that is all of them (the scan is bounded)."""
         try:
             found = list(itertools.islice(self._validator.iter_errors(value), _ERROR_SCAN_LIMIT))
         except Unresolvable as exc:
             raise _unresolvable(exc) from exc
+        complete = len(found) < _ERROR_SCAN_LIMIT
         located: list[tuple[Path, str]] = []
         for error in found:
             located.extend(_describe(error))
         order = {path: _position(value, path) for path, _ in located}
         located.sort(key=lambda item: order[item[0]])
         lines = (_clip(f"{json_path(path)}: {message}", _LINE_LIMIT) for path, message in located)
-        return list(dict.fromkeys(lines))
+        return list(dict.fromkeys(lines)), complete
 
 
 def schema_errors(value: Any, schema: Mapping[str, Any], *, max_errors: int = 8) -> list[str]:
     """Path-precise, deduplicated error lines for ``value``; empty when it is valid."""
-    return cap_errors(Schema(schema).errors(value), max_errors)
+    lines, complete = Schema(schema).error_lines(value)
+    return cap_errors(lines, max_errors, complete=complete)
 
 
-def cap_errors(lines: Sequence[str], max_errors: int) -> list[str]:
+def cap_errors(lines: Sequence[str], max_errors: int, *, complete: bool = True) -> list[str]:
     """The first ``max_errors`` lines plus ``... and N more errors`` when there are more."""
     keep = max(max_errors, 1)
-    if len(lines) <= keep:
+    if len(lines) <= keep and complete:
         return list(lines)
     rest = len(lines) - keep
-    return [*lines[:keep], f"... and {rest} more error{'s' if rest != 1 else ''}"]
+    if rest < 1:  # incomplete, yet every distinct line fits
+        return [*lines, "... and possibly more errors"]
+    count = f"{rest}" if complete else f"at least {rest}"
+    return [*lines[:keep], f"... and {count} more error{'s' if rest != 1 else ''}"]
 
 
 def check_schema(schema: Any, *, max_depth: int = 32) -> None:

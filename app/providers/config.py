@@ -120,6 +120,9 @@ class ModelConfig(_Strict):
     max_tokens_field: Literal["max_tokens", "max_completion_tokens"] = "max_tokens"
     # json_schema's "strict" flag; some servers reject strict schemas they cannot compile.
     strict: bool = True
+    # Chat templates without a system role (Gemma's) drop system messages silently;
+    # False folds the system prompt into the first user message instead.
+    system_role: bool = True
 
     @model_validator(mode="after")
     def _both_prices(self) -> ModelConfig:

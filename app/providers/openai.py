@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any, Final
 
 import httpx
@@ -100,7 +101,7 @@ def request_body(
         max_tokens = min(max_tokens, spec.max_output_tokens)
     body: dict[str, Any] = {
         "model": spec.name,
-        "messages": [_message(m) for m in request.messages],
+        "messages": [_message(m) for m in _fold_system(request.messages, spec.system_role)],
         spec.max_tokens_field: max_tokens,
     }
     if request.temperature is not None:
@@ -174,6 +175,20 @@ def parse_response(
         refusal=refusal,
         structured_mode=seam_mode(mechanism),
     )
+
+
+def _fold_system(messages: tuple[Message, ...], system_role: bool) -> tuple[Message, ...]:
+    if system_role:
+        return messages
+    system = "\n\n".join(m.content for m in messages if m.role == "system")
+    rest = [m for m in messages if m.role != "system"]
+    if not system:
+        return tuple(rest)
+    if rest and rest[0].role == "user":
+        rest[0] = replace(rest[0], content=f"{system}\n\n{rest[0].content}")
+    else:
+        rest.insert(0, Message("user", system))
+    return tuple(rest)
 
 
 def _message(m: Message) -> dict[str, Any]:

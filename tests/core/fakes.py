@@ -98,7 +98,9 @@ class ScriptedClient:
     def structured_mode(self, model: str | None, requested: StructuredOutput) -> StructuredMode:
         return "prompt" if requested == "prompt" else self.mode
 
-    def estimate_cost(self, model: str | None, input_tokens: int, output_tokens: int) -> float | None:
+    def estimate_cost(
+        self, model: str | None, input_tokens: int, output_tokens: int
+    ) -> float | None:
         if self.price_per_token is None:
             return None
         return (input_tokens + output_tokens) * self.price_per_token

@@ -357,3 +357,13 @@ def test_wrapped_json_value_round_trips(value: Any, layout: dict[str, Any], wrap
     assert checked.value == value
     assert len(checked.warnings) == 1
     assert checked.warnings[0].startswith("extract: ")
+
+
+def test_answer_cut_off_after_the_opening_brace_is_a_syntax_error() -> None:
+    checked = rejected("Sure, here it is:\n{")
+    assert checked.kind == "syntax"
+    assert checked.candidate == "{"
+    assert checked.errors == (
+        "line 1, column 2: Expecting property name enclosed in double quotes "
+        "(the text ends before the JSON value is complete)",
+    )

@@ -9,9 +9,17 @@ from app.core.envelope import Envelope
 
 
 def test_retryable_and_non_retryable_sets_partition_the_errors() -> None:
-    assert codes.RETRYABLE_LLM_ERRORS == {codes.LLM_TIMEOUT, codes.LLM_RATE_LIMIT, codes.LLM_UNAVAILABLE}
-    assert codes.NON_RETRYABLE_LLM_ERRORS >= {codes.LLM_REFUSAL, codes.LLM_INVALID_OUTPUT, codes.LLM_TOKEN_LIMIT}
-    assert codes.RETRYABLE_EVENT_ERRORS == {codes.EVENT_TIMEOUT, codes.EVENT_UNAVAILABLE}
+    assert {
+        codes.LLM_TIMEOUT,
+        codes.LLM_RATE_LIMIT,
+        codes.LLM_UNAVAILABLE,
+    } == codes.RETRYABLE_LLM_ERRORS
+    assert {
+        codes.LLM_REFUSAL,
+        codes.LLM_INVALID_OUTPUT,
+        codes.LLM_TOKEN_LIMIT,
+    } <= codes.NON_RETRYABLE_LLM_ERRORS
+    assert {codes.EVENT_TIMEOUT, codes.EVENT_UNAVAILABLE} == codes.RETRYABLE_EVENT_ERRORS
     assert codes.RETRYABLE_ERRORS.isdisjoint(codes.NON_RETRYABLE_ERRORS)
     assert codes.RETRYABLE_ERRORS | codes.NON_RETRYABLE_ERRORS == codes.ALL_ERRORS
     assert codes.is_retryable(codes.LLM_RATE_LIMIT)
@@ -40,7 +48,9 @@ def test_success_envelope_has_data_and_no_error() -> None:
 
 
 def test_error_envelope_has_error_detail_and_cause() -> None:
-    env = Envelope.failure(codes.BUDGET_EXHAUSTED, "no valid answer", cause=codes.LLM_INVALID_OUTPUT)
+    env = Envelope.failure(
+        codes.BUDGET_EXHAUSTED, "no valid answer", cause=codes.LLM_INVALID_OUTPUT
+    )
     assert env.to_dict() == {
         "status": "error",
         "error": "budget-exhausted",
@@ -57,7 +67,11 @@ def test_error_envelope_refuses_unknown_constants() -> None:
 
 def test_in_progress_envelope_carries_progress() -> None:
     env = Envelope.in_progress({"turn": 2, "phase": "retry"}).to_dict()
-    assert env == {"status": "in-progress", "progress": {"turn": 2, "phase": "retry"}, "warnings": []}
+    assert env == {
+        "status": "in-progress",
+        "progress": {"turn": 2, "phase": "retry"},
+        "warnings": [],
+    }
 
 
 def test_null_data_is_still_data() -> None:

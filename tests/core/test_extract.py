@@ -128,3 +128,8 @@ def test_a_huge_prose_answer_with_unbalanced_brackets_is_cheap() -> None:
 def test_deeply_nested_prose_brackets_are_skipped_in_linear_time() -> None:
     raw = "[x " * 20000 + "]" * 20000 + ' {"a": 1}'
     assert texts(raw) == ['{"a": 1}']
+
+
+def test_an_answer_cut_off_right_after_its_opening_bracket_is_a_candidate() -> None:
+    assert texts("Here it comes: {") == ["{"]
+    assert texts("[\n  ") == ["["]

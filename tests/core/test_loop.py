@@ -12,7 +12,7 @@ from app.core.loop import JobResult, Runtime, Tool, run_job
 from app.core.model import LLMRequest, LLMResponse, ToolSpec
 from app.core.spec import Budget, JobSpec
 from app.core.trace import TraceEvent
-from app.errors import ProviderRateLimited, ProviderUnavailable
+from app.errors import ProviderRateLimited
 from tests.core.fakes import FakeClock, ScriptedClient, answer, call, reply
 
 X_INT = "() -> {x :int}"
@@ -26,7 +26,9 @@ def job(**overrides: Any) -> JobSpec:
 
 
 async def run(spec: JobSpec, client: ScriptedClient, **runtime: Any) -> JobResult:
-    return await run_job(spec, Runtime(client=client, clock=runtime.pop("clock", FakeClock()), **runtime))
+    return await run_job(
+        spec, Runtime(client=client, clock=runtime.pop("clock", FakeClock()), **runtime)
+    )
 
 
 def types(result: JobResult) -> list[str]:
@@ -108,9 +110,7 @@ async def test_return_retries_works_with_json_output_mode() -> None:
 async def test_turn_types_are_correctly_traced() -> None:
     events: list[TraceEvent] = []
     foo = Tool(ToolSpec("foo", "returns bar", {"type": "object"}), lambda _args: "bar")
-    client = ScriptedClient(
-        [call("foo"), call("foo"), answer({"x": "bad"}), answer({"x": 42})]
-    )
+    client = ScriptedClient([call("foo"), call("foo"), answer({"x": "bad"}), answer({"x": 42})])
     result = await run(
         job(budget={"maxTurns": 3, "returnRetries": 1}), client, tools=[foo], tracer=events.append
     )
@@ -135,7 +135,10 @@ async def test_turn_types_are_correctly_traced() -> None:
 
 async def test_single_shot_without_retries_makes_one_call() -> None:
     client = ScriptedClient([reply("{x: oops")])
-    result = await run(job(budget={"maxTurns": 1}), client, )
+    result = await run(
+        job(budget={"maxTurns": 1}),
+        client,
+    )
     assert result.envelope.error == codes.BUDGET_EXHAUSTED
     assert len(client.requests) == 1
     assert types(result) == ["must_return"]
@@ -148,7 +151,12 @@ async def test_multi_turn_with_retry_makes_four_calls() -> None:
         lambda args: looked.append(args) or {"x": 42},
     )
     client = ScriptedClient(
-        [call("lookup", {"q": "a"}), call("lookup", {"q": "b"}), answer({"x": "?"}), answer({"x": 42})]
+        [
+            call("lookup", {"q": "a"}),
+            call("lookup", {"q": "b"}),
+            answer({"x": "?"}),
+            answer({"x": 42}),
+        ]
     )
     result = await run(job(budget={"maxTurns": 3, "returnRetries": 1}), client, tools=[lookup])
     assert types(result) == ["normal", "normal", "must_return", "retry"]
@@ -191,13 +199,18 @@ async def test_tool_call_on_a_must_return_turn_is_rejected_with_feedback() -> No
     [{"returnRetries": -1}, {"returnRetries": "1"}, {"maxTurns": 0}, {"maxTurns": 1.5}],
 )
 def test_invalid_budgets_are_rejected(budget: dict[str, Any]) -> None:
-    with pytest.raises(ValueError, match="budget|Input should|greater"):
+    with pytest.raises(ValueError, match=r"budget|Input should|greater"):
         JobSpec.model_validate({"task": "t", "signature": X_INT, "budget": budget})
 
 
 @pytest.mark.parametrize(
-    "budget", [{"maxTurns": 1, "returnRetries": 0}, {"maxTurns": 1, "returnRetries": 3},
-               {"maxTurns": 5, "returnRetries": 1}, {"maxTurns": 5, "returnRetries": 0}],
+    "budget",
+    [
+        {"maxTurns": 1, "returnRetries": 0},
+        {"maxTurns": 1, "returnRetries": 3},
+        {"maxTurns": 5, "returnRetries": 1},
+        {"maxTurns": 5, "returnRetries": 0},
+    ],
 )
 def test_valid_budgets_are_accepted(budget: dict[str, Any]) -> None:
     spec = JobSpec.model_validate({"task": "t", "signature": X_INT, "budget": budget})
@@ -220,7 +233,10 @@ async def test_feedback_names_the_path_and_quotes_the_answer_back() -> None:
 
 async def test_syntax_errors_carry_line_column_and_caret() -> None:
     client = ScriptedClient([reply('{\n  "x": 1\n  "y": 2\n}'), answer({"x": 3})])
-    await run(job(signature="{x :int, y :int?}", strict=True, budget={"maxTurns": 1, "returnRetries": 1}), client)
+    await run(
+        job(signature="{x :int, y :int?}", strict=True, budget={"maxTurns": 1, "returnRetries": 1}),
+        client,
+    )
     feedback = client.requests[1].messages[3].content
     assert "line 3, column 3" in feedback
     assert "^" in feedback
@@ -314,7 +330,9 @@ async def test_token_budget_shrinks_output_then_stops() -> None:
 async def test_deadline_ends_the_job_between_turns() -> None:
     clock = FakeClock()
     client = ScriptedClient([answer({"x": "a"})] * 5, clock=clock, seconds_per_call=2.0)
-    result = await run(job(budget={"maxTurns": 1, "returnRetries": 4, "deadlineMs": 5000}), client, clock=clock)
+    result = await run(
+        job(budget={"maxTurns": 1, "returnRetries": 4, "deadlineMs": 5000}), client, clock=clock
+    )
     assert result.envelope.error == codes.DEADLINE_EXCEEDED
     assert len(client.requests) == 3
     assert client.requests[1].timeout_s == pytest.approx(3.0)
@@ -334,7 +352,9 @@ async def test_truncated_answer_is_retried_with_a_larger_limit_without_the_fragm
 
 async def test_truncation_growth_is_bounded_by_the_cap() -> None:
     client = ScriptedClient([reply("{", finish="length")] * 4)
-    spec = job(maxOutputTokens=100, maxOutputTokensCap=250, budget={"maxTurns": 1, "returnRetries": 3})
+    spec = job(
+        maxOutputTokens=100, maxOutputTokensCap=250, budget={"maxTurns": 1, "returnRetries": 3}
+    )
     result = await run(spec, client)
     assert [r.max_output_tokens for r in client.requests] == [100, 200, 250, 250]
     assert result.envelope.cause == codes.LLM_TOKEN_LIMIT
@@ -347,7 +367,10 @@ async def test_truncation_growth_is_bounded_by_the_cap() -> None:
 
 async def test_envelope_execution_counts_calls_tokens_and_waste() -> None:
     client = ScriptedClient(
-        [answer({"x": "a"}, usage=(100, 10), cost=0.002), answer({"x": 1}, usage=(150, 5), cost=0.003)]
+        [
+            answer({"x": "a"}, usage=(100, 10), cost=0.002),
+            answer({"x": 1}, usage=(150, 5), cost=0.003),
+        ]
     )
     result = await run(job(budget={"maxTurns": 1, "returnRetries": 1}), client)
     env = result.envelope.to_dict()
@@ -374,7 +397,9 @@ async def test_unknown_price_gives_null_cost_not_zero() -> None:
 
 
 async def test_provider_error_ends_the_job_with_its_code() -> None:
-    client = ScriptedClient([ProviderRateLimited("429 from upstream", provider="p", transport_retries=2)])
+    client = ScriptedClient(
+        [ProviderRateLimited("429 from upstream", provider="p", transport_retries=2)]
+    )
     result = await run(job(budget={"maxTurns": 1, "returnRetries": 3}), client)
     assert result.envelope.error == codes.LLM_RATE_LIMIT
     assert len(result.turns) == 1
@@ -405,7 +430,9 @@ async def test_cancellation_is_checked_between_turns() -> None:
         return answer({"x": "a"})
 
     client = ScriptedClient([first, answer({"x": 1})])
-    result = await run(job(budget={"maxTurns": 1, "returnRetries": 1}), client, cancelled=lambda: flag["cancel"])
+    result = await run(
+        job(budget={"maxTurns": 1, "returnRetries": 1}), client, cancelled=lambda: flag["cancel"]
+    )
     assert result.envelope.error == codes.CANCELLED
     assert len(client.requests) == 1
 
@@ -420,13 +447,18 @@ async def test_validator_diagnosis_becomes_the_correction_message() -> None:
         budget={"maxTurns": 1, "returnRetries": 1},
     )
     client = ScriptedClient(
-        [answer({"lines": [{"amount": 1.5}, {"amount": 2}], "total": 4}),
-         answer({"lines": [{"amount": 1.5}, {"amount": 2}], "total": 3.5})]
+        [
+            answer({"lines": [{"amount": 1.5}, {"amount": 2}], "total": 4}),
+            answer({"lines": [{"amount": 1.5}, {"amount": 2}], "total": 3.5}),
+        ]
     )
     result = await run(spec, client)
     assert result.envelope.data["total"] == 3.5
     assert result.turns[0].outcome == "rejected"
-    assert "$.total is 4 but the sum of $.lines[*].amount is 3.5" in client.requests[1].messages[-1].content
+    assert (
+        "$.total is 4 but the sum of $.lines[*].amount is 3.5"
+        in client.requests[1].messages[-1].content
+    )
 
 
 async def test_programmatic_validator_black_box() -> None:
@@ -447,7 +479,13 @@ async def test_purify_and_provenance() -> None:
     plain = await run(job(budget=budget), script())
     pure = await run(job(budget=budget, purify=True), script())
     assert [m.role for m in plain.transcript] == [
-        "system", "user", "assistant", "user", "assistant", "user", "assistant"
+        "system",
+        "user",
+        "assistant",
+        "user",
+        "assistant",
+        "user",
+        "assistant",
     ]
     assert [m.role for m in pure.transcript] == ["system", "user", "assistant"]
     assert json.loads(pure.transcript[-1].content) == {"x": 1}
@@ -517,13 +555,16 @@ async def test_escalation_waits_for_a_rejected_answer() -> None:
 # -- prompts ------------------------------------------------------------------------------------
 
 
-async def test_system_prompt_shows_schema_example_and_how_to_fail() -> None:
-    client = ScriptedClient([answer({"x": 1})])
-    await run(job(), client)
+async def test_system_prompt_shows_schema_and_how_to_fail_but_no_example() -> None:
+    client = ScriptedClient([answer({"x": "a"}), answer({"x": 1})])
+    await run(job(budget={"maxTurns": 1, "returnRetries": 1}), client)
     system = client.requests[0].messages[0].content
-    assert '"x"' in system and "integer" in system
+    assert '"x"' in system
+    assert "integer" in system
     assert '{"$fail"' in system
-    assert "placeholders" in system  # the example
+    # small models copy an example's placeholders; it comes with the first correction instead
+    assert "placeholder" not in system
+    assert '{"x": 0}' in client.requests[1].messages[-1].content
 
 
 async def test_native_structured_output_leaves_the_schema_out_of_the_prompt() -> None:
@@ -537,7 +578,8 @@ async def test_input_and_plan_are_in_the_task_message() -> None:
     client = ScriptedClient([answer({"x": 1})])
     await run(job(input={"doc": "hello"}, plan=["read", "answer"]), client)
     task = client.requests[0].messages[1].content
-    assert "<input>" in task and '"doc": "hello"' in task
+    assert "<input>" in task
+    assert '"doc": "hello"' in task
     assert "- [ ] read" in task
 
 

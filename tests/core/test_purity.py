@@ -30,4 +30,5 @@ def test_no_prompt_prose_outside_templates() -> None:
     # Every model-facing sentence lives in prompts/*.mustache; spot-check the loop's modules.
     for name in ("loop.py", "feedback.py", "conversation.py"):
         text = (CORE / name).read_text(encoding="utf-8")
-        assert "You MUST" not in text and "Your previous answer" not in text
+        assert "You MUST" not in text
+        assert "Your previous answer" not in text

@@ -297,3 +297,12 @@ def test_too_deep_schemas_are_refused() -> None:
     for _ in range(5000):  # nested data, not subschemas: must not blow the stack
         raw = [raw]
     assert "nested too deeply" in schema_problem({"enum": [raw]})
+
+
+def test_a_flood_of_errors_is_bounded_and_says_so() -> None:
+    found = errors(["x"] * 5000, {"type": "array", "items": {"type": "integer"}}, max_errors=2)
+    assert found[:2] == [
+        '$[0]: expected integer, got string "x"',
+        '$[1]: expected integer, got string "x"',
+    ]
+    assert found[2] == "... and at least 998 more errors"

@@ -1,0 +1,70 @@
+"""The model client a process runs with: the configured providers, else the local model.
+
+    async with open_router(http, data_dir=default_data_dir()) as router:
+        await run_job(spec, Runtime(client=router))
+
+With no provider configured (no ``REPROMPT_PROVIDERS``, no ``OPENAI_API_KEY`` or
+``ANTHROPIC_API_KEY``) the llama.cpp server from the ``local`` extra is started as a
+managed subprocess and becomes the default model; without that extra the operator is
+told what to configure.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import httpx
+
+from app.errors import ProviderConfigError
+from app.providers.config import ModelConfig, ProviderConfig, ProvidersConfig, load_providers
+from app.providers.local import LocalModelServer, explain_missing, local_available
+from app.providers.router import Router, build_router
+
+log = logging.getLogger(__name__)
+
+LOCAL_PROVIDER = "local"
+
+
+@asynccontextmanager
+async def open_router(
+    http: httpx.AsyncClient,
+    *,
+    data_dir: Path,
+    env: Mapping[str, str] | None = None,
+    config: ProvidersConfig | None = None,
+) -> AsyncIterator[Router]:
+    """A router over the configured providers, or over a managed local model."""
+    config = load_providers(env) if config is None else config
+    server: LocalModelServer | None = None
+    if config.is_empty():
+        if not local_available():
+            raise ProviderConfigError(explain_missing(), provider=LOCAL_PROVIDER)
+        server = LocalModelServer(data_dir)
+        log.info("no provider configured: starting the local llama.cpp model")
+        await server.astart()
+        config = with_local_model(config, server)
+    try:
+        yield build_router(config, http)
+    finally:
+        if server is not None:
+            await server.astop()
+
+
+def with_local_model(config: ProvidersConfig, server: LocalModelServer) -> ProvidersConfig:
+    """``config`` plus the running local server as provider ``local`` and default model."""
+    settings = server.settings
+    model = ModelConfig(
+        provider=LOCAL_PROVIDER,
+        name=settings.name,
+        structured=settings.structured,
+        input_usd_per_mtok=settings.input_usd_per_mtok,
+        output_usd_per_mtok=settings.output_usd_per_mtok,
+        max_output_tokens=settings.max_output_tokens,
+        strict=False,
+        system_role=False,
+    )
+    provider = ProviderConfig(kind="openai", base_url=server.base_url, max_attempts=2)
+    return config.with_provider(LOCAL_PROVIDER, provider, {settings.name: model}, default=True)
