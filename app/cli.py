@@ -174,3 +174,7 @@ def _fields(exc: ValidationError) -> str:
         where = ".".join(str(p) for p in error["loc"]) or "(body)"
         lines.append(f"  {where}: {error['msg']}")
     return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

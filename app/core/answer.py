@@ -58,7 +58,13 @@ class Checked:
 
 
 def check_answer(
-    text: str, schema: Mapping[str, Any], *, strict: bool = False, max_errors: int = 8
+    text: str,
+    schema: Mapping[str, Any],
+    *,
+    strict: bool = False,
+    max_errors: int = 8,
+    prompt: str = "",
+    allow_echo: bool = True,
 ) -> Checked:
     """Pick the answer's JSON value and check it against ``schema`` (already checked).
 
@@ -66,6 +72,10 @@ def check_answer(
     the most plausible candidate: one whose kind (object, array, scalar) the
     schema's root allows, then one that parses, then the fewest schema errors,
     then the last (models put their final answer last).
+
+    Base models echo their prompt: a candidate that appears word for word in
+    ``prompt`` (the text that was sent) only wins when no other candidate is
+    valid, and never when ``allow_echo`` is false.
     """
     if not text.strip():
         return Checked(False, None, (), "empty", (EMPTY_ANSWER,), None, None)
@@ -80,13 +90,24 @@ def check_answer(
     candidates = find_candidates(
         text, parses=lambda whole: attempt(Candidate(whole, "whole", None)).parsed
     )
+    echoed = _echoes(candidates, prompt)
+    if echoed and not allow_echo:
+        candidates = [c for c in candidates if c.text not in echoed]
     if not candidates:
         return Checked(False, None, (), "empty", (NO_JSON,), None, None)
     tried = [(candidate, attempt(candidate)) for candidate in candidates]
     valid = [(c, a) for c, a in tried if a.parsed and not a.errors]
+    # Stable sort: answers the model wrote itself before values it copied from the prompt.
+    valid.sort(key=lambda pair: pair[0].text in echoed)
     if valid:
         candidate, chosen = valid[0]
         warnings = [*_notes(candidate), *chosen.warnings]
+        if echoed:
+            warnings.append(
+                f"extract: skipped {len(echoed)} JSON value(s) copied from the prompt"
+                if candidate.text not in echoed
+                else "extract: the answer is a JSON value that also appears in the prompt"
+            )
         distinct = _distinct([a.value for _, a in valid])
         if distinct > 1:
             warnings.append(
@@ -99,6 +120,7 @@ def check_answer(
     _, (candidate, chosen) = max(
         enumerate(tried),
         key=lambda item: (
+            item[1][0].text not in echoed,
             _plausible(item[1][0].text, roots),
             item[1][1].parsed,
             -len(item[1][1].errors),
@@ -113,6 +135,14 @@ def check_answer(
     assert problem is not None
     headline = f"line {problem.line}, column {problem.column}: {problem.message}"
     return Checked(False, None, notes, "syntax", (headline,), problem, candidate.text)
+
+
+def _echoes(candidates: list[Candidate], prompt: str) -> set[str]:
+    """Candidates that appear in the prompt, compared with whitespace collapsed."""
+    if not prompt:
+        return set()
+    flat = " ".join(prompt.split())
+    return {c.text for c in candidates if " ".join(c.text.split()) in flat}
 
 
 @dataclass

@@ -49,7 +49,7 @@ from app.errors import InvalidInput, ProviderError
 log = logging.getLogger(__name__)
 
 # The reserved shape a model uses to give up (told to it in prompts/explicit_fail.mustache).
-_FAIL = re.compile(r'\{\s*"\$fail"\s*:\s*"((?:[^"\\]|\\.)*)"\s*\}')
+_FAIL = re.compile(r'\{\s*"\$fail"\s*:\s*"((?:[^"\\]|\\.)*)"\s*\}')  # the whole answer
 TOOL_RESULT_CHARS = 4000
 RECORDED_ANSWER_CHARS = 20_000
 _WASTED = {"invalid", "rejected", "truncated", "refusal", "explicit_fail", "error"}
@@ -279,7 +279,27 @@ class _Run:
                 conversation, base, response, failure_tools_unavailable(), content
             )
 
+        prompt_text = "\n".join(m.content for m in messages)
         if response.finish_reason == "length":
+            # A rambling model may have written a whole answer before the cut; never one
+            # copied from the prompt, and never in strict mode.
+            if not self.spec.strict:
+                salvaged = check_answer(
+                    content, self.contract.output_schema, prompt=prompt_text, allow_echo=False
+                )
+                if salvaged.ok and await self._validate(salvaged.value) is None:
+                    note = (
+                        "extract: the answer was cut off at the output limit; "
+                        "used the complete JSON value written before the cut"
+                    )
+                    return await self._accept(
+                        conversation,
+                        base,
+                        response,
+                        content,
+                        salvaged.value,
+                        (*salvaged.warnings, note),
+                    )
             failure = failure_truncated(verdict.max_output_tokens)
             cap = self.spec.output_cap
             if self.max_out < cap:
@@ -290,7 +310,7 @@ class _Run:
                 )
             return await self._reject(conversation, base, response, failure, content)
 
-        fail = _FAIL.search(content)
+        fail = _FAIL.fullmatch(_unfenced(content))
         if fail is not None:
             reason = _unescape(fail.group(1))[:500] or "the model gave no reason"
             await self._record(
@@ -298,7 +318,9 @@ class _Run:
             )
             raise _End(codes.EXPLICIT_FAIL, reason)
 
-        checked = check_answer(content, self.contract.output_schema, strict=self.spec.strict)
+        checked = check_answer(
+            content, self.contract.output_schema, strict=self.spec.strict, prompt=prompt_text
+        )
         if not checked.ok:
             return await self._reject(
                 conversation, base, response, failure_from_check(checked), content
@@ -308,11 +330,22 @@ class _Run:
             return await self._reject(
                 conversation, base, response, failure_from_validator(problem), content
             )
-        await self._record(
-            base, response, "success", None, None, answer=content, warnings=checked.warnings
+        return await self._accept(
+            conversation, base, response, content, checked.value, checked.warnings
         )
+
+    async def _accept(
+        self,
+        conversation: Conversation,
+        base: _TurnBase,
+        response: LLMResponse,
+        content: str,
+        value: Any,
+        warnings: tuple[str, ...],
+    ) -> tuple[Any, tuple[str, ...]]:
+        await self._record(base, response, "success", None, None, answer=content, warnings=warnings)
         conversation.add_final(content[:RECORDED_ANSWER_CHARS])
-        return checked.value, checked.warnings
+        return value, warnings
 
     # -- pieces of a turn -------------------------------------------------------------------
 
@@ -739,6 +772,13 @@ def _first_line(text: str) -> str:
     # The first line of a diagnosis is framing; the second names the problem when there is one.
     line = lines[1] if len(lines) > 1 else (lines[0] if lines else "")
     return line if len(line) <= 120 else line[:117] + "..."
+
+
+def _unfenced(text: str) -> str:
+    """The answer without surrounding whitespace and one Markdown code fence, if any."""
+    stripped = text.strip()
+    fence = re.fullmatch(r"```[A-Za-z]*\s*(.*?)\s*```", stripped, re.DOTALL)
+    return fence.group(1) if fence else stripped
 
 
 def _unescape(text: str) -> str:

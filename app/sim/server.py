@@ -31,6 +31,7 @@ from starlette.exceptions import HTTPException
 from app.sim import anthropic_wire, behaviour, chance, openai_wire
 from app.sim.behaviour import Reply
 from app.sim.config import SimConfig
+from app.sim.directive import OPENER
 from app.sim.errors import InvalidRequest
 from app.sim.scenario import Scenario
 
@@ -108,7 +109,7 @@ def create_app(config: SimConfig | None = None) -> FastAPI:
             return JSONResponse(wire.error(exc.status, exc.message), exc.status)
         convo = scenario.conversation
         hits = seen.bump(convo.digest)
-        task_key = chance.digest("task", convo.task)
+        task_key = chance.digest("task", _stable_task(convo.task))
         attempt = behaviour.attempt_of(scenario, answered.get(task_key))
         fault = behaviour.fault_for(config, scenario, hits=hits, attempt=attempt)
         delay = behaviour.latency_s(config, scenario, hits=hits)
@@ -229,3 +230,10 @@ def serve_in_background(
             thread.join(timeout=startup_timeout_s)
     finally:
         sock.close()
+
+
+def _stable_task(task: str) -> str:
+    """The task up to the end of its directive: clients append turn notes after it."""
+    start = task.find(OPENER)
+    end = task.find("]]", start) if start != -1 else -1
+    return task[: end + 2] if end != -1 else task

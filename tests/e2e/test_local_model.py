@@ -1,0 +1,51 @@
+"""End to end through the real local model (gemma 3 270M on llama.cpp), via the CLI."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from app.providers.local import local_available
+from tests.e2e.conftest import output, reprompt_cli
+
+JOBS = Path(__file__).parent / "jobs"
+
+pytestmark = [
+    pytest.mark.llama,
+    pytest.mark.slow,
+    pytest.mark.skipif(not local_available(), reason="needs pip install '.[local]'"),
+]
+
+
+def test_unconstrained_base_model_needs_the_repair_tier(tmp_path: Path) -> None:
+    # A base model echoes the few-shot prompt and rambles to the token limit: the answer
+    # sits in echoed prose after copies of the examples, and the output is cut off.
+    proc = reprompt_cli(
+        "run",
+        str(JOBS / "few_shot_unconstrained.json"),
+        "--full",
+        env={"REPROMPT_DATA_DIR": str(tmp_path)},
+    )
+    out = output(proc)
+    result = out["result"]
+    assert result["status"] == "success", proc.stderr
+    assert result["data"] == {"name": "Alice Smith", "age": 30}
+    warnings = " ".join(result["warnings"])
+    assert "copied from the prompt" in warnings  # the echoed examples were skipped
+    assert "cut off" in warnings
+    assert out["turns"][0]["finishReason"] == "length"
+    assert result["execution"]["provider"] == "local"
+
+
+def test_constrained_decoding_succeeds_in_one_call(tmp_path: Path) -> None:
+    proc = reprompt_cli(
+        "run", str(JOBS / "constrained.json"), "--full", env={"REPROMPT_DATA_DIR": str(tmp_path)}
+    )
+    out = output(proc)
+    result = out["result"]
+    assert result["status"] == "success", proc.stderr
+    assert result["data"] == {"name": "Alice Smith", "age": 30}
+    assert result["execution"]["llmCalls"] == 1
+    assert result["execution"]["cost"] == 0.0
+    assert result["execution"]["model"] == "gemma-3-270m-q4_k_m"
