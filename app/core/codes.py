@@ -45,6 +45,8 @@ TOKEN_BUDGET: Final = "token-budget"
 DEADLINE_EXCEEDED: Final = "deadline-exceeded"
 CANCELLED: Final = "cancelled"
 INTERNAL_ERROR: Final = "internal-error"
+# The service's own end: the job's worker vanished (lease expired) too many times.
+WORKER_LOST: Final = "worker-lost"
 
 ErrorCode = Literal[
     "llm-refusal",
@@ -66,6 +68,7 @@ ErrorCode = Literal[
     "deadline-exceeded",
     "cancelled",
     "internal-error",
+    "worker-lost",
 ]
 
 LLM_ERRORS: Final = frozenset(
@@ -91,6 +94,7 @@ LOOP_ERRORS: Final = frozenset(
         DEADLINE_EXCEEDED,
         CANCELLED,
         INTERNAL_ERROR,
+        WORKER_LOST,
     }
 )
 ALL_ERRORS: Final = LLM_ERRORS | EVENT_ERRORS | LOOP_ERRORS | {INVALID_INPUT}

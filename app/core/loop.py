@@ -58,6 +58,7 @@ _FALLBACK_ON = (codes.LLM_ERRORS | codes.EVENT_ERRORS | codes.LOOP_ERRORS) - {
     codes.CANCELLED,
     codes.INTERNAL_ERROR,
     codes.LLM_CONFIG,
+    codes.WORKER_LOST,
 }
 
 
@@ -524,6 +525,7 @@ class _Run:
                     "latencyMs": record.latency_ms,
                     "model": record.model,
                     "provider": record.provider,
+                    "record": record.to_dict(),
                 },
             ),
         )
