@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 EXTRAS ?= dev,local
 
-.PHONY: install test lint typecheck fmt demo sim clean
+.PHONY: install test lint typecheck fmt demo serve sim openapi clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -13,7 +13,7 @@ $(BIN)/python:
 install: $(BIN)/python
 	$(BIN)/pip install --quiet -e ".[$(EXTRAS)]"
 
-## test: everything CI runs — lint, types, and the whole test suite (slow and llama included)
+## test: everything CI runs: lint, types, and the whole suite (slow and llama suites included)
 test: install lint typecheck
 	$(BIN)/pytest -q
 
@@ -28,12 +28,18 @@ fmt:
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
 
-## demo: start the simulator and run a sample job through the turn loop
+## demo: start the service on the embedded defaults, run examples/invoice.json, stop
 demo: install
 	$(BIN)/reprompt demo
 
+serve: install
+	$(BIN)/reprompt serve
+
 sim: install
 	$(BIN)/reprompt sim
+
+openapi: install
+	$(BIN)/python -m app.api.openapi > openapi/openapi.json
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis

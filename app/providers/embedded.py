@@ -21,6 +21,7 @@ import httpx
 from app.errors import ProviderConfigError
 from app.providers.config import ModelConfig, ProviderConfig, ProvidersConfig, load_providers
 from app.providers.local import LocalModelServer, explain_missing, local_available
+from app.providers.retry import OnRetry
 from app.providers.router import Router, build_router
 
 log = logging.getLogger(__name__)
@@ -35,8 +36,13 @@ async def open_router(
     data_dir: Path,
     env: Mapping[str, str] | None = None,
     config: ProvidersConfig | None = None,
+    on_retry: OnRetry | None = None,
 ) -> AsyncIterator[Router]:
-    """A router over the configured providers, or over a managed local model."""
+    """A router over the configured providers, or over a managed local model.
+
+    ``on_retry(code, attempt, wait_s)`` observes every transport retry, e.g.
+    ``metrics.record_transport_retry``.
+    """
     config = load_providers(env) if config is None else config
     server: LocalModelServer | None = None
     if config.is_empty():
@@ -47,7 +53,7 @@ async def open_router(
         await server.astart()
         config = with_local_model(config, server)
     try:
-        yield build_router(config, http)
+        yield build_router(config, http, on_retry=on_retry)
     finally:
         if server is not None:
             await server.astop()

@@ -1,0 +1,102 @@
+"""A small synchronous client for reprompt's HTTP API (used by ``reprompt submit`` and ``get``).
+
+api = ApiClient("http://127.0.0.1:8080", key=None)
+job = api.submit(spec)                        # 202: {"id": ..., "status": "queued", ...}
+for event in api.events(job["id"]): ...       # Server-Sent Events until job_end
+api.get(job["id"], wait_ms=30_000)
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+
+class ApiError(Exception):
+    """A problem+json answer: ``status`` and the problem's ``detail``."""
+
+    def __init__(self, status: int, problem: dict[str, Any]) -> None:
+        self.status = status
+        self.problem = problem
+        detail = problem.get("detail") or problem.get("title") or "request failed"
+        fields = "; ".join(
+            f"{e.get('field')}: {e.get('message')}" for e in problem.get("errors", [])
+        )
+        super().__init__(f"{status} {detail}" + (f" ({fields})" if fields else ""))
+
+
+@dataclass(frozen=True, slots=True)
+class ServerEvent:
+    id: str | None
+    name: str
+    data: dict[str, Any]
+
+
+class ApiClient:
+    def __init__(self, base_url: str, *, key: str | None = None, timeout_s: float = 120.0) -> None:
+        headers = {"authorization": f"Bearer {key}"} if key else {}
+        self._http = httpx.Client(base_url=base_url, headers=headers, timeout=timeout_s)
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> ApiClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def submit(self, spec: dict[str, Any], *, idempotency_key: str | None = None) -> dict[str, Any]:
+        headers = {"idempotency-key": idempotency_key} if idempotency_key else {}
+        return self._json(self._http.post("/v1/jobs", json=spec, headers=headers))
+
+    def get(self, job_id: str, *, wait_ms: int = 0) -> dict[str, Any]:
+        params = {"waitMs": wait_ms} if wait_ms else {}
+        return self._json(self._http.get(f"/v1/jobs/{job_id}", params=params))
+
+    def ready(self) -> bool:
+        try:
+            return self._http.get("/readyz", timeout=2.0).status_code == 200
+        except httpx.TransportError:
+            return False
+
+    def events(self, job_id: str, *, last_event_id: str | None = None) -> Iterator[ServerEvent]:
+        """The job's events as they happen, ending with ``job_end``."""
+        headers = {"last-event-id": last_event_id} if last_event_id else {}
+        with self._http.stream(
+            "GET", f"/v1/jobs/{job_id}/events", headers=headers, timeout=None
+        ) as response:
+            if response.status_code != 200:
+                response.read()
+                self._json(response)
+            event_id, name, data = None, "message", []
+            for line in response.iter_lines():
+                if not line:
+                    if data:
+                        yield ServerEvent(event_id, name, json.loads("\n".join(data)))
+                    event_id, name, data = None, "message", []
+                elif line.startswith(":"):
+                    continue
+                else:
+                    field, _, value = line.partition(":")
+                    value = value.removeprefix(" ")
+                    if field == "id":
+                        event_id = value
+                    elif field == "event":
+                        name = value
+                    elif field == "data":
+                        data.append(value)
+
+    @staticmethod
+    def _json(response: httpx.Response) -> dict[str, Any]:
+        try:
+            body = response.json()
+        except ValueError:
+            body = {"detail": response.text[:500]}
+        if response.status_code >= 400:
+            raise ApiError(response.status_code, body if isinstance(body, dict) else {})
+        return dict(body)
