@@ -188,8 +188,10 @@ def _submit(path: str, *, url: str, key: str | None, quiet: bool) -> int:
 def _follow(api: ApiClient, job_id: str, *, quiet: bool) -> int:
     progress = Progress(sys.stderr)
     for event in api.events(job_id):
-        if not quiet and event.name in ("turn_start", "turn_end"):
-            progress(TraceEvent(event.name, event.data))
+        if not quiet and event.name == "turn_start":
+            progress(TraceEvent("turn_start", event.data))
+        elif not quiet and event.name == "turn_end":
+            progress(TraceEvent("turn_end", event.data))
         elif not quiet and event.name == "job_requeued":
             print("[worker lost] the job went back to the queue", file=sys.stderr)
         if event.name == "job_end":

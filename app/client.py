@@ -73,7 +73,9 @@ class ApiClient:
             if response.status_code != 200:
                 response.read()
                 self._json(response)
-            event_id, name, data = None, "message", []
+            event_id: str | None = None
+            name = "message"
+            data: list[str] = []
             for line in response.iter_lines():
                 if not line:
                     if data:

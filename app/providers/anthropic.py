@@ -17,10 +17,8 @@ import json
 from collections.abc import Mapping
 from typing import Any, Final
 
-import httpx
-
 from app.core.model import FinishReason, LLMRequest, LLMResponse, Message, ToolCall, Usage
-from app.errors import ProviderUnavailable
+from app.providers.adapter import HttpAdapter
 from app.providers.config import ModelConfig, ProviderConfig
 from app.providers.structured import (
     OUTPUT_TOOL,
@@ -30,65 +28,41 @@ from app.providers.structured import (
     tool_parameters,
     unwrap,
 )
-from app.providers.transport import Edge, post_json
 
 MESSAGES_PATH: Final = "/v1/messages"
 REFUSED: Final = "the model declined to answer (stop_reason: refusal)"
 _LENGTH_STOPS: Final = frozenset({"max_tokens", "model_context_window_exceeded"})
 
 
-class AnthropicAdapter:
+class AnthropicAdapter(HttpAdapter):
     """Speaks ``POST {base_url}/v1/messages`` with ``x-api-key`` and ``anthropic-version``."""
 
-    def __init__(self, http: httpx.AsyncClient, *, provider: str, config: ProviderConfig) -> None:
-        self._http = http
-        self._provider = provider
-        self._url = config.url + MESSAGES_PATH
-        self._key = config.api_key
-        self._extra_headers = {"anthropic-version": config.anthropic_version, **config.headers}
+    path = MESSAGES_PATH
+    noun = "message"
 
-    def __repr__(self) -> str:
-        return f"AnthropicAdapter(provider={self._provider!r}, url={self._url!r})"
+    def fixed_headers(self, config: ProviderConfig) -> dict[str, str]:
+        return {"anthropic-version": config.anthropic_version, **config.headers}
 
-    async def send(
+    def auth_headers(self, key: str) -> dict[str, str]:
+        return {"x-api-key": key}
+
+    def request_body(
+        self, request: LLMRequest, *, spec: ModelConfig, mechanism: Capability
+    ) -> tuple[dict[str, Any], bool]:
+        return request_body(request, spec=spec, mechanism=mechanism)
+
+    def parse_response(
         self,
-        request: LLMRequest,
+        body: Mapping[str, Any],
         *,
         model: str,
-        spec: ModelConfig,
+        provider: str,
         mechanism: Capability,
-        timeout_s: float,
+        wrapped: bool,
     ) -> LLMResponse:
-        edge = Edge(self._provider, model, self._secrets())
-        body, wrapped = request_body(request, spec=spec, mechanism=mechanism)
-        answer, _ = await post_json(
-            self._http,
-            self._url,
-            headers=self._headers(),
-            body=body,
-            timeout_s=timeout_s,
-            edge=edge,
+        return parse_response(
+            body, model=model, provider=provider, mechanism=mechanism, wrapped=wrapped
         )
-        try:
-            return parse_response(
-                answer, model=model, provider=self._provider, mechanism=mechanism, wrapped=wrapped
-            )
-        except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
-            raise ProviderUnavailable(
-                f"{self._provider} sent a malformed message for model {model}"
-                f" ({type(exc).__name__}: {edge.scrub(str(exc))})",
-                provider=self._provider,
-                model=model,
-            ) from None
-
-    def _headers(self) -> dict[str, str]:
-        headers = dict(self._extra_headers)
-        if self._key is not None:
-            headers["x-api-key"] = self._key.get_secret_value()
-        return headers
-
-    def _secrets(self) -> tuple[str, ...]:
-        return (self._key.get_secret_value(),) if self._key is not None else ()
 
 
 def request_body(

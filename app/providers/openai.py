@@ -18,11 +18,9 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any, Final
 
-import httpx
-
 from app.core.model import FinishReason, LLMRequest, LLMResponse, Message, ToolCall, Usage
-from app.errors import ProviderUnavailable
-from app.providers.config import ModelConfig, ProviderConfig
+from app.providers.adapter import HttpAdapter
+from app.providers.config import ModelConfig
 from app.providers.structured import (
     OUTPUT_TOOL,
     OUTPUT_TOOL_DESCRIPTION,
@@ -31,65 +29,38 @@ from app.providers.structured import (
     tool_parameters,
     unwrap,
 )
-from app.providers.transport import Edge, post_json
 
 CHAT_PATH: Final = "/chat/completions"
 SCHEMA_NAME: Final = "output"
 CONTENT_FILTERED: Final = "the provider's content filter stopped the answer"
 
 
-class OpenAIAdapter:
+class OpenAIAdapter(HttpAdapter):
     """Speaks ``POST {base_url}/chat/completions`` with a bearer key (when one is set)."""
 
-    def __init__(self, http: httpx.AsyncClient, *, provider: str, config: ProviderConfig) -> None:
-        self._http = http
-        self._provider = provider
-        self._url = config.url + CHAT_PATH
-        self._key = config.api_key
-        self._extra_headers = dict(config.headers)
+    path = CHAT_PATH
+    noun = "chat completion"
 
-    def __repr__(self) -> str:
-        return f"OpenAIAdapter(provider={self._provider!r}, url={self._url!r})"
+    def auth_headers(self, key: str) -> dict[str, str]:
+        return {"authorization": f"Bearer {key}"}
 
-    async def send(
+    def request_body(
+        self, request: LLMRequest, *, spec: ModelConfig, mechanism: Capability
+    ) -> tuple[dict[str, Any], bool]:
+        return request_body(request, spec=spec, mechanism=mechanism)
+
+    def parse_response(
         self,
-        request: LLMRequest,
+        body: Mapping[str, Any],
         *,
         model: str,
-        spec: ModelConfig,
+        provider: str,
         mechanism: Capability,
-        timeout_s: float,
+        wrapped: bool,
     ) -> LLMResponse:
-        edge = Edge(self._provider, model, self._secrets())
-        body, wrapped = request_body(request, spec=spec, mechanism=mechanism)
-        answer, _ = await post_json(
-            self._http,
-            self._url,
-            headers=self._headers(),
-            body=body,
-            timeout_s=timeout_s,
-            edge=edge,
+        return parse_response(
+            body, model=model, provider=provider, mechanism=mechanism, wrapped=wrapped
         )
-        try:
-            return parse_response(
-                answer, model=model, provider=self._provider, mechanism=mechanism, wrapped=wrapped
-            )
-        except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
-            raise ProviderUnavailable(
-                f"{self._provider} sent a malformed chat completion for model {model}"
-                f" ({type(exc).__name__}: {edge.scrub(str(exc))})",
-                provider=self._provider,
-                model=model,
-            ) from None
-
-    def _headers(self) -> dict[str, str]:
-        headers = dict(self._extra_headers)
-        if self._key is not None:
-            headers["authorization"] = f"Bearer {self._key.get_secret_value()}"
-        return headers
-
-    def _secrets(self) -> tuple[str, ...]:
-        return (self._key.get_secret_value(),) if self._key is not None else ()
 
 
 def request_body(

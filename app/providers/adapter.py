@@ -1,0 +1,85 @@
+"""What every wire adapter shares: one POST, failures classified at the edge, the reply
+translated, a malformed reply turned into ``ProviderUnavailable``. Subclasses own only
+their wire format: the path, the auth header, the request body and the reply parser."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+import httpx
+
+from app.core.model import LLMRequest, LLMResponse
+from app.errors import ProviderUnavailable
+from app.providers.config import ModelConfig, ProviderConfig
+from app.providers.structured import Capability
+from app.providers.transport import Edge, post_json
+
+
+class HttpAdapter:
+    path: ClassVar[str]
+    noun: ClassVar[str]  # what a reply is called in error messages
+
+    def __init__(self, http: httpx.AsyncClient, *, provider: str, config: ProviderConfig) -> None:
+        self._http = http
+        self._provider = provider
+        self._url = config.url + self.path
+        self._key = config.api_key
+        self._extra_headers = self.fixed_headers(config)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(provider={self._provider!r}, url={self._url!r})"
+
+    async def send(
+        self,
+        request: LLMRequest,
+        *,
+        model: str,
+        spec: ModelConfig,
+        mechanism: Capability,
+        timeout_s: float,
+    ) -> LLMResponse:
+        secrets = (self._key.get_secret_value(),) if self._key is not None else ()
+        edge = Edge(self._provider, model, secrets)
+        body, wrapped = self.request_body(request, spec=spec, mechanism=mechanism)
+        headers = dict(self._extra_headers)
+        if self._key is not None:
+            headers.update(self.auth_headers(self._key.get_secret_value()))
+        answer, _ = await post_json(
+            self._http, self._url, headers=headers, body=body, timeout_s=timeout_s, edge=edge
+        )
+        try:
+            return self.parse_response(
+                answer, model=model, provider=self._provider, mechanism=mechanism, wrapped=wrapped
+            )
+        except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
+            raise ProviderUnavailable(
+                f"{self._provider} sent a malformed {self.noun} for model {model}"
+                f" ({type(exc).__name__}: {edge.scrub(str(exc))})",
+                provider=self._provider,
+                model=model,
+            ) from None
+
+    # -- the wire format ------------------------------------------------------------------
+
+    def fixed_headers(self, config: ProviderConfig) -> dict[str, str]:
+        return dict(config.headers)
+
+    def auth_headers(self, key: str) -> dict[str, str]:
+        raise NotImplementedError
+
+    def request_body(
+        self, request: LLMRequest, *, spec: ModelConfig, mechanism: Capability
+    ) -> tuple[dict[str, Any], bool]:
+        raise NotImplementedError
+
+    def parse_response(
+        self,
+        body: Mapping[str, Any],
+        *,
+        model: str,
+        provider: str,
+        mechanism: Capability,
+        wrapped: bool,
+    ) -> LLMResponse:
+        raise NotImplementedError
