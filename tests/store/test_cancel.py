@@ -1,0 +1,90 @@
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+from redis.asyncio import Redis
+
+from app.core import codes
+from app.store import JobStore
+from tests.store.helpers import SUCCESS, all_events, claim, names, submit, subscribed
+
+
+async def first_cancellation(store: JobStore) -> str:
+    async with contextlib.aclosing(store.cancellations()) as ids:
+        async for job_id in ids:
+            return job_id
+    raise AssertionError("cancellations() ended")
+
+
+async def test_cancelling_a_queued_job_removes_it_from_the_queue(store: JobStore) -> None:
+    job = await submit(store)
+
+    cancelled = await store.cancel(job.id, tenant="acme")
+
+    assert cancelled is not None
+    assert cancelled.status == "cancelled"
+    assert cancelled.finished_at is not None
+    assert cancelled.result["status"] == "error"
+    assert cancelled.result["error"] == codes.CANCELLED
+    assert await store.queue_stats() == (0, 0.0)
+    assert await store.claim("w1") is None
+    end = (await all_events(store, job.id))[-1]
+    assert (end.name, end.data) == ("job_end", {"status": "cancelled", "result": cancelled.result})
+
+
+async def test_cancelling_a_running_job_ends_it_at_once_and_refuses_the_workers_writes(
+    redis: Redis, store: JobStore
+) -> None:
+    job = await submit(store)
+    lease = await claim(store)
+    listener = asyncio.create_task(first_cancellation(store))
+    await subscribed(redis, store.keys.cancel_channel)
+
+    cancelled = await store.cancel(job.id, tenant="acme")
+
+    assert cancelled is not None
+    assert cancelled.status == "cancelled"
+    assert await asyncio.wait_for(listener, timeout=5) == job.id
+    assert await redis.zscore(store.keys.leases, job.id) is None
+    assert not await store.heartbeat(job.id, lease.token)
+    assert not await store.record_turn(job.id, lease.token, {"index": 0}, {})
+    assert not await store.record_event(job.id, lease.token, "turn_start", {})
+    assert not await store.complete(
+        job.id, lease.token, envelope=SUCCESS, history=[], transcript=[]
+    )
+    assert not await store.release(job.id, lease.token)
+    assert await store.get(job.id, tenant="acme") == cancelled
+    assert (await names(store, job.id))[-1] == "job_end"
+
+
+async def test_cancelling_a_finished_job_changes_nothing(store: JobStore) -> None:
+    job = await submit(store)
+    lease = await claim(store)
+    await store.complete(job.id, lease.token, envelope=SUCCESS, history=[], transcript=[])
+    done = await store.get(job.id, tenant="acme")
+
+    assert await store.cancel(job.id, tenant="acme") == done
+    assert (await names(store, job.id)).count("job_end") == 1
+
+
+async def test_another_tenant_cannot_cancel_the_job(store: JobStore) -> None:
+    job = await submit(store, tenant="acme")
+
+    assert await store.cancel(job.id, tenant="globex") is None
+    assert await store.cancel("job_" + "0" * 26, tenant="acme") is None
+    view = await store.get(job.id, tenant="acme")
+    assert view is not None
+    assert view.status == "queued"
+
+
+async def test_a_cancelled_job_is_not_requeued_by_the_reaper(redis: Redis, store: JobStore) -> None:
+    job = await submit(store)
+    await claim(store)
+    await store.cancel(job.id, tenant="acme")
+
+    reaped = await store.reap(now_ms=2**47)
+
+    assert reaped.requeued == []
+    assert reaped.failed == []
+    assert await redis.llen(store.keys.queue) == 0

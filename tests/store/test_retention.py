@@ -1,0 +1,48 @@
+"""Finished jobs expire after the retention; unfinished ones never do."""
+
+from __future__ import annotations
+
+from redis.asyncio import Redis
+
+from app.store import JobStore
+from tests.store.conftest import StoreFactory
+from tests.store.helpers import SUCCESS, after_lease, claim, submit
+
+
+async def ttls(redis: Redis, store: JobStore, job_id: str) -> list[int]:
+    return [
+        await redis.ttl(key)
+        for key in (store.keys.job(job_id), store.keys.turns(job_id), store.keys.events(job_id))
+    ]
+
+
+async def test_a_completed_job_expires_with_all_its_keys(
+    redis: Redis, make_store: StoreFactory
+) -> None:
+    store = make_store(retention_s=3600)
+    job = await submit(store)
+    lease = await claim(store)
+    await store.record_turn(job.id, lease.token, {"index": 0}, {})
+    assert await ttls(redis, store, job.id) == [-1, -1, -1]
+
+    await store.complete(job.id, lease.token, envelope=SUCCESS, history=[], transcript=[])
+
+    assert all(3590 <= ttl <= 3600 for ttl in await ttls(redis, store, job.id))
+
+
+async def test_cancelled_and_worker_lost_jobs_expire_too(
+    redis: Redis, make_store: StoreFactory
+) -> None:
+    store = make_store(retention_s=600, max_attempts=1)
+    cancelled = await submit(store)
+    lost = await submit(store)
+    await store.cancel(cancelled.id, tenant="acme")
+    lease = await claim(store)
+    await store.record_turn(lost.id, lease.token, {"index": 0}, {})
+
+    await store.reap(now_ms=await after_lease(redis, store))
+
+    job_ttl, _, events_ttl = await ttls(redis, store, cancelled.id)
+    assert 590 <= job_ttl <= 600
+    assert 590 <= events_ttl <= 600
+    assert all(590 <= ttl <= 600 for ttl in await ttls(redis, store, lost.id))

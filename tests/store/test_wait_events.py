@@ -1,0 +1,122 @@
+"""Long-poll and the event stream: they block in Redis and return as soon as something moves."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from app.errors import InvalidInput
+from app.store import JobStore
+from tests.store.helpers import SUCCESS, all_events, claim, submit
+
+
+async def test_wait_returns_as_soon_as_another_task_completes_the_job(store: JobStore) -> None:
+    job = await submit(store)
+    lease = await claim(store)
+
+    async def finish_soon() -> None:
+        await asyncio.sleep(0.2)
+        await store.record_event(job.id, lease.token, "turn_start", {"index": 0})
+        await asyncio.sleep(0.1)
+        await store.complete(job.id, lease.token, envelope=SUCCESS, history=[], transcript=[])
+
+    finisher = asyncio.create_task(finish_soon())
+    started = time.monotonic()
+    done = await store.wait(job.id, tenant="acme", wait_ms=10_000)
+    elapsed = time.monotonic() - started
+    await finisher
+
+    assert done is not None
+    assert done.status == "succeeded"
+    assert 0.25 <= elapsed < 2
+
+
+async def test_wait_returns_the_running_job_when_wait_ms_passes(store: JobStore) -> None:
+    job = await submit(store)
+    started = time.monotonic()
+
+    view = await store.wait(job.id, tenant="acme", wait_ms=400)
+
+    assert 0.38 <= time.monotonic() - started < 2
+    assert view is not None
+    assert view.status == "queued"
+
+
+async def test_wait_on_a_finished_job_returns_at_once(store: JobStore) -> None:
+    job = await submit(store)
+    await store.cancel(job.id, tenant="acme")
+    started = time.monotonic()
+
+    view = await store.wait(job.id, tenant="acme", wait_ms=10_000)
+
+    assert time.monotonic() - started < 1
+    assert view is not None
+    assert view.status == "cancelled"
+
+
+async def test_wait_does_not_reveal_another_tenants_job(store: JobStore) -> None:
+    job = await submit(store, tenant="acme")
+
+    assert await store.wait(job.id, tenant="globex", wait_ms=5_000) is None
+
+
+async def test_events_come_in_order_and_resume_after_an_id(store: JobStore) -> None:
+    job = await submit(store)
+    lease = await claim(store)
+    await store.record_event(job.id, lease.token, "turn_start", {"index": 0})
+    await store.record_event(job.id, lease.token, "turn_end", {"index": 0, "outcome": "ok"})
+    await store.complete(job.id, lease.token, envelope=SUCCESS, history=[], transcript=[])
+
+    events = await all_events(store, job.id)
+    resumed = await store.events(job.id, after=events[1].id, block_ms=0)
+    page = await store.events(job.id, after=None, block_ms=0, count=2)
+
+    assert [e.name for e in events] == [
+        "job_queued",
+        "job_start",
+        "turn_start",
+        "turn_end",
+        "job_end",
+    ]
+    assert events[3].data == {"index": 0, "outcome": "ok"}
+    assert [e.id for e in events] == sorted(e.id for e in events)
+    assert resumed == events[2:]
+    assert page == events[:2]
+    assert await store.events(job.id, after=events[-1].id, block_ms=0) == []
+
+
+async def test_events_block_until_the_next_event(store: JobStore) -> None:
+    job = await submit(store)
+    [queued] = await all_events(store, job.id)
+
+    async def start_soon() -> None:
+        await asyncio.sleep(0.2)
+        await store.claim("w1")
+
+    starter = asyncio.create_task(start_soon())
+    started = time.monotonic()
+    events = await store.events(job.id, after=queued.id, block_ms=10_000)
+    await starter
+
+    assert [e.name for e in events] == ["job_start"]
+    assert time.monotonic() - started < 2
+
+
+async def test_events_return_empty_when_nothing_happens_within_block_ms(store: JobStore) -> None:
+    job = await submit(store)
+    [queued] = await all_events(store, job.id)
+    started = time.monotonic()
+
+    assert await store.events(job.id, after=queued.id, block_ms=300) == []
+    assert 0.28 <= time.monotonic() - started < 2
+
+
+async def test_a_malformed_last_event_id_is_a_422_naming_it(store: JobStore) -> None:
+    job = await submit(store)
+
+    with pytest.raises(InvalidInput) as caught:
+        await store.events(job.id, after="yesterday", block_ms=0)
+
+    assert caught.value.field == "Last-Event-ID"
