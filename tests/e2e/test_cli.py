@@ -8,12 +8,13 @@ from pathlib import Path
 from tests.e2e.conftest import output, reprompt_cli
 
 
-def test_demo_against_the_simulator_succeeds_and_logs_attempts() -> None:
-    proc = reprompt_cli("demo", "--sim", timeout=120)
+def test_demo_starts_the_service_and_runs_the_example_on_the_simulator(tmp_path: Path) -> None:
+    proc = reprompt_cli("demo", "--sim", env={"REPROMPT_DATA_DIR": str(tmp_path)}, timeout=180)
     assert proc.returncode == 0, proc.stderr
-    result = output(proc)["result"]
-    assert result["status"] == "success"
-    assert result["data"]["vendor"] == "ACME Tools"
+    envelope = output(proc)
+    assert envelope["status"] == "success"
+    assert envelope["data"]["vendor"] == "ACME Tools"
+    assert "submitted job_" in proc.stderr
     assert "[Attempt 1]" in proc.stderr
 
 

@@ -1,0 +1,114 @@
+"""``GET /v1/jobs/{id}/events``: a job's events as Server-Sent Events.
+
+Every stored event is sent with ``id:`` (its Redis stream id), ``event:`` (its name:
+``job_queued``, ``job_start``, ``turn_start``, ``turn_end``, ``job_requeued``, ``job_end``)
+and ``data:`` (JSON). ``Last-Event-ID`` resumes after that id. The stream ends after
+``job_end``; while nothing happens, ``: ping`` comments keep proxies from closing it::
+
+    curl -N http://127.0.0.1:8080/v1/jobs/$ID/events
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from typing import Annotated, Final
+
+from fastapi import APIRouter, Header
+from sse_starlette import EventSourceResponse, ServerSentEvent
+
+from app.api.problems import NotFound
+from app.api.resources import Res, Tenant
+from app.api.schemas import problems
+from app.store import Event, JobStore
+
+PING_S: Final = 15
+# How long one read blocks before the job is looked at again (it may have expired).
+BLOCK_MS: Final = 10_000
+BATCH: Final = 100
+END: Final = "job_end"
+
+router = APIRouter(tags=["jobs"])
+
+_STREAM_EXAMPLE: Final = (
+    "id: 1732254000123-0\nevent: turn_start\n"
+    'data: {"turn": 0, "type": "must_return", "attempt": 1, "model": null, …}\n\n'
+    "id: 1732254001163-0\nevent: turn_end\n"
+    'data: {"turn": 0, "result": "invalid", "errorCode": "llm-invalid-output", …}\n\n'
+    "id: 1732254002310-0\nevent: job_end\n"
+    'data: {"status": "succeeded", "result": {"status": "success", …}}\n\n'
+)
+
+
+@router.get(
+    "/v1/jobs/{job_id}/events",
+    summary="Stream a job's events (SSE)",
+    response_class=EventSourceResponse,
+    responses={
+        200: {
+            "description": "text/event-stream until job_end.",
+            "content": {
+                "text/event-stream": {"schema": {"type": "string"}, "example": _STREAM_EXAMPLE}
+            },
+        },
+        **problems(401, 404, 422, 503),
+    },
+)
+async def job_events(
+    job_id: str,
+    res: Res,
+    tenant: Tenant,
+    last_event_id: Annotated[
+        str | None,
+        Header(
+            alias="Last-Event-ID",
+            max_length=64,
+            description="Resume after this event id (the `id:` of the last event seen).",
+        ),
+    ] = None,
+) -> EventSourceResponse:
+    job = await res.store.get(job_id, tenant=tenant)
+    if job is None:
+        raise NotFound(f"no job {job_id[:64]!r}")
+    # Read the backlog before answering: a malformed Last-Event-ID is still a 422 here.
+    backlog = await res.store.events(job.id, after=last_event_id, block_ms=0, count=BATCH)
+    stream = _stream(res.store, job.id, tenant, last_event_id, backlog, ended=job.terminal)
+    return EventSourceResponse(stream, ping=PING_S)
+
+
+async def _stream(
+    store: JobStore,
+    job_id: str,
+    tenant: str,
+    after: str | None,
+    batch: list[Event],
+    *,
+    ended: bool,
+) -> AsyncIterator[ServerSentEvent]:
+    """``ended``: the job was terminal before ``batch`` was read, so nothing follows it."""
+    while True:
+        for event in batch:
+            after = event.id
+            yield _sse(event)
+            if event.name == END:
+                return
+        if len(batch) == BATCH:
+            batch = await store.events(job_id, after=after, block_ms=0, count=BATCH)
+            continue
+        if ended:
+            return  # resumed past job_end, or job_end was trimmed away
+        batch = await store.events(job_id, after=after, block_ms=BLOCK_MS, count=BATCH)
+        if batch:
+            continue
+        job = await store.get(job_id, tenant=tenant)
+        if job is None:
+            return  # expired (retention) while we waited
+        if job.terminal:
+            # Ended between the read and the look: what it wrote last is there now.
+            ended = True
+            batch = await store.events(job_id, after=after, block_ms=0, count=BATCH)
+
+
+def _sse(event: Event) -> ServerSentEvent:
+    data = json.dumps(event.data, separators=(",", ":"), ensure_ascii=False)
+    return ServerSentEvent(data=data, event=event.name, id=event.id)

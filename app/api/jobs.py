@@ -1,0 +1,254 @@
+"""The job endpoints: submit, read (with long-poll), list, cancel, and submit-and-wait.
+
+POST /v1/jobs                 202 + Location (200 on an Idempotency-Key replay)
+GET  /v1/jobs/{id}?waitMs=    the job; waits up to waitMs for it to end
+GET  /v1/jobs?cursor=&limit=&status=
+POST /v1/jobs/{id}/cancel
+POST /v1/generate?waitMs=     200 with the finished job, or 202 + Location
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Final, Literal
+from urllib.parse import urlencode
+
+from fastapi import APIRouter, Body, Depends, Header, Query, Request
+from fastapi.responses import JSONResponse
+
+from app import metrics
+from app.api.limits import check_job, check_output_schema, clamp_wait
+from app.api.problems import NotFound, UnsupportedMediaType
+from app.api.resources import Res, Resources, Tenant
+from app.api.schemas import JOB_EXAMPLES, Job, JobList, problems
+from app.core.contract import build_contract
+from app.core.spec import JobSpec
+from app.errors import InvalidInput
+from app.store import JobView
+
+DEFAULT_GENERATE_WAIT_MS: Final = 30_000
+DEFAULT_PAGE: Final = 20
+MAX_PAGE: Final = 100
+# How soon a client should look again at a job that is not finished.
+POLL_AFTER_S: Final = "1"
+
+
+def require_json(request: Request) -> None:
+    """415 unless a body comes as JSON: ``application/json`` or ``application/*+json``."""
+    media = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
+    if media == "application/json" or (
+        media.startswith("application/") and media.endswith("+json")
+    ):
+        return
+    shown = media or "none"
+    raise UnsupportedMediaType(f"send the job as application/json (Content-Type was {shown})")
+
+
+JobBody = Annotated[JobSpec, Body(openapi_examples=JOB_EXAMPLES)]
+IdempotencyKey = Annotated[
+    str | None,
+    Header(
+        alias="Idempotency-Key",
+        min_length=1,
+        max_length=255,
+        description="Same key and same body: the same job, not a second one (for "
+        "REPROMPT_IDEMPOTENCY_TTL_S, default 24 h). Same key, different body: 422. "
+        "Keys are scoped to the tenant.",
+    ),
+]
+WaitMs = Annotated[
+    int,
+    Query(
+        alias="waitMs",
+        ge=0,
+        description="Wait up to this long for the job to end (long-poll). Values above "
+        "the service's cap (REPROMPT_MAX_WAIT_MS, default 60000) wait only up to the cap.",
+    ),
+]
+
+_LOCATION = {"Location": {"description": "/v1/jobs/{id}", "schema": {"type": "string"}}}
+_RETRY_AFTER = {
+    "Retry-After": {"description": "Seconds before polling again.", "schema": {"type": "string"}}
+}
+
+
+router = APIRouter(tags=["jobs"])
+
+
+@router.post(
+    "/v1/jobs",
+    status_code=202,
+    response_model=Job,
+    summary="Submit a job",
+    dependencies=[Depends(require_json)],
+    responses={
+        202: {"description": "Queued.", "headers": {**_LOCATION, **_RETRY_AFTER}},
+        200: {
+            "model": Job,
+            "description": "An Idempotency-Key replay: the job the key already made.",
+            "headers": {
+                **_LOCATION,
+                "Idempotent-Replayed": {
+                    "description": "true",
+                    "schema": {"type": "string"},
+                },
+            },
+        },
+        **problems(401, 413, 415, 422, 503),
+    },
+)
+async def submit_job(
+    spec: JobBody, res: Res, tenant: Tenant, idempotency_key: IdempotencyKey = None
+) -> JSONResponse:
+    """Queue a job. The signature or schema, validators, model and caps are checked now,
+    so a bad job is a 422 naming the field, never a failed job later."""
+    job, created = await _submit(res, tenant, spec, idempotency_key)
+    if created:
+        return _job(job, 202, {"Location": _location(job), "Retry-After": POLL_AFTER_S})
+    return _job(job, 200, {"Location": _location(job), "Idempotent-Replayed": "true"})
+
+
+@router.get(
+    "/v1/jobs/{job_id}",
+    response_model=Job,
+    summary="Get a job (long-poll with waitMs)",
+    responses=problems(401, 404, 422, 503),
+)
+async def get_job(job_id: str, res: Res, tenant: Tenant, wait_ms: WaitMs = 0) -> JSONResponse:
+    """The job now, or, with ``waitMs``, as soon as it ends (at most ``waitMs`` later)."""
+    if wait_ms > 0:
+        job = await res.store.wait(job_id, tenant=tenant, wait_ms=clamp_wait(wait_ms, res.settings))
+    else:
+        job = await res.store.get(job_id, tenant=tenant)
+    if job is None:
+        raise _not_found(job_id)
+    return _job(job, 200)
+
+
+@router.get(
+    "/v1/jobs",
+    response_model=JobList,
+    summary="List your jobs, newest first",
+    responses={
+        200: {
+            "headers": {
+                "Link": {
+                    "description": '<…?cursor=…>; rel="next" when there is a next page',
+                    "schema": {"type": "string"},
+                }
+            }
+        },
+        **problems(401, 422, 503),
+    },
+)
+async def list_jobs(
+    request: Request,
+    res: Res,
+    tenant: Tenant,
+    cursor: Annotated[str | None, Query(description="`next` from the previous page.")] = None,
+    limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = DEFAULT_PAGE,
+    status: Annotated[
+        Literal["queued", "in_progress", "succeeded", "failed", "cancelled"] | None,
+        Query(description="Only jobs in this state."),
+    ] = None,
+) -> JSONResponse:
+    jobs, next_cursor = await res.store.list(
+        tenant=tenant, status=status, cursor=cursor, limit=limit
+    )
+    headers: dict[str, str] = {}
+    if next_cursor is not None:
+        query: dict[str, str | int] = {"cursor": next_cursor, "limit": limit}
+        if status is not None:
+            query["status"] = status
+        headers["Link"] = f'<{request.url.path}?{urlencode(query)}>; rel="next"'
+    body = {"jobs": [job.to_dict() for job in jobs], "next": next_cursor}
+    return JSONResponse(body, headers=headers)
+
+
+@router.post(
+    "/v1/jobs/{job_id}/cancel",
+    response_model=Job,
+    summary="Cancel a job",
+    responses=problems(401, 404, 503),
+)
+async def cancel_job(job_id: str, res: Res, tenant: Tenant) -> JSONResponse:
+    """A queued job never starts; a running one stops between turns (its model call in
+    flight is aborted) and nothing is committed after. A finished job is returned as is."""
+    job = await res.store.cancel(job_id, tenant=tenant)
+    if job is None:
+        raise _not_found(job_id)
+    return _job(job, 200)
+
+
+@router.post(
+    "/v1/generate",
+    response_model=Job,
+    summary="Submit a job and wait for it",
+    dependencies=[Depends(require_json)],
+    responses={
+        200: {"description": "The job ended within waitMs."},
+        202: {
+            "model": Job,
+            "description": "Still running after waitMs: poll the Location.",
+            "headers": {**_LOCATION, **_RETRY_AFTER},
+        },
+        **problems(401, 413, 415, 422, 503),
+    },
+)
+async def generate(
+    spec: JobBody,
+    res: Res,
+    tenant: Tenant,
+    wait_ms: WaitMs = DEFAULT_GENERATE_WAIT_MS,
+    idempotency_key: IdempotencyKey = None,
+) -> JSONResponse:
+    """For simple clients: the same job as ``POST /v1/jobs``, answered when it ends."""
+    job, _ = await _submit(res, tenant, spec, idempotency_key)
+    if not job.terminal:
+        waited = await res.store.wait(
+            job.id, tenant=tenant, wait_ms=clamp_wait(wait_ms, res.settings)
+        )
+        job = waited or job
+    if job.terminal:
+        return _job(job, 200)
+    return _job(job, 202, {"Location": _location(job), "Retry-After": POLL_AFTER_S})
+
+
+async def _submit(
+    res: Resources, tenant: str, spec: JobSpec, idempotency_key: str | None
+) -> tuple[JobView, bool]:
+    router = res.require_router()
+    check_job(spec, res.settings)
+    contract = build_contract(spec)
+    if spec.signature is not None:
+        check_output_schema(contract.output_schema, res.settings, field="signature")
+    for field, name in (("model", spec.model), ("escalateModel", spec.escalate_model)):
+        if field == "escalateModel" and name is None:
+            continue
+        try:
+            router.resolve(name)
+        except InvalidInput as exc:
+            raise InvalidInput(exc.detail, field=field) from None
+        router.structured_mode(name, spec.structured_output)  # "native" needs every model
+    job, created = await res.store.submit(
+        tenant=tenant,
+        spec=spec.model_dump(mode="json", by_alias=True),
+        idempotency_key=idempotency_key,
+        metadata=dict(spec.metadata),
+        model=spec.model or router.default,
+    )
+    if created:
+        metrics.JOBS_SUBMITTED.inc()
+    return job, created
+
+
+def _job(job: JobView, status: int, headers: dict[str, str] | None = None) -> JSONResponse:
+    return JSONResponse(job.to_dict(), status_code=status, headers=headers)
+
+
+def _location(job: JobView) -> str:
+    return f"/v1/jobs/{job.id}"
+
+
+def _not_found(job_id: str) -> NotFound:
+    shown = job_id if len(job_id) <= 64 else job_id[:64] + "…"
+    return NotFound(f"no job {shown!r}")

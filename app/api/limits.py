@@ -1,0 +1,136 @@
+"""Caps on what a client may ask for: the request body's size, and the job's dimensions.
+
+    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)   # 413
+    check_job(spec, settings)                                          # 422 naming the field
+    check_output_schema(contract.output_schema, settings, field="signature")
+
+The caps are ``Settings.max_*`` (``REPROMPT_MAX_*``); JobSpec's own bounds still apply
+underneath them.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+from starlette.datastructures import Headers
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from app.api.problems import CONTENT_TOO_LARGE, problem
+from app.core.spec import JobSpec
+from app.errors import InvalidInput
+from app.settings import Settings
+
+
+class BodyLimit:
+    """Refuse request bodies over ``max_bytes`` with 413, before any handler sees them.
+
+    A declared ``Content-Length`` over the cap is refused without reading a byte; a body
+    without one (chunked) is counted as it streams and refused as soon as it passes the
+    cap. The body, once read in full, is replayed to the app.
+    """
+
+    def __init__(self, app: ASGIApp, *, max_bytes: int) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = Headers(scope=scope).get("content-length")
+        if declared is not None and declared.strip().isdigit() and int(declared) > self.max_bytes:
+            await self._refuse(scope, receive, send)
+            return
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                # The client went away before the body was complete.
+                replay: list[Message] = [message]
+                break
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.max_bytes:
+                await self._refuse(scope, receive, send)
+                return
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                replay = [{"type": "http.request", "body": b"".join(chunks), "more_body": False}]
+                break
+
+        async def replayed() -> Message:
+            return replay.pop() if replay else await receive()
+
+        await self.app(scope, replayed, send)
+
+    async def _refuse(self, scope: Scope, receive: Receive, send: Send) -> None:
+        response = problem(
+            413,
+            CONTENT_TOO_LARGE,
+            f"the request body is larger than {self.max_bytes} bytes",
+            instance=scope.get("path", ""),
+            headers={"Connection": "close"},
+        )
+        await response(scope, receive, send)
+
+
+def check_job(spec: JobSpec, settings: Settings) -> None:
+    """The caps that do not need the compiled contract; ``InvalidInput`` names the field."""
+    budget = spec.budget
+    _at_most("task", len(spec.task), settings.max_task_chars, "characters")
+    _at_most("budget.maxTurns", budget.max_turns, settings.max_turns)
+    _at_most("budget.returnRetries", budget.return_retries, settings.max_return_retries)
+    if budget.deadline_ms is not None:
+        _at_most("budget.deadlineMs", budget.deadline_ms, settings.max_deadline_ms)
+    _at_most("maxOutputTokens", spec.max_output_tokens, settings.max_output_tokens)
+    if spec.max_output_tokens_cap is not None:
+        _at_most("maxOutputTokensCap", spec.max_output_tokens_cap, settings.max_output_tokens)
+    if spec.schema_ is not None:
+        check_output_schema(spec.schema_, settings, field="schema")
+
+
+def check_output_schema(schema: Any, settings: Settings, *, field: str) -> None:
+    """Size (compact JSON bytes) and nesting depth of a schema, given or compiled."""
+    size = len(json.dumps(schema, separators=(",", ":"), ensure_ascii=False).encode())
+    _at_most(field, size, settings.max_schema_bytes, "bytes of JSON", what="schema size")
+    _at_most(field, depth(schema), settings.max_schema_depth, "levels", what="schema depth")
+
+
+def clamp_wait(wait_ms: int, settings: Settings) -> int:
+    """``waitMs`` above the cap waits only up to the cap (not an error: see docs/api.md)."""
+    return max(0, min(wait_ms, settings.max_wait_ms))
+
+
+def depth(value: Any) -> int:
+    """Nesting depth of a JSON value: a scalar is 0, ``{}`` and ``[]`` are 1."""
+    deepest = 0
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        node, level = stack.pop()
+        children = _children(node)
+        if children is None:
+            deepest = max(deepest, level)
+            continue
+        deepest = max(deepest, level + 1)
+        stack.extend((child, level + 1) for child in children)
+    return deepest
+
+
+def _children(node: Any) -> Iterator[Any] | None:
+    if isinstance(node, dict):
+        return iter(node.values())
+    if isinstance(node, list):
+        return iter(node)
+    return None
+
+
+def _at_most(field: str, value: int, cap: int, unit: str = "", *, what: str = "") -> None:
+    if value > cap:
+        label = what or field
+        unit = f" {unit}" if unit else ""
+        raise InvalidInput(
+            f"{label} is {value}{unit}; this service allows at most {cap}", field=field
+        )

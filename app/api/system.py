@@ -1,0 +1,99 @@
+"""The service's own endpoints: liveness, readiness, models, Prometheus metrics.
+
+GET /healthz      200 while the process serves requests
+GET /readyz       200 when Redis answers and a model provider is configured, else 503
+GET /v1/models    configured models and routes, the default, each model's circuit
+GET /metrics      Prometheus text format (no auth: scraped from inside the network)
+"""
+
+from __future__ import annotations
+
+import logging
+
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import JSONResponse, Response
+from redis.exceptions import RedisError
+
+from app import metrics
+from app.api.problems import NOT_READY, problem
+from app.api.resources import Res, get_tenant
+from app.api.schemas import Health, Models, Ready, problems
+from app.core import codes
+from app.providers.circuit import Circuits
+
+log = logging.getLogger(__name__)
+
+router = APIRouter()
+
+
+@router.get("/healthz", response_model=Health, tags=["system"], summary="Liveness")
+async def healthz() -> JSONResponse:
+    return JSONResponse({"status": "ok"})
+
+
+@router.get(
+    "/readyz",
+    response_model=Ready,
+    tags=["system"],
+    summary="Readiness: Redis reachable, a provider configured",
+    responses=problems(
+        503, s503="Not ready: `checks` says which dependency is missing and `detail` why."
+    ),
+)
+async def readyz(request: Request, res: Res) -> JSONResponse:
+    checks = {
+        "redis": "ok" if await res.store.ping() else "not reachable",
+        "provider": "ok" if res.router is not None else (res.provider_problem or "missing"),
+    }
+    failing = {name: why for name, why in checks.items() if why != "ok"}
+    if not failing:
+        return JSONResponse({"status": "ready", "checks": checks})
+    code = codes.LLM_CONFIG if set(failing) == {"provider"} else NOT_READY
+    detail = "; ".join(f"{name}: {why}" for name, why in failing.items())
+    return problem(503, code, detail, instance=request.url.path, extra={"checks": checks})
+
+
+@router.get(
+    "/v1/models",
+    response_model=Models,
+    tags=["models"],
+    summary="Models, routes and circuit states",
+    responses=problems(401, 503),
+    dependencies=[Depends(get_tenant)],
+)
+async def list_models(res: Res) -> JSONResponse:
+    router_ = res.require_router()
+    circuits = router_.snapshot()
+    listed: list[dict[str, object]] = []
+    routes: list[dict[str, object]] = []
+    for name in router_.names():
+        members = router_.resolve(name)
+        if members != (name,):
+            routes.append({"name": name, "models": list(members)})
+            continue
+        provider = res.model_providers.get(name, "")
+        state = circuits.get(Circuits.key(provider, name))
+        circuit = (
+            None if state is None else {"state": state["state"], "failures": state["failures"]}
+        )
+        listed.append({"name": name, "provider": provider, "circuit": circuit})
+    return JSONResponse({"default": router_.default, "models": listed, "routes": routes})
+
+
+@router.get(
+    "/metrics",
+    tags=["system"],
+    summary="Prometheus metrics",
+    response_class=Response,
+    responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}}}},
+)
+async def get_metrics(res: Res) -> Response:
+    try:
+        queue: tuple[int, float] | None = await res.store.queue_stats()
+    except (RedisError, OSError) as exc:
+        log.warning("metrics: queue stats unavailable: %r", exc)
+        queue = None
+    circuits = res.router.snapshot() if res.router is not None else None
+    metrics.record_state(queue=queue, circuits=circuits)
+    body, content_type = metrics.exposition()
+    return Response(body, media_type=content_type)

@@ -1,0 +1,629 @@
+"""The worker: claims jobs from Redis, runs the turn loop on each, commits the result.
+
+    worker = Worker(store, router, settings)
+    stop = asyncio.Event()
+    task = asyncio.create_task(worker.run(stop))
+    ...
+    stop.set()        # stop claiming; running jobs get settings.drain_timeout_s to finish,
+    await task        # the rest are cancelled and released to the front of the queue
+
+Up to ``settings.worker_concurrency`` jobs run at once. Each claim carries a fencing
+token and a lease that a heartbeat renews; every write the worker makes is fenced by that
+token, so a worker that lost its lease (killed, paused, partitioned) can never overwrite
+the job's new owner. A heartbeat that finds the lease gone, or a cancellation of the job,
+stops the job's task at once (aborting the model call in flight) and nothing more is
+written for it. The same worker reaps expired leases of every worker.
+
+``python -m app.worker`` (``reprompt worker``) runs one worker process: see ``main``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import secrets
+import signal
+import socket
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from contextlib import AsyncExitStack
+from dataclasses import dataclass, field
+from typing import Any, Final, Literal
+
+from prometheus_client import start_http_server
+from pydantic import ValidationError
+from redis.asyncio import Redis
+
+from app import metrics
+from app.core import codes
+from app.core.envelope import Envelope
+from app.core.loop import Runtime, run_job
+from app.core.model import ModelClient
+from app.core.spec import JobSpec
+from app.core.trace import TraceEvent
+from app.errors import RepromptError
+from app.providers.embedded import open_router
+from app.providers.http import make_client
+from app.settings import Settings
+from app.store import Claim, JobStore
+
+# Not __name__: run as ``python -m app.worker`` this module is ``__main__``.
+log = logging.getLogger("app.worker")
+
+# How long an idle worker blocks in ``wait_for_work`` before looking at the queue again:
+# a wake-up lost between an empty claim and the wait costs at most this much latency.
+IDLE_WAIT_S: Final = 1.0
+# Store writes that fail for a transport reason are tried this many times in all.
+WRITE_TRIES: Final = 3
+# How long a cancelled job may take to unwind and release its claim on shutdown.
+UNWIND_TIMEOUT_S: Final = 10.0
+REDIS_CONNECT_TIMEOUT_S: Final = 5.0
+# How often a stopped job's task is cancelled again until the cancellation lands.
+RECANCEL_S: Final = 0.1
+
+StopReason = Literal["cancelled", "lease-lost", "drain"]
+
+
+class _LeaseLost(Exception):
+    """A fenced write was refused: the job is no longer ours (lease lost or cancelled)."""
+
+
+@dataclass(eq=False)
+class _Job:
+    """A claimed job this worker is running."""
+
+    claim: Claim
+    started: float = field(default_factory=time.monotonic)
+    last_beat: float = field(default_factory=time.monotonic)
+    task: asyncio.Task[None] | None = None
+    stopped: StopReason | None = None  # why the worker stopped it, if it did
+    unwinding: bool = False  # the stop reached the task
+    committing: bool = False
+
+    @property
+    def id(self) -> str:
+        return self.claim.job_id
+
+
+class Worker:
+    """Runs jobs from ``store`` on ``client`` until ``run``'s stop event is set.
+
+    Process concerns (signals, the metrics port, building the pool and the client) live
+    in ``main``, so ``reprompt serve`` can run the same class in-process.
+    """
+
+    def __init__(
+        self,
+        store: JobStore,
+        client: ModelClient,
+        settings: Settings,
+        *,
+        worker_id: str | None = None,
+    ) -> None:
+        self.store = store
+        self.client = client
+        self.settings = settings
+        self.worker_id = worker_id or default_worker_id()
+        self._jobs: dict[str, _Job] = {}
+        self._slots = asyncio.Semaphore(settings.worker_concurrency)
+        self._hurry = asyncio.Event()
+
+    @property
+    def running(self) -> int:
+        """How many jobs this worker holds now."""
+        return len(self._jobs)
+
+    def hurry(self) -> None:
+        """Cut the drain short: cancel what is still running and release it to the queue."""
+        self._hurry.set()
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Claim and run jobs until ``stop`` is set, then drain and return."""
+        log.info(
+            "worker %s started (concurrency %d)", self.worker_id, self.settings.worker_concurrency
+        )
+        background = [
+            asyncio.create_task(self._heartbeats(), name="heartbeats"),
+            asyncio.create_task(self._cancellations(), name="cancellations"),
+            asyncio.create_task(self._reaper(stop), name="reaper"),
+        ]
+        try:
+            await self._claim_loop(stop)
+            await self._drain()
+        except BaseException:
+            # Cancelled from outside (an embedding app's shutdown) or a bug: no drain, but
+            # no job may sit on a lease until it expires (that would count an attempt).
+            await self._release_all()
+            raise
+        finally:
+            for task in background:
+                task.cancel()
+            await asyncio.gather(*background, return_exceptions=True)
+            log.info("worker %s stopped", self.worker_id)
+
+    # -- claiming -----------------------------------------------------------------------
+
+    async def _claim_loop(self, stop: asyncio.Event) -> None:
+        failures = 0
+        while not stop.is_set():
+            if not await self._take_slot(stop):
+                return
+            try:
+                claim = await self.store.claim(self.worker_id)
+            except Exception:
+                self._slots.release()
+                failures += 1
+                log.warning("claim failed (%d in a row)", failures, exc_info=failures == 1)
+                await _wait(stop, min(0.1 * 2**failures, 5.0))
+                continue
+            failures = 0
+            if claim is None:
+                self._slots.release()
+                await self._idle(stop)
+                continue
+            self._start(claim)
+
+    async def _take_slot(self, stop: asyncio.Event) -> bool:
+        """Wait for a free slot; False (and no slot held) if ``stop`` came first."""
+        acquire = asyncio.ensure_future(self._slots.acquire())
+        if not await _before_stop(acquire, stop):
+            return False
+        if stop.is_set():
+            self._slots.release()
+            return False
+        return True
+
+    async def _idle(self, stop: asyncio.Event) -> None:
+        """Block until work may be there (a submit or requeue) or ``stop``; never spin."""
+        waiting = asyncio.ensure_future(self.store.wait_for_work(IDLE_WAIT_S))
+        if await _before_stop(waiting, stop) and waiting.exception() is not None:
+            log.warning("waiting for work failed: %r", waiting.exception())
+            await _wait(stop, IDLE_WAIT_S)
+
+    def _start(self, claim: Claim) -> None:
+        job = _Job(claim)
+        self._jobs[job.id] = job
+        job.task = asyncio.create_task(self._process(job), name=f"job {job.id}")
+        job.task.add_done_callback(lambda _: self._finished(job))
+
+    def _finished(self, job: _Job) -> None:
+        if self._jobs.get(job.id) is job:
+            del self._jobs[job.id]
+        self._slots.release()
+        task = job.task
+        if task is not None and not task.cancelled() and task.exception() is not None:
+            log.error("job %s: the worker failed", job.id, exc_info=task.exception())
+
+    # -- one job ------------------------------------------------------------------------
+
+    async def _process(self, job: _Job) -> None:
+        claim = job.claim
+        waited_s = max(0.0, time.time() - claim.created_at_ms / 1000)
+        metrics.QUEUE_WAIT.observe(waited_s)
+        metrics.JOBS_IN_PROGRESS.inc()
+        log.info(
+            "job %s started: attempt %d, tenant %s, queued %.3fs",
+            job.id,
+            claim.attempt,
+            claim.tenant,
+            waited_s,
+        )
+        try:
+            outcome = await self._execute(job)
+            if outcome is not None and job.stopped is None:
+                await self._commit(job, *outcome)
+        except asyncio.CancelledError:
+            await self._stopped(job)
+            raise
+        else:
+            if job.stopped is not None:  # ended between turns, or by a refused write
+                await self._stopped(job)
+        finally:
+            metrics.JOBS_IN_PROGRESS.dec()
+
+    async def _stopped(self, job: _Job) -> None:
+        job.unwinding = True
+        log.info("job %s stopped: %s", job.id, job.stopped or "the worker is shutting down")
+        if job.stopped == "drain":
+            await self._release(job)
+
+    async def _execute(
+        self, job: _Job
+    ) -> tuple[dict[str, Any], list[dict[str, Any]], list[dict[str, Any]]] | None:
+        """The envelope, history and transcript to commit; None when the job is not ours."""
+        try:
+            spec = JobSpec.model_validate(job.claim.spec)
+        except ValidationError as exc:
+            detail = f"the stored job is not a valid job: {_fields(exc)}"
+            return Envelope.failure(codes.INVALID_INPUT, detail).to_dict(), [], []
+
+        async def trace(event: TraceEvent) -> None:
+            await self._trace(job, event)
+
+        runtime = Runtime(
+            client=self.client, tracer=trace, cancelled=lambda: job.stopped is not None
+        )
+        try:
+            result = await run_job(spec, runtime)
+        except _LeaseLost:
+            return None
+        except Exception:  # a bug in the loop ends this job, never the worker
+            log.exception("job %s: the turn loop failed", job.id)
+            detail = "the worker failed while running the job"
+            return Envelope.failure(codes.INTERNAL_ERROR, detail).to_dict(), [], []
+        transcript = [{"role": m.role, "content": m.content} for m in result.transcript]
+        return result.envelope.to_dict(), list(result.history), transcript
+
+    async def _trace(self, job: _Job, event: TraceEvent) -> None:
+        """Mirror the loop's trace events into the job (fenced) and the metrics."""
+        claim = job.claim
+        data = event.data
+        if event.name == "turn_end":
+            metrics.record_turn(data)  # the call was made and paid for, whoever owns the job
+            progress = _progress(data)
+            held = await self._write(
+                job,
+                "record_turn",
+                lambda: self.store.record_turn(claim.job_id, claim.token, data["record"], progress),
+            )
+            if held:
+                held = await self._write(
+                    job,
+                    "record_event",
+                    lambda: self.store.record_event(claim.job_id, claim.token, event.name, data),
+                )
+        else:
+            held = await self._write(
+                job,
+                "record_event",
+                lambda: self.store.record_event(claim.job_id, claim.token, event.name, data),
+            )
+        if not held:
+            if job.stopped is None:  # else we already know why, and stop anyway
+                metrics.STALE_COMMITS.inc()
+                log.warning(
+                    "job %s: stale write refused (lease lost or job cancelled); dropping the job",
+                    job.id,
+                )
+                job.stopped = "lease-lost"
+            raise _LeaseLost(job.id)
+
+    async def _write(self, job: _Job, what: str, call: Callable[[], Awaitable[bool]]) -> bool:
+        """A progress write: retried on transport errors, given up (True) if they persist.
+
+        Progress is best effort; the final commit decides the job. Only a refusal
+        (False: the lease is not ours) stops the job.
+        """
+        for attempt in range(1, WRITE_TRIES + 1):
+            try:
+                return await call()
+            except Exception as exc:
+                if attempt == WRITE_TRIES:
+                    log.warning("job %s: %s failed, progress not recorded: %r", job.id, what, exc)
+                    return True
+                await asyncio.sleep(0.2 * attempt)
+        return True  # pragma: no cover - the loop always returns
+
+    async def _commit(
+        self,
+        job: _Job,
+        envelope: dict[str, Any],
+        history: list[dict[str, Any]],
+        transcript: list[dict[str, Any]],
+    ) -> None:
+        claim = job.claim
+        job.committing = True
+        committed = False
+        for attempt in range(1, WRITE_TRIES + 1):
+            try:
+                committed = await self.store.complete(
+                    claim.job_id,
+                    claim.token,
+                    envelope=envelope,
+                    history=history,
+                    transcript=transcript,
+                )
+                break
+            except Exception as exc:
+                if attempt == WRITE_TRIES:
+                    # The lease runs out and the reaper requeues the job: it is not lost.
+                    log.error("job %s: commit failed, the job will be retried: %r", job.id, exc)
+                    return
+                await asyncio.sleep(0.2 * attempt)
+        if not committed and attempt > 1:
+            # An earlier try may have committed and lost only its reply.
+            committed = await self._committed(job, envelope)
+        duration_s = time.monotonic() - job.started
+        if not committed:
+            metrics.STALE_COMMITS.inc()
+            log.warning(
+                "job %s: stale commit refused (lease lost or job cancelled; attempt %d, %.3fs)",
+                job.id,
+                claim.attempt,
+                duration_s,
+            )
+            return
+        status = "succeeded" if envelope.get("status") == codes.RESULT_SUCCESS else "failed"
+        metrics.record_job(envelope, status=status, duration_s=duration_s)
+        error = envelope.get("error")
+        log.info(
+            "job %s %s%s: %d calls, %.3fs",
+            job.id,
+            status,
+            f" ({error})" if error else "",
+            (envelope.get("execution") or {}).get("llmCalls", 0),
+            duration_s,
+        )
+
+    async def _committed(self, job: _Job, envelope: dict[str, Any]) -> bool:
+        """Whether the job already holds exactly this result (best effort)."""
+        try:
+            view = await self.store.get(job.id, tenant=job.claim.tenant)
+        except Exception:
+            return False
+        return view is not None and view.terminal and view.result == envelope
+
+    async def _release(self, job: _Job) -> None:
+        try:
+            released = await self.store.release(job.id, job.claim.token)
+        except Exception as exc:
+            # The lease runs out and the reaper requeues it (counting an attempt).
+            log.warning("job %s: release failed: %r", job.id, exc)
+            return
+        if released:
+            log.info("job %s released to the queue", job.id)
+
+    def _stop(self, job: _Job, why: StopReason) -> bool:
+        """Cancel the job's task (aborting its model call); False if it was already stopping."""
+        if job.stopped is not None or job.task is None or job.task.done():
+            return False
+        job.stopped = why
+        self._cancel(job)
+        return True
+
+    def _cancel(self, job: _Job) -> None:
+        # Again and again until the task unwinds: on Python 3.11, asyncio.wait_for (which
+        # redis-py uses) drops a cancellation that arrives as its inner call completes.
+        if job.task is None or job.task.done() or job.unwinding:
+            return
+        job.task.cancel()
+        asyncio.get_running_loop().call_later(RECANCEL_S, self._cancel, job)
+
+    # -- shutdown -----------------------------------------------------------------------
+
+    async def _drain(self) -> None:
+        tasks = {job.task for job in self._jobs.values() if job.task is not None}
+        if tasks:
+            timeout = self.settings.drain_timeout_s
+            log.info("draining %d running jobs (up to %.1fs)", len(tasks), timeout)
+            everything = asyncio.ensure_future(asyncio.wait(tasks))
+            hurry = asyncio.ensure_future(self._hurry.wait())
+            try:
+                await asyncio.wait(
+                    {everything, hurry}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
+                )
+            finally:
+                everything.cancel()  # only the waiting: the jobs themselves go on
+                hurry.cancel()
+        await self._release_all()
+
+    async def _release_all(self) -> None:
+        """Cancel every running job that is not committing; each releases its claim."""
+        jobs = [job for job in self._jobs.values() if job.task is not None]
+        for job in jobs:
+            if not job.committing:
+                self._stop(job, "drain")
+        tasks = {job.task for job in jobs if job.task is not None and not job.task.done()}
+        if tasks:
+            log.info("releasing %d jobs", len(tasks))
+            await asyncio.wait(tasks, timeout=UNWIND_TIMEOUT_S)
+
+    # -- background loops ---------------------------------------------------------------
+
+    async def _heartbeats(self) -> None:
+        period = self.settings.heartbeat_ms / 1000
+        while True:
+            await asyncio.sleep(period)
+            jobs = [job for job in self._jobs.values() if job.stopped is None]
+            if jobs:
+                await asyncio.gather(*(self._beat(job, period) for job in jobs))
+
+    async def _beat(self, job: _Job, timeout_s: float) -> None:
+        try:
+            async with asyncio.timeout(timeout_s):
+                held = await self.store.heartbeat(job.id, job.claim.token)
+        except Exception as exc:
+            # Unknown: keep going while the lease may still hold; the commit is fenced anyway.
+            silent_s = time.monotonic() - job.last_beat
+            held = silent_s < self.settings.lease_ms / 1000
+            log.warning(
+                "job %s: heartbeat failed (%.1fs since the last): %r", job.id, silent_s, exc
+            )
+        else:
+            if held:
+                job.last_beat = time.monotonic()
+        if not held and self._stop(job, "lease-lost"):
+            log.warning("job %s: lease lost, stopping it; nothing is committed", job.id)
+
+    async def _cancellations(self) -> None:
+        while True:
+            try:
+                async for job_id in self.store.cancellations():
+                    job = self._jobs.get(job_id)
+                    if job is not None and self._stop(job, "cancelled"):
+                        log.info("job %s cancelled, aborting it", job_id)
+            except Exception as exc:
+                log.warning("the cancellation feed failed, resubscribing: %r", exc)
+            await asyncio.sleep(1.0)
+
+    async def _reaper(self, stop: asyncio.Event) -> None:
+        period = self.settings.reap_interval_ms / 1000
+        while not stop.is_set():
+            try:
+                reaped = await self.store.reap()
+            except Exception as exc:
+                log.warning("reaping expired leases failed: %r", exc)
+            else:
+                expired = len(reaped.requeued) + len(reaped.failed)
+                if expired:
+                    metrics.LEASES_EXPIRED.inc(expired)
+                for job_id in reaped.requeued:
+                    log.warning("job %s: its worker was lost, requeued", job_id)
+                for job_id in reaped.failed:
+                    metrics.POISON_JOBS.inc()
+                    metrics.JOBS_FINISHED.labels(status="failed", error=codes.WORKER_LOST).inc()
+                    log.error("job %s failed: its workers were lost too many times", job_id)
+            await _wait(stop, period)
+
+
+def _progress(data: dict[str, Any]) -> dict[str, Any]:
+    """What the in-progress envelope shows after a turn."""
+    return {
+        "turn": data["turn"],
+        "type": data["type"],
+        "attempt": data["attempt"],
+        "remaining": data["remaining"],
+        "callsLeft": data["callsLeft"],
+        "lastOutcome": data["result"],
+        "lastError": data["errorCode"],
+    }
+
+
+def _fields(exc: ValidationError) -> str:
+    """Where and what, never the offending values (they may be prompt text)."""
+    return "; ".join(
+        f"{'.'.join(str(p) for p in error['loc']) or '(job)'}: {error['msg']}"
+        for error in exc.errors(include_input=False, include_url=False)
+    )
+
+
+async def _before_stop(future: asyncio.Future[Any], stop: asyncio.Event) -> bool:
+    """Wait for ``future`` or ``stop``; True if ``future`` finished, else it is cancelled."""
+    stopped = asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait({future, stopped}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopped.cancel()
+        if not future.done():
+            future.cancel()
+    if future.done():
+        return True
+    await asyncio.wait({future})  # let it unwind; an outer cancel still gets through
+    if not future.cancelled():
+        future.exception()  # retrieved, so it is not reported as lost
+    return False
+
+
+async def _wait(event: asyncio.Event, timeout_s: float) -> None:
+    """Sleep ``timeout_s`` or until ``event`` is set."""
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(event.wait(), timeout_s)
+
+
+def default_worker_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
+
+
+# -- the process ----------------------------------------------------------------------------
+
+
+def main(settings: Settings | None = None) -> int:
+    """Run one worker process until SIGTERM or SIGINT; 0 after a clean drain.
+
+    The first signal stops claiming and drains (``drain_timeout_s``); a second one
+    releases whatever is still running at once.
+    """
+    if not logging.getLogger().handlers:
+        logging.basicConfig(
+            level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+        )
+    # One line per model call at INFO (with its URL) is noise here: the job lines say it.
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+    if settings is None:
+        try:
+            settings = Settings()
+        except ValidationError as exc:
+            log.error("invalid configuration: %s", _fields(exc))
+            return 2
+    if settings.redis_url is None or not settings.redis_url.get_secret_value():
+        log.error(
+            "REPROMPT_REDIS_URL is not set: a worker joins an existing Redis "
+            "(only `reprompt serve` starts an embedded one)"
+        )
+        return 2
+    try:
+        return asyncio.run(_serve(settings, settings.redis_url.get_secret_value()))
+    except RepromptError as exc:  # a configuration problem, e.g. no provider
+        log.error("%s", exc.detail)
+        return 2
+
+
+async def _serve(settings: Settings, redis_url: str) -> int:
+    stop = asyncio.Event()
+    worker: Worker | None = None
+
+    def on_signal(sig: signal.Signals) -> None:
+        if not stop.is_set():
+            log.info("%s: stopping, draining running jobs", sig.name)
+            stop.set()
+        elif worker is not None:
+            log.info("%s again: releasing running jobs now", sig.name)
+            worker.hurry()
+
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, on_signal, sig)
+    async with AsyncExitStack() as stack:
+        redis = Redis.from_url(
+            redis_url,
+            socket_connect_timeout=REDIS_CONNECT_TIMEOUT_S,
+            health_check_interval=30,
+        )
+        stack.push_async_callback(redis.aclose)
+        store = JobStore(
+            redis,
+            prefix=settings.key_prefix,
+            lease_ms=settings.lease_ms,
+            max_attempts=settings.max_attempts,
+            retention_s=settings.retention_s,
+            idempotency_ttl_s=settings.idempotency_ttl_s,
+            max_queued=settings.max_queued,
+        )
+        http = await stack.enter_async_context(make_client())
+        router = await stack.enter_async_context(
+            open_router(http, data_dir=settings.data_dir, on_retry=metrics.record_transport_retry)
+        )
+        if settings.worker_metrics_port:
+            try:
+                stack.callback(_serve_metrics(settings.host, settings.worker_metrics_port))
+            except OSError as exc:
+                log.error(
+                    "cannot serve metrics on %s:%d: %s",
+                    settings.host,
+                    settings.worker_metrics_port,
+                    exc,
+                )
+                return 2
+        worker = Worker(store, router, settings)
+        await worker.run(stop)
+    return 0
+
+
+def _serve_metrics(host: str, port: int) -> Callable[[], None]:
+    """Expose ``/metrics`` on ``host:port`` in a thread; returns its shutdown."""
+    server, thread = start_http_server(port, addr=host, registry=metrics.REGISTRY)
+    log.info("metrics on http://%s:%d/metrics", host, port)
+
+    def shutdown() -> None:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
+
+    return shutdown
+
+
+if __name__ == "__main__":
+    sys.exit(main())
