@@ -7,7 +7,7 @@ model, turn type, outcome, status, error code — never a job id, tenant or prom
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from prometheus_client import (
@@ -17,6 +17,7 @@ from prometheus_client import (
     Gauge,
     Histogram,
     generate_latest,
+    start_http_server,
 )
 
 REGISTRY = CollectorRegistry(auto_describe=True)
@@ -181,6 +182,18 @@ def record_state(
     if circuits is not None:
         for target, state in circuits.items():
             CIRCUIT_STATE.labels(target=target).set(_CIRCUIT.get(str(state.get("state")), 0))
+
+
+def serve(host: str, port: int) -> Callable[[], None]:
+    """Expose ``/metrics`` on ``host:port`` in a thread (a worker's port); returns its stop."""
+    server, thread = start_http_server(port, addr=host, registry=REGISTRY)
+
+    def stop() -> None:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
+
+    return stop
 
 
 def exposition() -> tuple[bytes, str]:

@@ -507,12 +507,22 @@ class JobStore:
         )
         return bool(int(reply))
 
-    async def record_event(self, job_id: str, token: int, name: str, data: dict[str, Any]) -> bool:
-        """Append an event to the job's stream (trimmed to about ``events_maxlen``), fenced."""
+    async def record_event(
+        self,
+        job_id: str,
+        token: int,
+        name: str,
+        data: dict[str, Any],
+        *,
+        progress: dict[str, Any] | None = None,
+    ) -> bool:
+        """Append an event to the job's stream (trimmed to about ``events_maxlen``), fenced;
+        with ``progress``, the in-progress envelope shows it from now on."""
+        result = "" if progress is None else _json(Envelope.in_progress(progress).to_dict())
         reply = await self._run(
             "event",
             [self.keys.job(job_id), self.keys.events(job_id)],
-            [token, self.events_maxlen, name, _json(data)],
+            [token, self.events_maxlen, name, _json(data), result],
         )
         return reply is not None
 

@@ -33,9 +33,7 @@ from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
-from prometheus_client import start_http_server
 from pydantic import ValidationError
-from redis.asyncio import Redis
 
 from app import metrics
 from app.core import codes
@@ -48,7 +46,7 @@ from app.errors import RepromptError
 from app.providers.embedded import open_router
 from app.providers.http import make_client
 from app.settings import Settings
-from app.store import Claim, JobStore
+from app.store import Claim, JobStore, connect
 
 # Not __name__: run as ``python -m app.worker`` this module is ``__main__``.
 log = logging.getLogger("app.worker")
@@ -60,7 +58,6 @@ IDLE_WAIT_S: Final = 1.0
 WRITE_TRIES: Final = 3
 # How long a cancelled job may take to unwind and release its claim on shutdown.
 UNWIND_TIMEOUT_S: Final = 10.0
-REDIS_CONNECT_TIMEOUT_S: Final = 5.0
 # How often a stopped job's task is cancelled again until the cancellation lands.
 RECANCEL_S: Final = 0.1
 
@@ -264,22 +261,35 @@ class Worker:
         if event.name == "turn_end":
             metrics.record_turn(data)  # the call was made and paid for, whoever owns the job
             progress = _progress(data)
+            # The record goes to the job's turns; the event stream gets the summary only.
+            turn = {**data["record"], "jobAttempt": claim.attempt}
+            summary = {k: v for k, v in data.items() if k != "record"}
             held = await self._write(
                 job,
                 "record_turn",
-                lambda: self.store.record_turn(claim.job_id, claim.token, data["record"], progress),
+                lambda: self.store.record_turn(claim.job_id, claim.token, turn, progress),
             )
             if held:
                 held = await self._write(
                     job,
                     "record_event",
-                    lambda: self.store.record_event(claim.job_id, claim.token, event.name, data),
+                    lambda: self.store.record_event(claim.job_id, claim.token, event.name, summary),
                 )
         else:
+            now = {
+                "phase": "model-call",
+                "turn": data["turn"],
+                "type": data["type"],
+                "attempt": data["attempt"],
+                "remaining": data["remaining"],
+                "model": data["model"],
+            }
             held = await self._write(
                 job,
                 "record_event",
-                lambda: self.store.record_event(claim.job_id, claim.token, event.name, data),
+                lambda: self.store.record_event(
+                    claim.job_id, claim.token, event.name, data, progress=now
+                ),
             )
         if not held:
             if job.stopped is None:  # else we already know why, and stop anyway
@@ -482,6 +492,7 @@ class Worker:
 def _progress(data: dict[str, Any]) -> dict[str, Any]:
     """What the in-progress envelope shows after a turn."""
     return {
+        "phase": "turn-done",
         "turn": data["turn"],
         "type": data["type"],
         "attempt": data["attempt"],
@@ -577,11 +588,7 @@ async def _serve(settings: Settings, redis_url: str) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, on_signal, sig)
     async with AsyncExitStack() as stack:
-        redis = Redis.from_url(
-            redis_url,
-            socket_connect_timeout=REDIS_CONNECT_TIMEOUT_S,
-            health_check_interval=30,
-        )
+        redis = connect(redis_url)
         stack.push_async_callback(redis.aclose)
         store = JobStore(
             redis,
@@ -598,7 +605,10 @@ async def _serve(settings: Settings, redis_url: str) -> int:
         )
         if settings.worker_metrics_port:
             try:
-                stack.callback(_serve_metrics(settings.host, settings.worker_metrics_port))
+                stack.callback(metrics.serve(settings.host, settings.worker_metrics_port))
+                log.info(
+                    "metrics on http://%s:%d/metrics", settings.host, settings.worker_metrics_port
+                )
             except OSError as exc:
                 log.error(
                     "cannot serve metrics on %s:%d: %s",
@@ -610,19 +620,6 @@ async def _serve(settings: Settings, redis_url: str) -> int:
         worker = Worker(store, router, settings)
         await worker.run(stop)
     return 0
-
-
-def _serve_metrics(host: str, port: int) -> Callable[[], None]:
-    """Expose ``/metrics`` on ``host:port`` in a thread; returns its shutdown."""
-    server, thread = start_http_server(port, addr=host, registry=metrics.REGISTRY)
-    log.info("metrics on http://%s:%d/metrics", host, port)
-
-    def shutdown() -> None:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=5)
-
-    return shutdown
 
 
 if __name__ == "__main__":

@@ -113,9 +113,13 @@ async def test_turns_and_progress_appear_in_the_job_while_it_runs(
         assert view.status == "in_progress"
         assert view.turns[0]["outcome"] == "invalid"
         assert view.result["status"] == "in-progress"
-        assert view.result["progress"]["turn"] == 1
-        assert view.result["progress"]["lastOutcome"] == "invalid"
-        assert view.result["progress"]["callsLeft"] == 2
+        # the re-ask is held inside its model call: the envelope says so
+        progress = view.result["progress"]
+        assert progress["phase"] == "model-call"
+        assert progress["turn"] == 2
+        assert progress["type"] == "retry"
+        assert progress["attempt"] == 2
+        assert view.turns[0]["jobAttempt"] == 1
         gate.open()
         view = await finished(store, job_id)
     assert view.status == "succeeded"
