@@ -41,7 +41,9 @@ from app.providers.http import make_client
 from app.providers.local import default_data_dir
 from app.settings import Settings
 
-EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "invoice.json"
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+EXAMPLE = EXAMPLES / "contact.json"  # what the small local model can do
+SIM_EXAMPLE = EXAMPLES / "invoice.json"  # the simulator is told its answer
 DEFAULT_URL = "http://127.0.0.1:8080"
 DEMO_STARTUP_S = 300.0
 ENVIRONMENT = """\
@@ -67,6 +69,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return sim_main(args[1:])
     parser = _parser()
     ns = parser.parse_args(args)
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # no line per model call
     logging.basicConfig(
         level=logging.INFO if ns.command in SERVICE else logging.WARNING,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
@@ -236,7 +239,8 @@ def _run_file(path: str, *, full: bool) -> int:
 
 def _demo(*, sim: bool, port: int) -> int:
     """Start ``reprompt serve`` on the embedded defaults, submit the example, follow it, stop."""
-    spec = json.loads(EXAMPLE.read_text(encoding="utf-8"))
+    example = SIM_EXAMPLE if sim else EXAMPLE
+    spec = json.loads(example.read_text(encoding="utf-8"))
     port = port or _free_port()
     env = dict(os.environ)
     with contextlib.ExitStack() as stack:
@@ -245,7 +249,8 @@ def _demo(*, sim: bool, port: int) -> int:
 
             # The simulator cannot read the invoice: a directive in the task tells it the
             # right answer, which it gets wrong in seeded ways and fixes when told precisely.
-            expected = json.loads(EXAMPLE.with_suffix(".answer.json").read_text(encoding="utf-8"))
+            answer = SIM_EXAMPLE.with_suffix(".answer.json")
+            expected = json.loads(answer.read_text(encoding="utf-8"))
             spec["task"] += f"\n\n[[sim {json.dumps({'expect': expected})}]]"
             flaky = SimConfig(
                 seed=7,
@@ -273,7 +278,7 @@ def _demo(*, sim: bool, port: int) -> int:
                     print("reprompt: the service did not become ready", file=sys.stderr)
                     return 2
                 time.sleep(0.25)
-            print(f"POST {url}/v1/jobs  ({EXAMPLE.name})", file=sys.stderr)
+            print(f"POST {url}/v1/jobs  ({example.name})", file=sys.stderr)
             job = api.submit(spec)
             print(f"submitted {job['id']}", file=sys.stderr)
             return _follow(api, job["id"], quiet=False)
