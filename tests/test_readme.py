@@ -41,7 +41,8 @@ def test_make_demo_in_a_fresh_clone_and_virtualenv(tmp_path: Path) -> None:
     subprocess.run(["git", "clone", "--quiet", str(ROOT), str(clone)], check=True)
     env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
     env.pop("REPROMPT_PROVIDERS", None)
-    env.pop("VIRTUAL_ENV", None)
+    for name in ("VIRTUAL_ENV", "MAKELEVEL", "MAKEFLAGS", "MFLAGS"):  # as if typed at a shell
+        env.pop(name, None)
     env["REPROMPT_DATA_DIR"] = str(tmp_path / "data")
     proc = subprocess.run(
         ["make", "demo"],
@@ -56,7 +57,8 @@ def test_make_demo_in_a_fresh_clone_and_virtualenv(tmp_path: Path) -> None:
     assert (clone / ".venv" / "bin" / "reprompt").exists()
     lines = proc.stdout.splitlines()
     start = max(i for i, line in enumerate(lines) if line == "{")  # the printed envelope
-    envelope = json.loads("\n".join(lines[start:]))
+    end = lines.index("}", start)
+    envelope = json.loads("\n".join(lines[start : end + 1]))
     assert envelope["status"] == "success"
     assert envelope["data"]["email"] == "dana.reyes@acme.example"
     assert "[Attempt 1]" in proc.stderr
