@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 from pydantic import AliasChoices, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
@@ -96,6 +96,17 @@ class Settings(BaseSettings):
                     "each entry is tenant:sha256hex (64 lowercase hex digits of the key's SHA-256)"
                 )
         return value
+
+    def store_options(self) -> dict[str, Any]:
+        """The ``JobStore`` keyword arguments these settings imply (API and workers alike)."""
+        return {
+            "prefix": self.key_prefix,
+            "lease_ms": self.lease_ms,
+            "max_attempts": self.max_attempts,
+            "retention_s": self.retention_s,
+            "idempotency_ttl_s": self.idempotency_ttl_s,
+            "max_queued": self.max_queued,
+        }
 
     @property
     def keys(self) -> dict[str, ApiKey]:

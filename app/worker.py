@@ -590,15 +590,7 @@ async def _serve(settings: Settings, redis_url: str) -> int:
     async with AsyncExitStack() as stack:
         redis = connect(redis_url)
         stack.push_async_callback(redis.aclose)
-        store = JobStore(
-            redis,
-            prefix=settings.key_prefix,
-            lease_ms=settings.lease_ms,
-            max_attempts=settings.max_attempts,
-            retention_s=settings.retention_s,
-            idempotency_ttl_s=settings.idempotency_ttl_s,
-            max_queued=settings.max_queued,
-        )
+        store = JobStore(redis, **settings.store_options())
         http = await stack.enter_async_context(make_client())
         router = await stack.enter_async_context(
             open_router(http, data_dir=settings.data_dir, on_retry=metrics.record_transport_retry)

@@ -119,15 +119,7 @@ async def _open(
         url = settings.redis_url.get_secret_value()
     redis = connect(url)
     stack.push_async_callback(redis.aclose)
-    store = JobStore(
-        redis,
-        prefix=settings.key_prefix,
-        lease_ms=settings.lease_ms,
-        max_attempts=settings.max_attempts,
-        retention_s=settings.retention_s,
-        idempotency_ttl_s=settings.idempotency_ttl_s,
-        max_queued=settings.max_queued,
-    )
+    store = JobStore(redis, **settings.store_options())
     http = await stack.enter_async_context(make_client())
     config = load_providers() if providers is None else providers
     provider_problem: str | None = None
