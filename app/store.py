@@ -47,6 +47,7 @@ import asyncio
 import base64
 import binascii
 import contextlib
+import functools
 import hashlib
 import inspect
 import json
@@ -54,12 +55,12 @@ import re
 import secrets
 import threading
 import time
-from collections.abc import AsyncGenerator, Mapping, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import cache
 from importlib import resources
-from typing import Any, ClassVar, Final, Literal, cast
+from typing import Any, ClassVar, Final, Literal, ParamSpec, TypeVar, cast
 
 from redis.asyncio import Redis
 from redis.commands.core import AsyncScript
@@ -90,6 +91,32 @@ _PUBSUB_POLL_S: Final = 10.0
 # With a status filter, ids looked at per call before a (possibly short) page is returned.
 _LIST_SCAN_CAP: Final = 1000
 _MAX_LIST_LIMIT: Final = 1000
+
+
+class StoreUnavailable(RepromptError):
+    """Redis did not answer (connection refused, reset or timed out). Retry later."""
+
+    code = "store-unavailable"
+    status = 503
+    retryable = True
+    retry_after_s: ClassVar[int] = 5
+
+
+_P = ParamSpec("_P")
+_T = TypeVar("_T")
+
+
+def _edge(method: Callable[_P, Awaitable[_T]]) -> Callable[_P, Awaitable[_T]]:
+    """Map redis-py's transport failures to ``StoreUnavailable`` here, at the edge."""
+
+    @functools.wraps(method)
+    async def mapped(*args: _P.args, **kwargs: _P.kwargs) -> _T:
+        try:
+            return await method(*args, **kwargs)
+        except (RedisConnectionError, RedisTimeoutError) as exc:
+            raise StoreUnavailable(f"Redis is not reachable ({type(exc).__name__})") from exc
+
+    return mapped
 
 
 class IdempotencyConflict(InvalidInput):
@@ -291,6 +318,7 @@ class JobStore:
 
     # ---------------------------------------------------------------- API side
 
+    @_edge
     async def submit(
         self,
         *,
@@ -370,6 +398,7 @@ class JobStore:
             True,
         )
 
+    @_edge
     async def get(self, job_id: str, *, tenant: str) -> JobView | None:
         """The job, or ``None`` when it does not exist or belongs to another tenant."""
         if not is_job_id(job_id):
@@ -379,6 +408,7 @@ class JobStore:
             return None
         return view
 
+    @_edge
     async def wait(self, job_id: str, *, tenant: str, wait_ms: int) -> JobView | None:
         """The job once it is terminal, or as it is when ``wait_ms`` has passed.
 
@@ -399,6 +429,7 @@ class JobStore:
                 {self.keys.events(job_id): last_id}, count=1, block=self._block_ms(remaining_ms)
             )
 
+    @_edge
     async def events(
         self, job_id: str, *, after: str | None, block_ms: int, count: int = 100
     ) -> list[Event]:
@@ -419,6 +450,7 @@ class JobStore:
             reply = await self._redis.xread(streams, count=count)
         return [_event(entry) for entry in _stream_entries(reply)]
 
+    @_edge
     async def cancel(self, job_id: str, *, tenant: str) -> JobView | None:
         """Cancel a queued or running job (terminal at once); a finished job stays as it is.
 
@@ -452,6 +484,7 @@ class JobStore:
             return None
         return await self.get(job_id, tenant=tenant)
 
+    @_edge
     async def queue_stats(self) -> tuple[int, float]:
         """``(depth, age in seconds of the oldest queued job)``, in one round trip."""
         depth, age_ms = await self._run("queue_stats", [self.keys.queue], [self.keys.job_prefix])
@@ -465,6 +498,7 @@ class JobStore:
 
     # ------------------------------------------------------------- worker side
 
+    @_edge
     async def claim(self, worker_id: str) -> Claim | None:
         """Lease the oldest queued job to ``worker_id``; ``None`` when the queue is empty."""
         reply = await self._run(
@@ -491,6 +525,7 @@ class JobStore:
             model=None if model is None else _text(model),
         )
 
+    @_edge
     async def wait_for_work(self, timeout_s: float) -> None:
         """Sleep until a job is queued or requeued, or ``timeout_s`` passes (BLPOP, no polling)."""
         block_ms = self._block_ms(int(timeout_s * 1000))
@@ -498,6 +533,7 @@ class JobStore:
             return
         await self._redis.blpop([self.keys.wake], timeout=block_ms / 1000)
 
+    @_edge
     async def heartbeat(self, job_id: str, token: int) -> bool:
         """Extend the lease by ``lease_ms``; ``False``: the lease is lost, stop working."""
         reply = await self._run(
@@ -507,6 +543,7 @@ class JobStore:
         )
         return bool(int(reply))
 
+    @_edge
     async def record_event(
         self,
         job_id: str,
@@ -526,6 +563,7 @@ class JobStore:
         )
         return reply is not None
 
+    @_edge
     async def record_turn(
         self, job_id: str, token: int, turn: dict[str, Any], progress: dict[str, Any]
     ) -> bool:
@@ -537,6 +575,7 @@ class JobStore:
         )
         return bool(int(reply))
 
+    @_edge
     async def complete(
         self,
         job_id: str,
@@ -574,6 +613,7 @@ class JobStore:
         )
         return bool(int(reply))
 
+    @_edge
     async def release(self, job_id: str, token: int) -> bool:
         """Give a running job back (graceful drain): front of the queue, attempt not counted."""
         reply = await self._run(
@@ -589,6 +629,7 @@ class JobStore:
         )
         return bool(int(reply))
 
+    @_edge
     async def reap(self, now_ms: int | None = None) -> ReapResult:
         """Requeue (front, attempt counted) or fail (``worker-lost``) jobs whose lease expired.
 
@@ -691,6 +732,7 @@ class JobStore:
         ]
 
     # The last method: inside the class body below it, ``list`` would name this method.
+    @_edge
     async def list(
         self,
         *,

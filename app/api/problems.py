@@ -20,7 +20,7 @@ errors, Starlette's 404/405, anything unexpected) are mapped in ``install``::
     ├── ContentTooLarge               413 content-too-large
     ├── NotReady                      503 llm-config or not-ready, names what to configure
     └── (app.store) QueueFull         503 queue-full, Retry-After
-    (redis) ConnectionError, TimeoutError  503 not-ready, Retry-After: the store is down
+    StoreUnavailable                    503 not-ready, Retry-After: the store is down
     anything else                     500 internal-error, logged, no details in the answer
 """
 
@@ -34,13 +34,12 @@ from typing import Any, Final
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import TimeoutError as RedisTimeoutError
 from starlette.exceptions import HTTPException
 from starlette.responses import JSONResponse, Response
 
 from app.core import codes
 from app.errors import InvalidInput, RepromptError, SignatureError
+from app.store import StoreUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -269,8 +268,7 @@ def install(app: FastAPI) -> None:
     app.add_exception_handler(RepromptError, reprompt_error)
     app.add_exception_handler(RequestValidationError, validation_error)
     app.add_exception_handler(HTTPException, http_error)
-    app.add_exception_handler(RedisConnectionError, store_unreachable)
-    app.add_exception_handler(RedisTimeoutError, store_unreachable)
+    app.add_exception_handler(StoreUnavailable, store_unreachable)
     app.add_exception_handler(Exception, unexpected)
 
 

@@ -12,7 +12,6 @@ import logging
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, Response
-from redis.exceptions import RedisError
 
 from app import metrics
 from app.api.problems import NOT_READY, problem
@@ -20,6 +19,7 @@ from app.api.resources import Res, get_tenant
 from app.api.schemas import Health, Models, Ready, problems
 from app.core import codes
 from app.providers.circuit import Circuits
+from app.store import StoreUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -90,7 +90,7 @@ async def list_models(res: Res) -> JSONResponse:
 async def get_metrics(res: Res) -> Response:
     try:
         queue: tuple[int, float] | None = await res.store.queue_stats()
-    except (RedisError, OSError) as exc:
+    except StoreUnavailable as exc:
         log.warning("metrics: queue stats unavailable: %r", exc)
         queue = None
     circuits = res.router.snapshot() if res.router is not None else None

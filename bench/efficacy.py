@@ -1,0 +1,550 @@
+"""Correction efficacy against peers, on the flaky-model simulator (issue 5, item 2).
+
+    .venv/bin/python bench/efficacy.py            # 240 tasks, writes docs/benchmarks/efficacy.md
+    .venv/bin/python bench/efficacy.py --quick    # 30 tasks, < 60 s, writes to /tmp
+
+The same seeded task set (bench/tasks.py) is run, with the same simulator configuration and
+a limit of 3 LLM calls per job, by:
+
+- ``single-shot``: one call (schema in the system prompt), json.loads + jsonschema + the
+  semantic validators; no repair, no retry;
+- ``instructor JSON`` / ``instructor TOOLS``: instructor from PyPI, ``max_retries=2`` (3
+  calls), its default reask, a pydantic model equivalent to the schema whose
+  ``model_validator`` runs the same semantic validators;
+- ``reprompt``: ``run_job`` through the real router over HTTP, ``structuredOutput:
+  "prompt"``, ``maxTurns 1 + returnRetries 2``, the validators as ``JobSpec.validators``;
+- ``reprompt strict``: the same with ``strict: true`` (no repair tier), to show how much of
+  the result comes from repairs rather than from feedback.
+
+Every system gets a fresh simulator process-thread with the same SimConfig.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib.metadata as md
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import httpx  # noqa: E402
+import jsonschema  # noqa: E402
+
+from bench.tasks import MODELS, MODES, TASK_SEED, Task, is_correct, semantic_diagnosis, sim_tasks  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = ROOT / "docs" / "benchmarks"
+
+SIM_SEED = 7
+FIX = 0.8
+BLIND = 0.1
+VERBOSE_TOKENS = 600  # truncation mode: a 600-token preamble against a 512-token limit
+MAX_TOKENS = 512
+ATTEMPTS = 3
+TEMPERATURE = 0.0
+SYSTEMS = ("single-shot", "instructor JSON", "instructor TOOLS", "reprompt", "reprompt strict")
+
+
+@dataclass
+class Run:
+    system: str
+    task: Task
+    calls: list[tuple[int, int]] = field(default_factory=list)  # (prompt, completion) tokens
+    accepted: bool = False  # the system returned a value it considers valid
+    value: Any = None
+    error: str | None = None
+    seconds: float = 0.0
+
+    @property
+    def correct(self) -> bool:
+        return self.accepted and is_correct(self.task, self.value)
+
+    @property
+    def tokens(self) -> int:
+        return sum(p + c for p, c in self.calls)
+
+    @property
+    def wasted(self) -> int:
+        if self.correct:
+            return sum(p + c for p, c in self.calls[:-1])
+        return self.tokens
+
+
+def sim_config() -> Any:
+    from app.sim.server import SimConfig
+
+    return SimConfig(
+        seed=SIM_SEED,
+        failure_rates={},  # each task's directive sets its own {"mode": 1.0}
+        fix_probability=FIX,
+        blind_fix_probability=BLIND,
+        verbose_tokens=VERBOSE_TOKENS,
+    )
+
+
+def system_prompt(task: Task) -> str:
+    return (
+        "Answer with a single JSON object that matches this JSON Schema, and nothing else.\n"
+        + json.dumps(task.schema)
+    )
+
+
+# ---------------------------------------------------------------- single-shot
+
+
+def run_single_shot(url: str, tasks: list[Task]) -> list[Run]:
+    runs = []
+    with httpx.Client(base_url=f"{url}/v1", timeout=60, trust_env=False) as client:
+        for task in tasks:
+            run = Run("single-shot", task)
+            t0 = time.perf_counter()
+            body = {
+                "model": "sim",
+                "temperature": TEMPERATURE,
+                "max_tokens": MAX_TOKENS,
+                "messages": [
+                    {"role": "system", "content": system_prompt(task)},
+                    {"role": "user", "content": task.user_message()},
+                ],
+            }
+            data = client.post("/chat/completions", json=body).json()
+            usage = data.get("usage") or {}
+            run.calls.append((usage.get("prompt_tokens", 0), usage.get("completion_tokens", 0)))
+            text = data["choices"][0]["message"].get("content") or ""
+            try:
+                value = json.loads(text)
+                jsonschema.validate(value, task.schema)
+                diagnosis = semantic_diagnosis(task, value)
+                if diagnosis:
+                    raise ValueError(diagnosis)
+                run.accepted, run.value = True, value
+            except Exception as exc:  # noqa: BLE001 - any failure is a failed job
+                run.error = type(exc).__name__
+            run.seconds = time.perf_counter() - t0
+            runs.append(run)
+    return runs
+
+
+# ---------------------------------------------------------------- instructor
+
+
+def run_instructor(url: str, tasks: list[Task], mode_name: str) -> list[Run]:
+    import instructor
+    import openai
+
+    mode = getattr(instructor.Mode, mode_name)
+    runs = []
+    raw = openai.OpenAI(base_url=f"{url}/v1", api_key="x", max_retries=0, timeout=60)
+    client = instructor.from_openai(raw, mode=mode)
+    current: list[tuple[int, int]] = []
+
+    def on_response(completion: Any) -> None:
+        usage = completion.usage
+        current.append((usage.prompt_tokens, usage.completion_tokens) if usage else (0, 0))
+
+    client.on("completion:response", on_response)
+    for task in tasks:
+        current.clear()
+        run = Run(f"instructor {mode_name}", task)
+        t0 = time.perf_counter()
+        try:
+            result = client.chat.completions.create(
+                model="sim",
+                response_model=MODELS[task.family],
+                messages=[{"role": "user", "content": task.user_message()}],
+                max_retries=ATTEMPTS - 1,
+                max_tokens=MAX_TOKENS,
+                temperature=TEMPERATURE,
+                context={"task": task},
+            )
+            run.accepted, run.value = True, result.model_dump()
+        except Exception as exc:  # noqa: BLE001
+            run.error = type(exc).__name__
+        run.calls = list(current)
+        run.seconds = time.perf_counter() - t0
+        runs.append(run)
+    return runs
+
+
+# ---------------------------------------------------------------- reprompt
+
+
+def job_for(task: Task, *, strict: bool, structured: str = "prompt") -> dict[str, Any]:
+    return {
+        "task": task.task,
+        "input": task.input,
+        "schema": task.schema,
+        "validators": task.validators,
+        "budget": {"maxTurns": 1, "returnRetries": ATTEMPTS - 1},
+        "structuredOutput": structured,
+        "maxOutputTokens": MAX_TOKENS,
+        "temperature": TEMPERATURE,
+        "strict": strict,
+    }
+
+
+async def _run_reprompt(url: str, tasks: list[Task], strict: bool) -> list[Run]:
+    from app.core.loop import Runtime, run_job
+    from app.core.spec import JobSpec
+    from app.providers.config import ModelConfig, ProviderConfig, ProvidersConfig
+    from app.providers.embedded import open_router
+    from app.providers.http import make_client
+
+    config = ProvidersConfig(
+        providers={"sim": ProviderConfig(kind="openai", base_url=f"{url}/v1", api_key_env=None)},
+        models={"sim": ModelConfig(provider="sim", structured="prompt")},
+    )
+    runs = []
+    with tempfile.TemporaryDirectory() as tmp:
+        async with (
+            make_client() as http,
+            open_router(http, data_dir=Path(tmp), config=config) as router,
+        ):
+            for task in tasks:
+                run = Run("reprompt strict" if strict else "reprompt", task)
+                t0 = time.perf_counter()
+                spec = JobSpec.model_validate(job_for(task, strict=strict))
+                result = await run_job(spec, Runtime(client=router))
+                run.calls = [(t.input_tokens, t.output_tokens) for t in result.turns]
+                env = result.envelope
+                if env.status == "success":
+                    run.accepted, run.value = True, env.data
+                else:
+                    run.error = env.error
+                run.seconds = time.perf_counter() - t0
+                runs.append(run)
+    return runs
+
+
+def run_reprompt(url: str, tasks: list[Task], strict: bool) -> list[Run]:
+    return asyncio.run(_run_reprompt(url, tasks, strict))
+
+
+# ---------------------------------------------------------------- reporting
+
+
+def machine() -> dict[str, str]:
+    cpu = "unknown"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    versions = {}
+    for pkg in ("reprompt", "instructor", "openai", "pydantic", "httpx", "jsonschema",
+                "llama_cpp_python", "matplotlib"):
+        try:
+            versions[pkg] = md.version(pkg)
+        except md.PackageNotFoundError:
+            versions[pkg] = "not installed"
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
+                                capture_output=True, text=True, check=False).stdout.strip()
+    except OSError:
+        commit = "?"
+    return {
+        "nproc": str(os.cpu_count()),
+        "cpu": cpu,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "commit": commit,
+        "versions": ", ".join(f"{k} {v}" for k, v in versions.items()),
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+    }
+
+
+def summarize(runs: list[Run]) -> dict[str, Any]:
+    n = len(runs)
+    ok = [r for r in runs if r.correct]
+    return {
+        "n": n,
+        "success": len(ok) / n if n else 0.0,
+        "accepted_wrong": sum(1 for r in runs if r.accepted and not r.correct),
+        "calls": statistics.mean(len(r.calls) for r in runs) if n else 0.0,
+        "prompt_ok": statistics.mean(sum(p for p, _ in r.calls) for r in ok) if ok else 0.0,
+        "completion_ok": statistics.mean(sum(c for _, c in r.calls) for r in ok) if ok else 0.0,
+        "wasted": sum(r.wasted for r in runs),
+        "wasted_per_job": sum(r.wasted for r in runs) / n if n else 0.0,
+        "total_tokens": sum(r.tokens for r in runs),
+    }
+
+
+def growth(runs: list[Run]) -> tuple[list[float], int]:
+    """Mean prompt tokens of call 1, 2, 3 over the jobs that made three calls."""
+    three = [r for r in runs if len(r.calls) >= 3]
+    if not three:
+        return [], 0
+    return [statistics.mean(r.calls[i][0] for r in three) for i in range(3)], len(three)
+
+
+def pct(x: float) -> str:
+    return f"{100 * x:.1f}%"
+
+
+def render(results: dict[str, list[Run]], args: argparse.Namespace, info: dict[str, str],
+           elapsed: float, plots: list[str]) -> str:
+    systems = list(results)
+    n_tasks = len(next(iter(results.values())))
+    lines = [
+        "# Correction efficacy: reprompt vs instructor vs single-shot (simulator)",
+        "",
+        f"Generated by `{args.command}` in {elapsed:.0f} s"
+        + (" (**--quick**: a small subset, not the reference numbers)" if args.quick else "")
+        + ".",
+        "",
+        "## Setup",
+        "",
+        f"- **Tasks**: {n_tasks} from `bench/tasks.py` (`sim_tasks(per_cell={args.per_cell})`, task "
+        f"seed {TASK_SEED}): {len(MODES)} first-answer modes x 3 families (invoice, contact, "
+        f"stats) x {args.per_cell}. Each task's `[[sim ...]]` directive fixes the expected "
+        "answer (`expect`) and the defect of the first answer (`fail: {mode: 1.0}`; `ok` = "
+        "none). Success = the system returned a value **and** it equals the expected answer.",
+        f"- **Simulator**: in-process `serve_in_background(SimConfig(seed={SIM_SEED}, "
+        f"failure_rates={{}}, fix_probability={FIX}, blind_fix_probability={BLIND}, "
+        f"verbose_tokens={VERBOSE_TOKENS}))`, a fresh server for each system. A re-ask is "
+        f"fixed with p={FIX} if the feedback names the defect (field name/path, or a "
+        f"syntax word), else p={BLIND}; otherwise the same kind of defect comes back.",
+        f"- **Same for all**: the same tasks, the same schema and semantic validators "
+        f"(reprompt's own `app.core.validators`, run inside instructor's pydantic "
+        f"`model_validator` and after the single-shot's `jsonschema`), at most {ATTEMPTS} LLM "
+        f"calls per job, `temperature={TEMPERATURE}`, `max_tokens={MAX_TOKENS}` on the first "
+        "call, no transport faults.",
+        "",
+        "| system | configuration |",
+        "|---|---|",
+        "| single-shot | one `POST /v1/chat/completions` (system: schema; user: task + input), "
+        "`json.loads` + `jsonschema.validate` + validators; no repair, no retry |",
+        f"| instructor JSON | `instructor.from_openai(OpenAI(base_url=sim, max_retries=0), "
+        f"mode=Mode.JSON)`, `create(response_model=<pydantic model>, max_retries={ATTEMPTS - 1}, "
+        f"context={{task}})`; default reask (full history: previous answer + the "
+        "ValidationError text) |",
+        "| instructor TOOLS | the same with `mode=Mode.TOOLS` (forced function call) |",
+        f"| reprompt | `run_job(JobSpec, Runtime(client=router))` over HTTP to the sim; "
+        f"`structuredOutput: \"prompt\"`, `budget: {{maxTurns: 1, returnRetries: {ATTEMPTS - 1}}}`, "
+        "validators in `JobSpec.validators`, collapsed feedback, repairs on (defaults); a "
+        "`length` finish is re-sent with twice the output limit |",
+        "| reprompt strict | the same with `strict: true` (no repair tier) |",
+        "",
+        "Tokens are the simulator's `usage` (ceil(chars/4)); instructor's are read through its "
+        "`completion:response` hook, reprompt's from its turn records.",
+        "",
+        "## Results, all tasks",
+        "",
+        "| system | success | accepted but wrong | LLM calls / job | prompt tok / successful job "
+        "| completion tok / successful job | wasted tok / job | total tokens |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for system in systems:
+        s = summarize(results[system])
+        lines.append(
+            f"| {system} | {pct(s['success'])} | {s['accepted_wrong']} | {s['calls']:.2f} | "
+            f"{s['prompt_ok']:.0f} | {s['completion_ok']:.0f} | {s['wasted_per_job']:.0f} | "
+            f"{s['total_tokens']} |"
+        )
+    lines += [
+        "",
+        "*Wasted tokens*: prompt + completion tokens of every call that did not produce the "
+        "final correct answer (all of a failed job's tokens).",
+        "",
+        "## Success rate by failure mode",
+        "",
+        "| mode | " + " | ".join(systems) + " |",
+        "|---|" + "---|" * len(systems),
+    ]
+    for mode in MODES:
+        cells = []
+        for system in systems:
+            rs = [r for r in results[system] if r.task.mode == mode]
+            cells.append(pct(summarize(rs)["success"]))
+        lines.append(f"| {mode} | " + " | ".join(cells) + " |")
+    lines += [
+        "",
+        "## LLM calls per job by failure mode",
+        "",
+        "| mode | " + " | ".join(systems) + " |",
+        "|---|" + "---|" * len(systems),
+    ]
+    for mode in MODES:
+        cells = []
+        for system in systems:
+            rs = [r for r in results[system] if r.task.mode == mode]
+            cells.append(f"{summarize(rs)['calls']:.2f}")
+        lines.append(f"| {mode} | " + " | ".join(cells) + " |")
+    lines += [
+        "",
+        "## Wasted tokens per job by failure mode",
+        "",
+        "| mode | " + " | ".join(systems) + " |",
+        "|---|" + "---|" * len(systems),
+    ]
+    for mode in MODES:
+        cells = []
+        for system in systems:
+            rs = [r for r in results[system] if r.task.mode == mode]
+            cells.append(f"{summarize(rs)['wasted_per_job']:.0f}")
+        lines.append(f"| {mode} | " + " | ".join(cells) + " |")
+    lines += [
+        "",
+        "## Context growth: prompt tokens per call",
+        "",
+        "Mean prompt tokens of call 1 (first ask), call 2 (retry 1) and call 3 (retry 2), over "
+        "the jobs of each system that used all three calls.",
+        "",
+        "| system | jobs with 3 calls | call 1 | call 2 (retry 1) | call 3 (retry 2) | "
+        "retry 2 / retry 1 | retry 1 / call 1 |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for system in systems:
+        g, k = growth(results[system])
+        if g:
+            lines.append(
+                f"| {system} | {k} | {g[0]:.0f} | {g[1]:.0f} | {g[2]:.0f} | "
+                f"{g[2] / g[1]:.2f}x | {g[1] / g[0]:.2f}x |"
+            )
+        else:
+            lines.append(f"| {system} | 0 | - | - | - | - | - |")
+    lines += ["", "## Plots", ""]
+    lines += [f"![{p}]({p})" for p in plots]
+    lines += [
+        "",
+        "## Machine",
+        "",
+        f"- {info['nproc']} cores, CPU `{info['cpu']}`, {info['platform']}",
+        f"- Python {info['python']}; {info['versions']}",
+        f"- commit {info['commit']} (plus the uncommitted bench files), run at {info['date']}",
+        f"- seeds: task set {TASK_SEED}, simulator {SIM_SEED}",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def plot(results: dict[str, list[Run]], out_dir: Path, prefix: str) -> list[str]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    systems = list(results)
+    names = []
+    fig, ax = plt.subplots(figsize=(11, 4.5))
+    width = 0.8 / len(systems)
+    for i, system in enumerate(systems):
+        ys = []
+        for mode in MODES:
+            rs = [r for r in results[system] if r.task.mode == mode]
+            ys.append(100 * summarize(rs)["success"])
+        ax.bar([m + i * width for m in range(len(MODES))], ys, width, label=system)
+    ax.set_xticks([m + 0.4 - width / 2 for m in range(len(MODES))])
+    ax.set_xticklabels(MODES, rotation=30, ha="right")
+    ax.set_ylabel("success (%)")
+    ax.set_title("Correct answer within 3 calls, by first-answer defect (simulator)")
+    ax.legend(fontsize=8, ncol=len(systems))
+    fig.tight_layout()
+    name = f"{prefix}-success.png"
+    fig.savefig(out_dir / name, dpi=100)
+    plt.close(fig)
+    names.append(name)
+
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 4))
+    summ = [summarize(results[s]) for s in systems]
+    xs = range(len(systems))
+    a1.bar(xs, [s["wasted_per_job"] for s in summ], color="tab:red", label="wasted / job")
+    a1.bar(xs, [s["total_tokens"] / s["n"] - s["wasted_per_job"] for s in summ],
+           bottom=[s["wasted_per_job"] for s in summ], color="tab:green", label="useful / job")
+    a1.set_xticks(list(xs))
+    a1.set_xticklabels(systems, rotation=20, ha="right", fontsize=8)
+    a1.set_ylabel("tokens per job")
+    a1.set_title("Tokens per job: wasted vs useful")
+    a1.legend(fontsize=8)
+    for system in systems:
+        g, _ = growth(results[system])
+        if g:
+            a2.plot([1, 2, 3], g, marker="o", label=system)
+    a2.set_xticks([1, 2, 3])
+    a2.set_xticklabels(["call 1", "retry 1", "retry 2"])
+    a2.set_ylabel("prompt tokens")
+    a2.set_title("Context growth (jobs with 3 calls)")
+    a2.legend(fontsize=8)
+    fig.tight_layout()
+    name = f"{prefix}-tokens.png"
+    fig.savefig(out_dir / name, dpi=100)
+    plt.close(fig)
+    names.append(name)
+    return names
+
+
+def main(argv: list[str] | None = None) -> int:
+    from app.sim.server import serve_in_background
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="1 task per cell (30), < 60 s")
+    parser.add_argument("--per-cell", type=int, default=None, help="tasks per (mode, family)")
+    parser.add_argument("--out", type=Path, default=None, help="markdown file to write")
+    parser.add_argument("--systems", default=",".join(SYSTEMS))
+    args = parser.parse_args(argv)
+    args.per_cell = args.per_cell or (1 if args.quick else 10)
+    args.command = "python bench/efficacy.py" + " ".join(
+        [""] + (argv if argv is not None else sys.argv[1:])
+    )
+    out = args.out or (
+        Path(tempfile.gettempdir()) / "reprompt-bench" / "efficacy.md" if args.quick
+        else DOCS / "efficacy.md"
+    )
+    out.parent.mkdir(parents=True, exist_ok=True)
+
+    import logging
+
+    logging.getLogger("uvicorn").setLevel(logging.WARNING)
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+    logging.getLogger("instructor").setLevel(logging.CRITICAL)
+
+    tasks = sim_tasks(args.per_cell)
+    results: dict[str, list[Run]] = {}
+    start = time.perf_counter()
+    for system in args.systems.split(","):
+        t0 = time.perf_counter()
+        with serve_in_background(sim_config()) as url:
+            if system == "single-shot":
+                results[system] = run_single_shot(url, tasks)
+            elif system.startswith("instructor"):
+                results[system] = run_instructor(url, tasks, system.split()[1])
+            elif system == "reprompt":
+                results[system] = run_reprompt(url, tasks, strict=False)
+            elif system == "reprompt strict":
+                results[system] = run_reprompt(url, tasks, strict=True)
+            else:
+                raise SystemExit(f"unknown system {system!r}")
+        s = summarize(results[system])
+        print(f"{system:18} success {pct(s['success']):>6}  calls/job {s['calls']:.2f}  "
+              f"wasted/job {s['wasted_per_job']:.0f}  ({time.perf_counter() - t0:.1f} s)",
+              flush=True)
+    elapsed = time.perf_counter() - start
+    plots = plot(results, out.parent, "efficacy-quick" if args.quick else "efficacy")
+    out.write_text(render(results, args, machine(), elapsed, plots))
+    raw = Path(tempfile.gettempdir()) / "reprompt-bench" / f"{out.stem}-runs.json"
+    raw.parent.mkdir(parents=True, exist_ok=True)
+    raw.write_text(json.dumps(
+        {s: [{"task": r.task.id, "mode": r.task.mode, "calls": r.calls, "accepted": r.accepted,
+              "correct": r.correct, "error": r.error} for r in rs] for s, rs in results.items()},
+        indent=0,
+    ))
+    print(f"wrote {out} and {raw}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

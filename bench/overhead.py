@@ -1,0 +1,464 @@
+"""Overhead and throughput: the simulator called directly vs through reprompt.
+
+    .venv/bin/python bench/overhead.py            # full run (a few minutes)
+    .venv/bin/python bench/overhead.py --quick    # smoke check (< 60 s)
+
+The same simulator process (``python -m app.sim``, a perfect model: every answer is
+valid, so every job is one turn) at zero latency and at 300 ms ± 50, called
+
+- **direct**: ``POST /v1/chat/completions`` with exactly the messages reprompt sends
+  (captured from a first job's transcript), and the answer parsed as JSON;
+- **generate**: ``POST /v1/generate?waitMs=60000`` through reprompt;
+- **jobs**: ``POST /v1/jobs`` then ``GET /v1/jobs/{id}?waitMs=60000``;
+
+at several closed-loop concurrency levels, on two deployments: ``serve`` (one
+``reprompt serve`` process: API + in-process worker + the embedded redis-server it
+starts) and ``split`` (one redis-server, one ``reprompt api``, two ``reprompt worker``).
+CPU per job is utime+stime from /proc of the reprompt processes (and redis-server).
+With ``--profile`` (on in the full run) py-spy samples the ``serve`` process during a
+32-concurrency zero-latency ``/v1/generate`` run. Writes docs/benchmarks/overhead.md
+and docs/benchmarks/overhead.png.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import collections
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from common import (  # noqa: E402
+    DOCS,
+    Proc,
+    Stack,
+    client,
+    job_body,
+    machine,
+    machine_md,
+    percentile,
+    raise_fd_limit,
+    run_closed_loop,
+    total_cpu,
+)
+
+SEED = 1
+WAIT_MS = 60_000
+
+
+def plan(quick: bool) -> dict[str, Any]:
+    if quick:
+        return {
+            "latencies": [(0, 0), (300, 50)],
+            "concurrency": [1, 16],
+            "n": lambda c, lat: 40 if lat == 0 else max(6, 3 * c),
+            "deployments": ["serve", "split"],
+        }
+    return {
+        "latencies": [(0, 0), (300, 50)],
+        "concurrency": [1, 8, 32, 64],
+        "n": lambda c, lat: 300 if lat == 0 else max(30, min(400, 10 * c)),
+        "deployments": ["serve", "split"],
+    }
+
+
+# ---------------------------------------------------------------- load paths
+
+
+def direct_call(http: httpx.AsyncClient, sim_url: str, messages: list[dict[str, str]]) -> Any:
+    body = {"model": "sim-model", "messages": messages, "max_completion_tokens": 1024}
+
+    async def call(i: int) -> bool:
+        r = await http.post(f"{sim_url}/v1/chat/completions", json=body)
+        if r.status_code != 200:
+            return False
+        json.loads(r.json()["choices"][0]["message"]["content"])
+        return True
+
+    return call
+
+
+def generate_call(http: httpx.AsyncClient, url: str) -> Any:
+    async def call(i: int) -> bool:
+        r = await http.post(f"{url}/v1/generate", params={"waitMs": WAIT_MS}, json=job_body(i))
+        return r.status_code == 200 and r.json()["status"] == "succeeded"
+
+    return call
+
+
+def jobs_call(http: httpx.AsyncClient, url: str) -> Any:
+    async def call(i: int) -> bool:
+        r = await http.post(f"{url}/v1/jobs", json=job_body(i))
+        if r.status_code != 202:
+            return False
+        job_id = r.json()["id"]
+        while True:
+            r = await http.get(f"{url}/v1/jobs/{job_id}", params={"waitMs": WAIT_MS})
+            status = r.json()["status"]
+            if status not in ("queued", "in_progress"):
+                return status == "succeeded"
+
+    return call
+
+
+async def measure(
+    path: str, target: str, messages: list[dict[str, str]], n: int, c: int, pids: list[int],
+    sim_pid: int,
+) -> dict[str, Any]:
+    async with client(c) as http:
+        if path == "direct":
+            fn = direct_call(http, target, messages)
+        elif path == "generate":
+            fn = generate_call(http, target)
+        else:
+            fn = jobs_call(http, target)
+        await run_closed_loop(fn, max(c, 4), c)  # warm-up: connections, caches
+        cpu0, sim0, gen0 = total_cpu(pids), total_cpu([sim_pid]), time.process_time()
+        wall, lat, fails = await run_closed_loop(fn, n, c)
+        cpu1, sim1, gen1 = total_cpu(pids), total_cpu([sim_pid]), time.process_time()
+    return {
+        "n": n,
+        "fails": fails,
+        "wall_s": wall,
+        "rps": n / wall,
+        "p50_ms": percentile(lat, 0.5) * 1000,
+        "p99_ms": percentile(lat, 0.99) * 1000,
+        "cpu_ms_job": (cpu1 - cpu0) / n * 1000 if pids else None,
+        "sim_cpu_ms_job": (sim1 - sim0) / n * 1000,
+        "gen_cpu_ms_job": (gen1 - gen0) / n * 1000,
+    }
+
+
+def capture_messages(url: str) -> list[dict[str, str]]:
+    r = httpx.post(f"{url}/v1/generate", params={"waitMs": WAIT_MS}, json=job_body(0), timeout=60)
+    r.raise_for_status()
+    return [{"role": m["role"], "content": m["content"]} for m in r.json()["transcript"]][:2]
+
+
+def deploy(stack: Stack, kind: str, sim_url: str) -> tuple[str, list[Proc], list[int]]:
+    """Start a deployment; returns (API url, processes, pids whose CPU counts)."""
+    if kind == "serve":
+        srv = stack.service("serve", stack.env(sim_url, None, REPROMPT_WORKER_CONCURRENCY=64))
+        return srv.url, [srv], srv.pids()
+    redis_url, redis_pid = stack.redis()
+    env = stack.env(sim_url, redis_url, REPROMPT_WORKER_CONCURRENCY=32)
+    api = stack.service("api", env)
+    workers = [stack.service("worker", env, name=f"worker{i}") for i in (1, 2)]
+    procs = [api, *workers]
+    return api.url, procs, [redis_pid, *(p.pid for p in procs)]
+
+
+# ---------------------------------------------------------------- profile
+
+
+def profile_serve(
+    pid: int, url: str, messages: list[dict[str, str]], sim_pid: int, n: int, out: Path
+) -> dict[str, Any] | None:
+    pyspy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+    if not Path(pyspy).exists():
+        return None
+    raw = out.with_suffix(".folded")
+    proc = subprocess.Popen(
+        [pyspy, "record", "--pid", str(pid), "--rate", "250", "--format", "raw",
+         "--nonblocking", "-o", str(raw)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    )
+    time.sleep(1.5)
+    if proc.poll() is not None:
+        print("py-spy failed:", proc.stderr.read().decode()[-500:] if proc.stderr else "")
+        return None
+    result = asyncio.run(measure("generate", url, messages, n, 32, [pid], sim_pid))
+    proc.send_signal(signal.SIGINT)
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+    if not raw.exists():
+        return None
+    return {"run": result, "summary": summarize_profile(raw)}
+
+
+BUCKETS = [
+    ("redis-py client (redis/)", "/redis/"),
+    ("httpx/httpcore (provider calls)", "/httpx/"),
+    ("httpx/httpcore (provider calls)", "/httpcore/"),
+    ("h11 / httptools (HTTP parsing)", "/h11/"),
+    ("h11 / httptools (HTTP parsing)", "/httptools/"),
+    ("uvicorn (server)", "/uvicorn/"),
+    ("starlette / fastapi (routing, responses)", "/starlette/"),
+    ("starlette / fastapi (routing, responses)", "/fastapi/"),
+    ("pydantic (validation, serialization)", "/pydantic"),
+    ("jsonschema / referencing", "/jsonschema"),
+    ("jsonschema / referencing", "/referencing/"),
+    ("prometheus_client", "/prometheus_client/"),
+    ("anyio", "/anyio/"),
+    ("json (stdlib)", "/json/"),
+    ("logging (stdlib)", "/logging/"),
+    ("asyncio (event loop, streams)", "/asyncio/"),
+    ("ssl / socket / selectors (stdlib)", "/selectors.py"),
+    ("ssl / socket / selectors (stdlib)", "/socket.py"),
+    ("reprompt app/core (turn loop, parse, validate)", "app/core/"),
+    ("reprompt app/providers", "app/providers/"),
+    ("reprompt app/store.py", "app/store.py"),
+    ("reprompt app/api", "app/api/"),
+    ("reprompt app/worker.py", "app/worker.py"),
+    ("reprompt app (other)", "app/"),
+]
+
+
+def bucket_of(frame: str) -> str:
+    for name, needle in BUCKETS:
+        if needle in frame:
+            return name
+    return "other (stdlib, C, idle)"
+
+
+def summarize_profile(raw: Path) -> dict[str, Any]:
+    self_fn: collections.Counter[str] = collections.Counter()
+    self_bucket: collections.Counter[str] = collections.Counter()
+    incl_app: collections.Counter[str] = collections.Counter()
+    total = 0
+    for line in raw.read_text().splitlines():
+        stack, _, count_s = line.rpartition(" ")
+        if not stack:
+            continue
+        count = int(count_s)
+        frames = [f for f in stack.split(";") if not f.startswith("process ")
+                  and not f.startswith("thread ")]
+        if not frames:
+            continue
+        total += count
+        leaf = frames[-1]
+        self_fn[_fn(leaf)] += count
+        self_bucket[bucket_of(leaf)] += count
+        seen = set()
+        for f in frames:
+            if "app/" in f and "/site-packages/" not in f:
+                key = _fn(f)
+                if key not in seen:
+                    seen.add(key)
+                    incl_app[key] += count
+    return {
+        "samples": total,
+        "buckets": [(k, v / total) for k, v in self_bucket.most_common()],
+        "self": [(k, v / total) for k, v in self_fn.most_common(15)],
+        "inclusive_app": [(k, v / total) for k, v in incl_app.most_common(15)],
+    }
+
+
+def _fn(frame: str) -> str:
+    # "function (path/to/file.py:123)" -> "function (file path without line)"
+    name, _, where = frame.partition(" (")
+    where = where.rstrip(")").rsplit(":", 1)[0]
+    for marker in ("/site-packages/", "/work/main/", "/lib/python3"):
+        if marker in where:
+            where = where.split(marker, 1)[1]
+            break
+    return f"{name} ({where})"
+
+
+# ---------------------------------------------------------------- report
+
+
+def write_report(rows: list[dict[str, Any]], prof: dict[str, Any] | None, info: dict[str, str],
+                 quick: bool, argv: list[str], elapsed: float) -> None:
+    DOCS.mkdir(parents=True, exist_ok=True)
+    direct = {(r["latency"], r["c"]): r for r in rows if r["path"] == "direct"}
+    for r in rows:
+        d = direct[(r["latency"], r["c"])]
+        r["added_p50_ms"] = r["p50_ms"] - d["p50_ms"]
+        r["rps_ratio"] = r["rps"] / d["rps"]
+        r["p50_ratio"] = r["p50_ms"] / d["p50_ms"]
+    plot(rows)
+    cmd = "python bench/overhead.py" + (" --quick" if quick else "")
+    out = [
+        "# Overhead and throughput: direct call vs reprompt",
+        "",
+        f"Produced by `{cmd}` (took {elapsed:.0f} s). Every number below comes from that one"
+        " run on a shared, noisy 2-core machine: read ratios, not absolutes.",
+        "",
+        "## Setup",
+        "",
+        "- Simulator: `python -m app.sim --seed 1` in its own process, default config (a"
+        " perfect model, so every job is exactly one model call), at 0 ms and at 300 ms ± 50"
+        " (`--latency-ms 300 --jitter-ms 50`).",
+        "- Task: `" + json.dumps(job_body(0)) + "`",
+        "- **direct**: the load generator POSTs `/v1/chat/completions` to the simulator with"
+        " the exact two messages reprompt sends for that job (captured from a first job's"
+        " transcript) and parses the answer as JSON.",
+        "- **generate**: `POST /v1/generate?waitMs=60000`. **jobs**: `POST /v1/jobs` then"
+        " `GET /v1/jobs/{id}?waitMs=60000`.",
+        "- **serve**: one `reprompt serve` process (API + in-process worker,"
+        " `REPROMPT_WORKER_CONCURRENCY=64`) and the embedded redis-server it starts."
+        " **split**: one redis-server (`EmbeddedRedis`), one `reprompt api`, two"
+        " `reprompt worker` (`REPROMPT_WORKER_CONCURRENCY=32` each).",
+        "- Load generator: one Python process, `httpx.AsyncClient`, closed loop with *c*"
+        " concurrent callers; a warm-up of max(c, 4) calls before each cell is not counted."
+        " It shares the 2 cores with everything else, which caps all paths alike.",
+        "- `CPU/job` = utime+stime (from `/proc/<pid>/stat`) of the reprompt processes and"
+        " their redis-server over the cell, divided by the jobs. `sim CPU/job` is the"
+        " simulator's, `loadgen CPU/job` the load generator's.",
+        "- `added p50` = p50(reprompt) − p50(direct) at the same concurrency and latency;"
+        " `× jobs/s` = reprompt jobs/s ÷ direct jobs/s.",
+        "",
+    ]
+    for lat in sorted({r["latency"] for r in rows}):
+        out += [f"## Simulator latency {lat}", "",
+                "| deployment | path | c | n | fails | jobs/s | × jobs/s | p50 ms | p99 ms |"
+                " added p50 ms | × p50 | CPU ms/job | sim CPU ms/job | loadgen CPU ms/job |",
+                "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+        for r in [r for r in rows if r["latency"] == lat]:
+            cpu = "–" if r["cpu_ms_job"] is None else f"{r['cpu_ms_job']:.2f}"
+            out.append(
+                f"| {r['deployment']} | {r['path']} | {r['c']} | {r['n']} | {r['fails']} |"
+                f" {r['rps']:.1f} | {r['rps_ratio']:.2f} | {r['p50_ms']:.1f} | {r['p99_ms']:.1f} |"
+                f" {r['added_p50_ms']:+.1f} | {r['p50_ratio']:.2f} | {cpu} |"
+                f" {r['sim_cpu_ms_job']:.2f} | {r['gen_cpu_ms_job']:.2f} |"
+            )
+        out.append("")
+    out += ["![throughput and latency](overhead.png)", ""]
+    if prof:
+        s = prof["summary"]
+        run = prof["run"]
+        out += [
+            "## Where the time goes (py-spy)",
+            "",
+            f"`py-spy record --rate 250 --format raw --nonblocking --pid <serve>` during a"
+            f" {run['n']}-job `/v1/generate` run at c=32, zero latency ({run['rps']:.0f} jobs/s,"
+            f" {run['cpu_ms_job']:.2f} ms CPU/job for serve + redis while sampled)."
+            f" {s['samples']} on-CPU samples of the serve process (idle threads excluded);"
+            " the folded stacks are in `overhead-serve.folded` (feed them to any flamegraph"
+            " tool).",
+            "",
+            "Self time by package (the leaf frame of each sample):",
+            "",
+            "| package | share of samples |",
+            "|---|---:|",
+            *[f"| {k} | {v:.1%} |" for k, v in s["buckets"][:14]],
+            "",
+            "Top functions by self time:",
+            "",
+            "| function | self |",
+            "|---|---:|",
+            *[f"| `{k}` | {v:.1%} |" for k, v in s["self"]],
+            "",
+            "reprompt functions by inclusive time (the sample has the function anywhere on"
+            " its stack):",
+            "",
+            "| function | inclusive |",
+            "|---|---:|",
+            *[f"| `{k}` | {v:.1%} |" for k, v in s["inclusive_app"]],
+            "",
+        ]
+    out += ["## What this means", "", "<!-- ANALYSIS -->", "",
+            "## Machine", "", machine_md(info), "", f"Seeds: simulator `--seed {SEED}`.", ""]
+    path = DOCS / ("overhead-quick.md" if quick else "overhead.md")
+    analysis_file = DOCS / "overhead-analysis.md.in"
+    text = "\n".join(out)
+    if analysis_file.exists() and not quick:
+        text = text.replace("<!-- ANALYSIS -->", analysis_file.read_text().strip())
+    path.write_text(text)
+    (DOCS / ("overhead-quick.json" if quick else "overhead.json")).write_text(
+        json.dumps({"rows": rows, "profile": prof and prof["summary"]}, indent=1, default=str)
+    )
+    print(f"wrote {path}")
+
+
+def plot(rows: list[dict[str, Any]]) -> None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib not installed: no plot")
+        return
+    lats = sorted({r["latency"] for r in rows})
+    fig, axes = plt.subplots(len(lats), 2, figsize=(11, 4 * len(lats)), squeeze=False)
+    series = sorted({(r["deployment"], r["path"]) for r in rows})
+    for i, lat in enumerate(lats):
+        for dep, path in series:
+            pts = sorted((r["c"], r["rps"], r["p50_ms"]) for r in rows
+                         if r["latency"] == lat and r["deployment"] == dep and r["path"] == path)
+            if not pts:
+                continue
+            label = "direct" if path == "direct" else f"{dep} {path}"
+            style = "k--" if path == "direct" else "-o"
+            axes[i][0].plot([p[0] for p in pts], [p[1] for p in pts], style, label=label)
+            axes[i][1].plot([p[0] for p in pts], [p[2] for p in pts], style, label=label)
+        axes[i][0].set_title(f"throughput, sim latency {lat}")
+        axes[i][0].set_xlabel("concurrency")
+        axes[i][0].set_ylabel("jobs/s")
+        axes[i][1].set_title(f"p50 latency, sim latency {lat}")
+        axes[i][1].set_xlabel("concurrency")
+        axes[i][1].set_ylabel("ms")
+        for ax in axes[i]:
+            ax.set_xscale("log", base=2)
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(DOCS / "overhead.png", dpi=90)
+    plt.close(fig)
+
+
+# ---------------------------------------------------------------- main
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="a smoke run (< 60 s)")
+    parser.add_argument("--no-profile", action="store_true", help="skip the py-spy profile")
+    ns = parser.parse_args()
+    raise_fd_limit()
+    DOCS.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    p = plan(ns.quick)
+    info = machine()
+    rows: list[dict[str, Any]] = []
+    prof = None
+    for lat, jitter in p["latencies"]:
+        label = f"{lat} ms ± {jitter}" if jitter else f"{lat} ms"
+        with Stack() as stack:
+            sim = stack.sim(latency_ms=lat, jitter_ms=jitter, seed=SEED)
+            messages: list[dict[str, str]] = []
+            for dep in p["deployments"]:
+                with Stack() as dstack:
+                    url, procs, pids = deploy(dstack, dep, sim.url)
+                    if not messages:
+                        messages = capture_messages(url)
+                    if dep == p["deployments"][0]:
+                        for c in p["concurrency"]:
+                            r = asyncio.run(measure("direct", sim.url, messages,
+                                                    p["n"](c, lat), c, [], sim.pid))
+                            rows.append({"latency": label, "deployment": "–", "path": "direct",
+                                         "c": c, **r})
+                            print(rows[-1])
+                    for c in p["concurrency"]:
+                        for path in ("generate", "jobs"):
+                            r = asyncio.run(measure(path, url, messages, p["n"](c, lat), c,
+                                                    pids, sim.pid))
+                            rows.append({"latency": label, "deployment": dep, "path": path,
+                                         "c": c, **r})
+                            print({k: (round(v, 2) if isinstance(v, float) else v)
+                                   for k, v in rows[-1].items()})
+                    if dep == "serve" and lat == 0 and not ns.quick and not ns.no_profile:
+                        prof = profile_serve(procs[0].pid, url, messages, sim.pid, 1500,
+                                             DOCS / "overhead-serve.folded")
+    write_report(rows, prof, info, ns.quick, sys.argv, time.monotonic() - started)
+    return 0
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONHASHSEED", "0")
+    raise SystemExit(main())
