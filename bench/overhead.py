@@ -31,6 +31,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -54,6 +55,7 @@ from common import (  # noqa: E402
 )
 
 SEED = 1
+OUT = DOCS  # --quick writes to $TMPDIR/reprompt-bench instead
 WAIT_MS = 60_000
 
 
@@ -273,7 +275,6 @@ def _fn(frame: str) -> str:
 
 def write_report(rows: list[dict[str, Any]], prof: dict[str, Any] | None, info: dict[str, str],
                  quick: bool, argv: list[str], elapsed: float) -> None:
-    DOCS.mkdir(parents=True, exist_ok=True)
     direct = {(r["latency"], r["c"]): r for r in rows if r["path"] == "direct"}
     for r in rows:
         d = direct[(r["latency"], r["c"])]
@@ -363,13 +364,13 @@ def write_report(rows: list[dict[str, Any]], prof: dict[str, Any] | None, info: 
         ]
     out += ["## What this means", "", "<!-- ANALYSIS -->", "",
             "## Machine", "", machine_md(info), "", f"Seeds: simulator `--seed {SEED}`.", ""]
-    path = DOCS / ("overhead-quick.md" if quick else "overhead.md")
+    path = OUT / "overhead.md"
     analysis_file = DOCS / "overhead-analysis.md.in"
     text = "\n".join(out)
     if analysis_file.exists() and not quick:
         text = text.replace("<!-- ANALYSIS -->", analysis_file.read_text().strip())
     path.write_text(text)
-    (DOCS / ("overhead-quick.json" if quick else "overhead.json")).write_text(
+    (OUT / "overhead.json").write_text(
         json.dumps({"rows": rows, "profile": prof and prof["summary"]}, indent=1, default=str)
     )
     print(f"wrote {path}")
@@ -408,7 +409,7 @@ def plot(rows: list[dict[str, Any]]) -> None:
             ax.grid(alpha=0.3)
             ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(DOCS / "overhead.png", dpi=90)
+    fig.savefig(OUT / "overhead.png", dpi=90)
     plt.close(fig)
 
 
@@ -421,7 +422,9 @@ def main() -> int:
     parser.add_argument("--no-profile", action="store_true", help="skip the py-spy profile")
     ns = parser.parse_args()
     raise_fd_limit()
-    DOCS.mkdir(parents=True, exist_ok=True)
+    global OUT
+    OUT = Path(tempfile.gettempdir()) / "reprompt-bench" if ns.quick else DOCS
+    OUT.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     p = plan(ns.quick)
     info = machine()

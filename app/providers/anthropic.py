@@ -34,37 +34,6 @@ REFUSED: Final = "the model declined to answer (stop_reason: refusal)"
 _LENGTH_STOPS: Final = frozenset({"max_tokens", "model_context_window_exceeded"})
 
 
-class AnthropicAdapter(HttpAdapter):
-    """Speaks ``POST {base_url}/v1/messages`` with ``x-api-key`` and ``anthropic-version``."""
-
-    path = MESSAGES_PATH
-    noun = "message"
-
-    def fixed_headers(self, config: ProviderConfig) -> dict[str, str]:
-        return {"anthropic-version": config.anthropic_version, **config.headers}
-
-    def auth_headers(self, key: str) -> dict[str, str]:
-        return {"x-api-key": key}
-
-    def request_body(
-        self, request: LLMRequest, *, spec: ModelConfig, mechanism: Capability
-    ) -> tuple[dict[str, Any], bool]:
-        return request_body(request, spec=spec, mechanism=mechanism)
-
-    def parse_response(
-        self,
-        body: Mapping[str, Any],
-        *,
-        model: str,
-        provider: str,
-        mechanism: Capability,
-        wrapped: bool,
-    ) -> LLMResponse:
-        return parse_response(
-            body, model=model, provider=provider, mechanism=mechanism, wrapped=wrapped
-        )
-
-
 def request_body(
     request: LLMRequest, *, spec: ModelConfig, mechanism: Capability
 ) -> tuple[dict[str, Any], bool]:
@@ -198,3 +167,19 @@ def _usage(raw: Any) -> Usage | None:
         for k in ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
     )
     return Usage(input_tokens=input_tokens, output_tokens=int(raw.get("output_tokens") or 0))
+
+
+class AnthropicAdapter(HttpAdapter):
+    """Speaks ``POST {base_url}/v1/messages`` with ``x-api-key`` and ``anthropic-version``."""
+
+    path = MESSAGES_PATH
+    noun = "message"
+
+    def fixed_headers(self, config: ProviderConfig) -> dict[str, str]:
+        return {"anthropic-version": config.anthropic_version, **config.headers}
+
+    def auth_headers(self, key: str) -> dict[str, str]:
+        return {"x-api-key": key}
+
+    request_body = staticmethod(request_body)
+    parse_response = staticmethod(parse_response)

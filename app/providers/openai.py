@@ -35,34 +35,6 @@ SCHEMA_NAME: Final = "output"
 CONTENT_FILTERED: Final = "the provider's content filter stopped the answer"
 
 
-class OpenAIAdapter(HttpAdapter):
-    """Speaks ``POST {base_url}/chat/completions`` with a bearer key (when one is set)."""
-
-    path = CHAT_PATH
-    noun = "chat completion"
-
-    def auth_headers(self, key: str) -> dict[str, str]:
-        return {"authorization": f"Bearer {key}"}
-
-    def request_body(
-        self, request: LLMRequest, *, spec: ModelConfig, mechanism: Capability
-    ) -> tuple[dict[str, Any], bool]:
-        return request_body(request, spec=spec, mechanism=mechanism)
-
-    def parse_response(
-        self,
-        body: Mapping[str, Any],
-        *,
-        model: str,
-        provider: str,
-        mechanism: Capability,
-        wrapped: bool,
-    ) -> LLMResponse:
-        return parse_response(
-            body, model=model, provider=provider, mechanism=mechanism, wrapped=wrapped
-        )
-
-
 def request_body(
     request: LLMRequest, *, spec: ModelConfig, mechanism: Capability
 ) -> tuple[dict[str, Any], bool]:
@@ -213,3 +185,16 @@ def _usage(raw: Any) -> Usage | None:
         input_tokens=int(raw.get("prompt_tokens") or 0),
         output_tokens=int(raw.get("completion_tokens") or 0),
     )
+
+
+class OpenAIAdapter(HttpAdapter):
+    """Speaks ``POST {base_url}/chat/completions`` with a bearer key (when one is set)."""
+
+    path = CHAT_PATH
+    noun = "chat completion"
+
+    def auth_headers(self, key: str) -> dict[str, str]:
+        return {"authorization": f"Bearer {key}"}
+
+    request_body = staticmethod(request_body)
+    parse_response = staticmethod(parse_response)
