@@ -144,11 +144,10 @@ class _Run:
 
     async def run(self) -> JobResult:
         try:
-            contract = build_contract(self.spec, self.rt.validators)
-        except InvalidInput as exc:
+            self.contract: Contract = build_contract(self.spec, self.rt.validators)
+            conversation = self._conversation(self.spec.model)
+        except InvalidInput as exc:  # includes a model that cannot give structuredOutput
             return self._finish(Envelope.failure(codes.INVALID_INPUT, exc.detail), None)
-        self.contract: Contract = contract
-        conversation = self._conversation(self.spec.model)
         try:
             while self.budget.phase != "exhausted":
                 data = await self._turn(conversation)
@@ -163,6 +162,8 @@ class _Run:
             )
         except _End as end:
             return self._finish(self._failure(end), conversation)
+        except InvalidInput as exc:  # e.g. the escalation model cannot give structuredOutput
+            return self._finish(Envelope.failure(codes.INVALID_INPUT, exc.detail), conversation)
 
     async def _turn(self, conversation: Conversation) -> Any:
         if self.rt.cancelled is not None and self.rt.cancelled():

@@ -17,6 +17,7 @@ from app.core.model import (
     ToolCall,
     Usage,
 )
+from app.errors import InvalidInput
 
 
 @dataclass
@@ -96,6 +97,8 @@ class ScriptedClient:
         return step
 
     def structured_mode(self, model: str | None, requested: StructuredOutput) -> StructuredMode:
+        if requested == "native" and (self.mode == "prompt" or model == "prompt-only"):
+            raise InvalidInput(f"structuredOutput: {model} has no native mode", field="x")
         return "prompt" if requested == "prompt" else self.mode
 
     def estimate_cost(

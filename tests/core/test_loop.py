@@ -587,3 +587,22 @@ async def test_must_return_warning_mentions_remaining_corrections() -> None:
     client = ScriptedClient([answer({"x": 1})])
     await run(job(budget={"maxTurns": 1, "returnRetries": 2}), client)
     assert "you will have 2 correction attempt(s)" in client.requests[0].messages[-1].content
+
+
+async def test_a_model_without_native_structured_output_is_invalid_input_not_a_crash() -> None:
+    client = ScriptedClient([answer({"x": 1})], mode="prompt")
+    result = await run(job(structuredOutput="native"), client)
+    assert result.envelope.error == codes.INVALID_INPUT
+    assert client.requests == []
+
+
+async def test_an_escalation_model_without_native_mode_ends_with_invalid_input() -> None:
+    client = ScriptedClient([answer({"x": "a"}), answer({"x": 1})], mode="json_schema")
+    spec = job(
+        structuredOutput="native",
+        escalateModel="prompt-only",
+        budget={"maxTurns": 1, "returnRetries": 1},
+    )
+    result = await run(spec, client)
+    assert result.envelope.error == codes.INVALID_INPUT
+    assert len(client.requests) == 1
