@@ -44,7 +44,7 @@ from app.core.spec import JobSpec
 from app.core.trace import TraceEvent
 from app.errors import RepromptError
 from app.providers.embedded import open_router
-from app.providers.http import make_client
+from app.providers.http import DEFAULT_MAX_CONNECTIONS, make_client
 from app.settings import Settings
 from app.store import Claim, JobStore, connect
 
@@ -387,8 +387,10 @@ class Worker:
             log.info("job %s released to the queue", job.id)
 
     def _stop(self, job: _Job, why: StopReason) -> bool:
-        """Cancel the job's task (aborting its model call); False if it was already stopping."""
-        if job.stopped is not None or job.task is None or job.task.done():
+        """Cancel the job's task (aborting its model call); False if it was already stopping
+        or is committing (the fenced commit settles it: a heartbeat that raced a successful
+        commit must not turn it into a "lost" job)."""
+        if job.stopped is not None or job.committing or job.task is None or job.task.done():
             return False
         job.stopped = why
         self._cancel(job)
@@ -591,7 +593,9 @@ async def _serve(settings: Settings, redis_url: str) -> int:
         redis = connect(redis_url)
         stack.push_async_callback(redis.aclose)
         store = JobStore(redis, **settings.store_options())
-        http = await stack.enter_async_context(make_client())
+        # One connection per job a worker may hold: a smaller pool queues model calls.
+        pool = max(DEFAULT_MAX_CONNECTIONS, settings.worker_concurrency)
+        http = await stack.enter_async_context(make_client(max_connections=pool))
         router = await stack.enter_async_context(
             open_router(http, data_dir=settings.data_dir, on_retry=metrics.record_transport_retry)
         )

@@ -35,7 +35,7 @@ from app.api.resources import Resources
 from app.errors import ProviderConfigError
 from app.providers.config import ProvidersConfig, load_providers
 from app.providers.embedded import LOCAL_PROVIDER, open_router
-from app.providers.http import make_client
+from app.providers.http import DEFAULT_MAX_CONNECTIONS, make_client
 from app.redis_server import EmbeddedRedis
 from app.settings import Settings
 from app.store import JobStore, connect
@@ -120,7 +120,9 @@ async def _open(
     redis = connect(url)
     stack.push_async_callback(redis.aclose)
     store = JobStore(redis, **settings.store_options())
-    http = await stack.enter_async_context(make_client())
+    # One connection per job a worker may hold: a smaller pool queues model calls.
+    pool = max(DEFAULT_MAX_CONNECTIONS, settings.worker_concurrency)
+    http = await stack.enter_async_context(make_client(max_connections=pool))
     config = load_providers() if providers is None else providers
     provider_problem: str | None = None
     try:

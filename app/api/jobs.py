@@ -32,7 +32,7 @@ MAX_PAGE: Final = 100
 POLL_AFTER_S: Final = "1"
 
 
-def require_json(request: Request) -> None:
+async def require_json(request: Request) -> None:
     """415 unless a body comes as JSON: ``application/json`` or ``application/*+json``."""
     media = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
     if media == "application/json" or (

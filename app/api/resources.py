@@ -44,7 +44,12 @@ class Resources:
         return self.router
 
 
-def get_resources(request: Request) -> Resources:
+async def get_resources(request: Request) -> Resources:
+    # async: FastAPI runs a plain ``def`` dependency in a thread, a hop per request.
+    return _resources(request)
+
+
+def _resources(request: Request) -> Resources:
     return cast(Resources, request.app.state.resources)
 
 
@@ -55,14 +60,14 @@ _bearer = HTTPBearer(
 )
 
 
-def get_tenant(
+async def get_tenant(
     request: Request,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
 ) -> str:
     """The caller's tenant (the name its key was configured under)."""
     token = credentials.credentials if credentials is not None else None
     present = token is not None or "authorization" in request.headers
-    return authenticate(token, get_resources(request).keys, present=present)
+    return authenticate(token, _resources(request).keys, present=present)
 
 
 Res = Annotated[Resources, Depends(get_resources)]

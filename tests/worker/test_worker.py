@@ -328,3 +328,40 @@ async def test_a_cancellation_swallowed_on_the_way_is_repeated_until_the_job_sto
     view = await store.get(job_id, tenant=TENANT)
     assert view is not None
     assert (view.status, view.attempts) == ("queued", 0)
+
+
+class SlowToReturnCommit:
+    """A store whose ``complete`` lands in Redis, then takes a while to come back: the
+    window in which a heartbeat sees the job finished (its lease gone) before the worker
+    knows its commit succeeded."""
+
+    def __init__(self, store: JobStore, hold_s: float) -> None:
+        self._store = store
+        self._hold_s = hold_s
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._store, name)
+
+    async def complete(self, *args: object, **kwargs: object) -> bool:
+        committed = await self._store.complete(*args, **kwargs)  # type: ignore[arg-type]
+        await asyncio.sleep(self._hold_s)
+        return committed
+
+
+async def test_a_heartbeat_racing_a_successful_commit_does_not_drop_the_job(
+    store: JobStore, router: Router, caplog: pytest.LogCaptureFixture
+) -> None:
+    settings = worker_settings()
+    slow = SlowToReturnCommit(store, hold_s=3 * settings.heartbeat_ms / 1000)
+    finished_before = sample("reprompt_jobs_finished_total", {"status": "succeeded", "error": ""})
+    job_id = await submit(store, job(name="race"))
+    async with running(Worker(slow, router, settings)) as _:  # type: ignore[arg-type]
+        view = await finished(store, job_id)
+
+        async def counted() -> bool:
+            now = sample("reprompt_jobs_finished_total", {"status": "succeeded", "error": ""})
+            return now == finished_before + 1
+
+        await eventually(counted, what="the finished job to be counted")
+    assert view.status == "succeeded"
+    assert "lease lost" not in caplog.text
