@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 EXTRAS ?= dev,local
 
-.PHONY: install test lint typecheck fmt demo serve sim openapi clean
+.PHONY: install test lint typecheck fmt demo serve sim openapi bench bench-quick clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -40,6 +40,22 @@ sim: install
 
 openapi: install
 	$(BIN)/python -m app.api.openapi > openapi/openapi.json
+
+## bench: every benchmark of docs/benchmarks.md, from scratch (about 20 minutes)
+bench:
+	$(MAKE) install EXTRAS=dev,local,bench
+	$(BIN)/python bench/context_growth.py
+	$(BIN)/python bench/overhead.py
+	$(BIN)/python bench/scale.py
+	$(BIN)/python bench/efficacy.py
+	$(BIN)/python bench/real_model.py
+
+bench-quick:
+	$(MAKE) install EXTRAS=dev,local,bench
+	$(BIN)/python bench/overhead.py --quick
+	$(BIN)/python bench/scale.py --quick
+	$(BIN)/python bench/efficacy.py --quick
+	$(BIN)/python bench/real_model.py --quick
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis

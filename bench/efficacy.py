@@ -32,17 +32,16 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import httpx  # noqa: E402
-import jsonschema  # noqa: E402
+import httpx
+import jsonschema
 
-from bench.tasks import MODELS, MODES, TASK_SEED, Task, is_correct, semantic_diagnosis, sim_tasks  # noqa: E402
+from bench.tasks import MODELS, MODES, TASK_SEED, Task, is_correct, semantic_diagnosis, sim_tasks
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs" / "benchmarks"
@@ -66,6 +65,8 @@ class Run:
     value: Any = None
     error: str | None = None
     seconds: float = 0.0
+    last_text: str | None = None  # the final raw answer (bench/real_model.py)
+    answers: list[str] = field(default_factory=list)  # every raw answer (bench/real_model.py)
 
     @property
     def correct(self) -> bool:
@@ -130,7 +131,7 @@ def run_single_shot(url: str, tasks: list[Task]) -> list[Run]:
                 if diagnosis:
                     raise ValueError(diagnosis)
                 run.accepted, run.value = True, value
-            except Exception as exc:  # noqa: BLE001 - any failure is a failed job
+            except Exception as exc:
                 run.error = type(exc).__name__
             run.seconds = time.perf_counter() - t0
             runs.append(run)
@@ -170,7 +171,7 @@ def run_instructor(url: str, tasks: list[Task], mode_name: str) -> list[Run]:
                 context={"task": task},
             )
             run.accepted, run.value = True, result.model_dump()
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             run.error = type(exc).__name__
         run.calls = list(current)
         run.seconds = time.perf_counter() - t0
@@ -235,6 +236,18 @@ def run_reprompt(url: str, tasks: list[Task], strict: bool) -> list[Run]:
 # ---------------------------------------------------------------- reporting
 
 
+NOTES = "## What this means"
+
+
+def with_notes(out: Path, text: str) -> str:
+    """``text`` plus the hand-written "What this means" section of the existing ``out``."""
+    if out.exists():
+        old = out.read_text()
+        if NOTES in old:
+            return text.rstrip() + "\n\n" + old[old.index(NOTES) :]
+    return text
+
+
 def machine() -> dict[str, str]:
     cpu = "unknown"
     try:
@@ -245,15 +258,28 @@ def machine() -> dict[str, str]:
     except OSError:
         pass
     versions = {}
-    for pkg in ("reprompt", "instructor", "openai", "pydantic", "httpx", "jsonschema",
-                "llama_cpp_python", "matplotlib"):
+    for pkg in (
+        "reprompt",
+        "instructor",
+        "openai",
+        "pydantic",
+        "httpx",
+        "jsonschema",
+        "llama_cpp_python",
+        "matplotlib",
+    ):
         try:
             versions[pkg] = md.version(pkg)
         except md.PackageNotFoundError:
             versions[pkg] = "not installed"
     try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
-                                capture_output=True, text=True, check=False).stdout.strip()
+        commit = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=False,
+        ).stdout.strip()
     except OSError:
         commit = "?"
     return {
@@ -291,12 +317,45 @@ def growth(runs: list[Run]) -> tuple[list[float], int]:
     return [statistics.mean(r.calls[i][0] for r in three) for i in range(3)], len(three)
 
 
+def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
+    """95% Wilson score interval for k successes out of n."""
+    if n == 0:
+        return 0.0, 0.0
+    p = k / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * ((p * (1 - p) / n + z * z / (4 * n * n)) ** 0.5) / (1 + z * z / n)
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
 def pct(x: float) -> str:
     return f"{100 * x:.1f}%"
 
 
-def render(results: dict[str, list[Run]], args: argparse.Namespace, info: dict[str, str],
-           elapsed: float, plots: list[str]) -> str:
+def summary_table(results: dict[str, list[Run]], keep: Any) -> list[str]:
+    rows = [
+        "| system | success (95% CI) | accepted but wrong | LLM calls / job | prompt tok / "
+        "successful job | completion tok / successful job | wasted tok / job | total tokens |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for system, runs in results.items():
+        rs = [r for r in runs if keep(r)]
+        s = summarize(rs)
+        lo, hi = wilson(sum(1 for r in rs if r.correct), len(rs))
+        rows.append(
+            f"| {system} | {pct(s['success'])} ({pct(lo)}-{pct(hi)}) | {s['accepted_wrong']} | "
+            f"{s['calls']:.2f} | {s['prompt_ok']:.0f} | {s['completion_ok']:.0f} | "
+            f"{s['wasted_per_job']:.0f} | {s['total_tokens']} |"
+        )
+    return rows
+
+
+def render(
+    results: dict[str, list[Run]],
+    args: argparse.Namespace,
+    info: dict[str, str],
+    elapsed: float,
+    plots: list[str],
+) -> str:
     systems = list(results)
     n_tasks = len(next(iter(results.values())))
     lines = [
@@ -308,8 +367,9 @@ def render(results: dict[str, list[Run]], args: argparse.Namespace, info: dict[s
         "",
         "## Setup",
         "",
-        f"- **Tasks**: {n_tasks} from `bench/tasks.py` (`sim_tasks(per_cell={args.per_cell})`, task "
-        f"seed {TASK_SEED}): {len(MODES)} first-answer modes x 3 families (invoice, contact, "
+        f"- **Tasks**: {n_tasks} from `bench/tasks.py` "
+        f"(`sim_tasks(per_cell={args.per_cell})`, task seed {TASK_SEED}): {len(MODES)} "
+        "first-answer modes x 3 families (invoice, contact, "
         f"stats) x {args.per_cell}. Each task's `[[sim ...]]` directive fixes the expected "
         "answer (`expect`) and the defect of the first answer (`fail: {mode: 1.0}`; `ok` = "
         "none). Success = the system returned a value **and** it equals the expected answer.",
@@ -334,7 +394,7 @@ def render(results: dict[str, list[Run]], args: argparse.Namespace, info: dict[s
         "ValidationError text) |",
         "| instructor TOOLS | the same with `mode=Mode.TOOLS` (forced function call) |",
         f"| reprompt | `run_job(JobSpec, Runtime(client=router))` over HTTP to the sim; "
-        f"`structuredOutput: \"prompt\"`, `budget: {{maxTurns: 1, returnRetries: {ATTEMPTS - 1}}}`, "
+        f'`structuredOutput: "prompt"`, `budget: {{maxTurns: 1, returnRetries: {ATTEMPTS - 1}}}`, '
         "validators in `JobSpec.validators`, collapsed feedback, repairs on (defaults); a "
         "`length` finish is re-sent with twice the output limit |",
         "| reprompt strict | the same with `strict: true` (no repair tier) |",
@@ -344,17 +404,19 @@ def render(results: dict[str, list[Run]], args: argparse.Namespace, info: dict[s
         "",
         "## Results, all tasks",
         "",
-        "| system | success | accepted but wrong | LLM calls / job | prompt tok / successful job "
-        "| completion tok / successful job | wasted tok / job | total tokens |",
-        "|---|---|---|---|---|---|---|---|",
     ]
-    for system in systems:
-        s = summarize(results[system])
-        lines.append(
-            f"| {system} | {pct(s['success'])} | {s['accepted_wrong']} | {s['calls']:.2f} | "
-            f"{s['prompt_ok']:.0f} | {s['completion_ok']:.0f} | {s['wasted_per_job']:.0f} | "
-            f"{s['total_tokens']} |"
-        )
+    lines += summary_table(results, lambda r: True)
+    lines += [
+        "",
+        "### The same, without the truncation tasks",
+        "",
+        "Instructor never recovers from a `length` finish (it raises `IncompleteOutputException` "
+        "without a re-ask), and a recovered truncation costs reprompt the 600-token preamble "
+        "twice; this table leaves those tasks out so the per-job token figures compare like "
+        "with like.",
+        "",
+    ]
+    lines += summary_table(results, lambda r: r.task.mode != "truncation")
     lines += [
         "",
         "*Wasted tokens*: prompt + completion tokens of every call that did not produce the "
@@ -452,7 +514,8 @@ def plot(results: dict[str, list[Run]], out_dir: Path, prefix: str) -> list[str]
     ax.set_xticklabels(MODES, rotation=30, ha="right")
     ax.set_ylabel("success (%)")
     ax.set_title("Correct answer within 3 calls, by first-answer defect (simulator)")
-    ax.legend(fontsize=8, ncol=len(systems))
+    ax.set_ylim(0, 118)
+    ax.legend(fontsize=8, ncol=len(systems), loc="upper center")
     fig.tight_layout()
     name = f"{prefix}-success.png"
     fig.savefig(out_dir / name, dpi=100)
@@ -463,8 +526,13 @@ def plot(results: dict[str, list[Run]], out_dir: Path, prefix: str) -> list[str]
     summ = [summarize(results[s]) for s in systems]
     xs = range(len(systems))
     a1.bar(xs, [s["wasted_per_job"] for s in summ], color="tab:red", label="wasted / job")
-    a1.bar(xs, [s["total_tokens"] / s["n"] - s["wasted_per_job"] for s in summ],
-           bottom=[s["wasted_per_job"] for s in summ], color="tab:green", label="useful / job")
+    a1.bar(
+        xs,
+        [s["total_tokens"] / s["n"] - s["wasted_per_job"] for s in summ],
+        bottom=[s["wasted_per_job"] for s in summ],
+        color="tab:green",
+        label="useful / job",
+    )
     a1.set_xticks(list(xs))
     a1.set_xticklabels(systems, rotation=20, ha="right", fontsize=8)
     a1.set_ylabel("tokens per job")
@@ -492,16 +560,18 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="1 task per cell (30), < 60 s")
+    # full run: 20 tasks per cell = 600 tasks
     parser.add_argument("--per-cell", type=int, default=None, help="tasks per (mode, family)")
     parser.add_argument("--out", type=Path, default=None, help="markdown file to write")
     parser.add_argument("--systems", default=",".join(SYSTEMS))
     args = parser.parse_args(argv)
-    args.per_cell = args.per_cell or (1 if args.quick else 10)
+    args.per_cell = args.per_cell or (1 if args.quick else 20)
     args.command = "python bench/efficacy.py" + " ".join(
         [""] + (argv if argv is not None else sys.argv[1:])
     )
     out = args.out or (
-        Path(tempfile.gettempdir()) / "reprompt-bench" / "efficacy.md" if args.quick
+        Path(tempfile.gettempdir()) / "reprompt-bench" / "efficacy.md"
+        if args.quick
         else DOCS / "efficacy.md"
     )
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -529,19 +599,35 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 raise SystemExit(f"unknown system {system!r}")
         s = summarize(results[system])
-        print(f"{system:18} success {pct(s['success']):>6}  calls/job {s['calls']:.2f}  "
-              f"wasted/job {s['wasted_per_job']:.0f}  ({time.perf_counter() - t0:.1f} s)",
-              flush=True)
+        print(
+            f"{system:18} success {pct(s['success']):>6}  calls/job {s['calls']:.2f}  "
+            f"wasted/job {s['wasted_per_job']:.0f}  ({time.perf_counter() - t0:.1f} s)",
+            flush=True,
+        )
     elapsed = time.perf_counter() - start
     plots = plot(results, out.parent, "efficacy-quick" if args.quick else "efficacy")
-    out.write_text(render(results, args, machine(), elapsed, plots))
+    out.write_text(with_notes(out, render(results, args, machine(), elapsed, plots)))
     raw = Path(tempfile.gettempdir()) / "reprompt-bench" / f"{out.stem}-runs.json"
     raw.parent.mkdir(parents=True, exist_ok=True)
-    raw.write_text(json.dumps(
-        {s: [{"task": r.task.id, "mode": r.task.mode, "calls": r.calls, "accepted": r.accepted,
-              "correct": r.correct, "error": r.error} for r in rs] for s, rs in results.items()},
-        indent=0,
-    ))
+    raw.write_text(
+        json.dumps(
+            {
+                s: [
+                    {
+                        "task": r.task.id,
+                        "mode": r.task.mode,
+                        "calls": r.calls,
+                        "accepted": r.accepted,
+                        "correct": r.correct,
+                        "error": r.error,
+                    }
+                    for r in rs
+                ]
+                for s, rs in results.items()
+            },
+            indent=0,
+        )
+    )
     print(f"wrote {out} and {raw}")
     return 0
 

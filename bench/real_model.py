@@ -33,21 +33,31 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import httpx  # noqa: E402
-import jsonschema  # noqa: E402
+import httpx
+import jsonschema
 
-from bench.efficacy import ATTEMPTS, DOCS, Run, machine, pct  # noqa: E402
-from bench.tasks import MODELS, TASK_SEED, Task, real_tasks, semantic_diagnosis  # noqa: E402
+from bench.efficacy import ATTEMPTS, DOCS, Run, machine, pct, with_notes
+from bench.tasks import MODELS, TASK_SEED, Task, real_tasks, semantic_diagnosis
 
 TEMPERATURE = 0.0
-SYSTEMS = ("single-shot", "instructor JSON", "reprompt auto", "reprompt prompt")
+SAMPLING_SEED = 1234  # only sent when temperature > 0
+SYSTEMS = (
+    "single-shot",
+    "instructor JSON",
+    "instructor JSON +hint",
+    "reprompt auto",
+    "reprompt prompt",
+    "reprompt auto @0.7",
+)
 
 
 def schema_hint(task: Task) -> str:
     return "Reply with JSON matching this schema: " + json.dumps(task.schema)
 
 
-def run_single_shot(base_url: str, model: str, tasks: list[Task], max_tokens: int) -> list[Run]:
+def run_single_shot(
+    base_url: str, model: str, tasks: list[Task], max_tokens: int, temperature: float = TEMPERATURE
+) -> list[Run]:
     runs = []
     with httpx.Client(base_url=base_url, timeout=300, trust_env=False) as client:
         for task in tasks:
@@ -55,7 +65,7 @@ def run_single_shot(base_url: str, model: str, tasks: list[Task], max_tokens: in
             t0 = time.perf_counter()
             body = {
                 "model": model,
-                "temperature": TEMPERATURE,
+                "temperature": temperature,
                 "max_tokens": max_tokens,
                 "response_format": {"type": "json_object", "schema": task.schema},
                 "messages": [
@@ -66,6 +76,8 @@ def run_single_shot(base_url: str, model: str, tasks: list[Task], max_tokens: in
             usage = data.get("usage") or {}
             run.calls.append((usage.get("prompt_tokens", 0), usage.get("completion_tokens", 0)))
             text = data["choices"][0]["message"].get("content") or ""
+            run.last_text = text
+            run.answers = [text]
             try:
                 value = json.loads(text)
                 jsonschema.validate(value, task.schema)
@@ -73,52 +85,77 @@ def run_single_shot(base_url: str, model: str, tasks: list[Task], max_tokens: in
                 if diagnosis:
                     raise ValueError(diagnosis)
                 run.accepted, run.value = True, value
-            except Exception as exc:  # noqa: BLE001
+            except Exception as exc:
                 run.error = type(exc).__name__
             run.seconds = time.perf_counter() - t0
             runs.append(run)
     return runs
 
 
-def run_instructor(base_url: str, model: str, tasks: list[Task], max_tokens: int) -> list[Run]:
+def run_instructor(
+    base_url: str,
+    model: str,
+    tasks: list[Task],
+    max_tokens: int,
+    temperature: float = TEMPERATURE,
+    hint: bool = False,
+) -> list[Run]:
     import instructor
     import openai
 
     raw = openai.OpenAI(base_url=base_url, api_key="x", max_retries=0, timeout=300)
     client = instructor.from_openai(raw, mode=instructor.Mode.JSON)
     current: list[tuple[int, int]] = []
-    client.on(
-        "completion:response",
-        lambda c: current.append(
-            (c.usage.prompt_tokens, c.usage.completion_tokens) if c.usage else (0, 0)
-        ),
-    )
+    texts: list[str] = []
+
+    def on_response(c: Any) -> None:
+        current.append((c.usage.prompt_tokens, c.usage.completion_tokens) if c.usage else (0, 0))
+        texts.append(c.choices[0].message.content or "")
+
+    client.on("completion:response", on_response)
     runs = []
     for task in tasks:
         current.clear()
-        run = Run("instructor JSON", task)
+        texts.clear()
+        run = Run("instructor JSON" + (" +hint" if hint else ""), task)
         t0 = time.perf_counter()
         try:
             result = client.chat.completions.create(
                 model=model,
                 response_model=MODELS[task.family],
-                messages=[{"role": "user", "content": task.user_message()}],
+                messages=[
+                    {
+                        "role": "user",
+                        "content": (
+                            f"{schema_hint(task)}\n\n{task.user_message()}"
+                            if hint
+                            else task.user_message()
+                        ),
+                    }
+                ],
                 max_retries=ATTEMPTS - 1,
                 max_tokens=max_tokens,
-                temperature=TEMPERATURE,
+                temperature=temperature,
                 context={"task": task},
             )
             run.accepted, run.value = True, result.model_dump()
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             run.error = type(exc).__name__
         run.calls = list(current)
+        run.last_text = texts[-1] if texts else None
+        run.answers = list(texts)
         run.seconds = time.perf_counter() - t0
         runs.append(run)
     return runs
 
 
-async def _run_reprompt(server: Any, tasks: list[Task], structured: str, max_tokens: int
-                        ) -> list[Run]:
+async def _run_reprompt(
+    server: Any,
+    tasks: list[Task],
+    structured: str,
+    max_tokens: int,
+    temperature: float = TEMPERATURE,
+) -> list[Run]:
     from app.core.loop import Runtime, run_job
     from app.core.spec import JobSpec
     from app.providers.config import ProvidersConfig
@@ -135,19 +172,24 @@ async def _run_reprompt(server: Any, tasks: list[Task], structured: str, max_tok
             for task in tasks:
                 run = Run(f"reprompt {structured}", task)
                 t0 = time.perf_counter()
-                spec = JobSpec.model_validate({
-                    "task": task.task,
-                    "input": task.input,
-                    "schema": task.schema,
-                    "validators": task.validators,
-                    "budget": {"maxTurns": 1, "returnRetries": ATTEMPTS - 1},
-                    "structuredOutput": structured,
-                    "maxOutputTokens": max_tokens,
-                    "maxOutputTokensCap": 2 * max_tokens,
-                    "temperature": TEMPERATURE,
-                })
+                spec = JobSpec.model_validate(
+                    {
+                        "task": task.task,
+                        "input": task.input,
+                        "schema": task.schema,
+                        "validators": task.validators,
+                        "budget": {"maxTurns": 1, "returnRetries": ATTEMPTS - 1},
+                        "structuredOutput": structured,
+                        "maxOutputTokens": max_tokens,
+                        "maxOutputTokensCap": 2 * max_tokens,
+                        "temperature": temperature,
+                        **({"seed": SAMPLING_SEED} if temperature > 0 else {}),
+                    }
+                )
                 result = await run_job(spec, Runtime(client=router))
                 run.calls = [(t.input_tokens, t.output_tokens) for t in result.turns]
+                run.last_text = result.turns[-1].answer if result.turns else None
+                run.answers = [t.answer or "" for t in result.turns]
                 env = result.envelope
                 if env.status == "success":
                     run.accepted, run.value = True, env.data
@@ -158,11 +200,34 @@ async def _run_reprompt(server: Any, tasks: list[Task], structured: str, max_tok
     return runs
 
 
+def shape_ok(run: Run) -> bool:
+    """The final answer is JSON matching the schema (accepted, or raw text that parses)."""
+    if run.accepted:
+        return True
+    try:
+        jsonschema.validate(json.loads(run.last_text or ""), run.task.schema)
+    except Exception:
+        return False
+    return True
+
+
+def parses(run: Run) -> bool:
+    if run.accepted:
+        return True
+    try:
+        json.loads(run.last_text or "")
+    except ValueError:
+        return False
+    return True
+
+
 def stats(runs: list[Run]) -> dict[str, Any]:
     n = len(runs)
     ok = [r for r in runs if r.correct]
     return {
         "n": n,
+        "json": sum(1 for r in runs if parses(r)) / n,
+        "shape": sum(1 for r in runs if shape_ok(r)) / n,
         "valid": sum(1 for r in runs if r.accepted) / n,
         "correct": len(ok) / n,
         "calls": sum(len(r.calls) for r in runs) / n,
@@ -170,12 +235,24 @@ def stats(runs: list[Run]) -> dict[str, Any]:
         "completion": sum(c for r in runs for _, c in r.calls) / n,
         "wasted": sum(r.wasted for r in runs) / n,
         "wall": sum(r.seconds for r in runs) / n,
+        "retried": sum(1 for r in runs if len(r.answers) > 1),
+        "same": sum(
+            1
+            for r in runs
+            if len(r.answers) > 1 and len(set(r.answers[1:])) == 1 and r.answers[1] == r.answers[0]
+        ),
         "wall_total": sum(r.seconds for r in runs),
     }
 
 
-def render(results: dict[str, list[Run]], args: argparse.Namespace, info: dict[str, str],
-           elapsed: float, startup: float, plots: list[str]) -> str:
+def render(
+    results: dict[str, list[Run]],
+    args: argparse.Namespace,
+    info: dict[str, str],
+    elapsed: float,
+    startup: float,
+    plots: list[str],
+) -> str:
     systems = list(results)
     tasks = results[systems[0]]
     lines = [
@@ -187,14 +264,15 @@ def render(results: dict[str, list[Run]], args: argparse.Namespace, info: dict[s
         "",
         "## Setup",
         "",
-        f"- **Model**: the embedded `gemma-3-270m-q4_k_m` (a *base* model, not instruction "
+        "- **Model**: the embedded `gemma-3-270m-q4_k_m` (a *base* model, not instruction "
         "tuned) served by `llama_cpp.server` through `app.providers.local.LocalModelServer` "
         "(1 thread on this 2-core box, `--chat_format gemma`, which drops system messages). "
         "Requests are served one at a time; all systems run one after another.",
-        f"- **Tasks**: {len(tasks)} from `bench/tasks.py` `real_tasks({len(tasks)})` (seed "
-        f"{TASK_SEED + 1}): invoices, contacts and readings, interleaved, each with a JSON "
-        "Schema and semantic validators (sums, grounding checks against the source). No "
-        "`[[sim]]` directive.",
+        f"- **Tasks**: {len(tasks)} from `bench/tasks.py` `real_tasks({args.tasks}, "
+        f"easy={args.easy})` (seeds {TASK_SEED + 1}, {TASK_SEED + 2}): invoices, contacts "
+        "and readings, interleaved, then easy two-field `person` tasks (`Tom is 34 years "
+        "old.` -> `{name, age}`); each with a JSON Schema and semantic validators (sums, "
+        "grounding checks against the source). No `[[sim]]` directive.",
         f"- **Same for all**: at most {ATTEMPTS} calls, `temperature=0`, `max_tokens="
         f"{args.max_tokens}` on the first call, the same validators.",
         "",
@@ -206,25 +284,41 @@ def render(results: dict[str, list[Run]], args: argparse.Namespace, info: dict[s
         f"max_retries=0), mode=Mode.JSON)`, `max_retries={ATTEMPTS - 1}`, default reask. Its "
         "schema instruction goes into a *system* message, which gemma's chat template "
         "drops; `json_object` without a schema constrains to *some* JSON |",
+        "| instructor JSON +hint | the same, with the single-shot's schema line (`Reply with "
+        "JSON matching this schema: ...`) prepended to the user message by us, so the model "
+        "sees the schema despite the dropped system message |",
         "| reprompt auto | `run_job` via `with_local_model(...)` router; `structuredOutput: "
-        "\"auto\"` = `json_object` + schema (grammar), `maxTurns 1 + returnRetries "
+        '"auto"` = `json_object` + schema (grammar), `maxTurns 1 + returnRetries '
         f"{ATTEMPTS - 1}`, `maxOutputTokensCap {2 * args.max_tokens}` |",
-        "| reprompt prompt | the same with `structuredOutput: \"prompt\"` (no grammar) |",
+        '| reprompt prompt | the same with `structuredOutput: "prompt"` (no grammar) |',
+        f"| reprompt auto @0.7 | *variant, not part of the equal-settings comparison*: reprompt "
+        f"auto at `temperature=0.7`, `seed={SAMPLING_SEED}`, to see whether sampling lets "
+        "the feedback change the answer |",
         "",
         "## Results",
         "",
-        "| system | valid output (accepted) | correct (= expected) | LLM calls / job | "
-        "prompt tok / job | completion tok / job | wasted tok / job | wall s / job | wall s total |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| system | final answer is JSON | ... and schema-valid | valid output (schema + "
+        "validators) | correct (= expected) | LLM calls / job | prompt tok / job | "
+        "completion tok / job | wasted tok / job | wall s / job | wall s total |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for system in systems:
         s = stats(results[system])
         lines.append(
-            f"| {system} | {pct(s['valid'])} | {pct(s['correct'])} | {s['calls']:.2f} | "
+            f"| {system} | {pct(s['json'])} | {pct(s['shape'])} | {pct(s['valid'])} | "
+            f"{pct(s['correct'])} | {s['calls']:.2f} | "
             f"{s['prompt']:.0f} | {s['completion']:.0f} | {s['wasted']:.0f} | {s['wall']:.1f} | "
             f"{s['wall_total']:.0f} |"
         )
     lines += [
+        "",
+        "Retried jobs whose every re-ask returned the identical answer (the feedback changed "
+        "nothing): "
+        + ", ".join(
+            f"{system} {stats(results[system])['same']}/{stats(results[system])['retried']}"
+            for system in systems
+        )
+        + ".",
         "",
         "*Valid output* = the system returned a value that passed the schema and the semantic "
         "validators (for every system here that also means it equals the expected answer "
@@ -241,6 +335,10 @@ def render(results: dict[str, list[Run]], args: argparse.Namespace, info: dict[s
         for system in systems:
             r = results[system][i]
             mark = "ok" if r.correct else ("accepted, wrong" if r.accepted else r.error or "fail")
+            if not r.accepted:
+                mark += (
+                    ", schema-valid" if shape_ok(r) else (", JSON" if parses(r) else ", not JSON")
+                )
             cells.append(f"{mark} ({len(r.calls)} calls, {r.seconds:.1f} s)")
         lines.append(f"| {run.task.id} | {run.task.input} | " + " | ".join(cells) + " |")
     lines += ["", "## Plots", ""]
@@ -291,28 +389,32 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="2 tasks, 3 systems, < 60 s")
-    parser.add_argument("--tasks", type=int, default=None)
+    parser.add_argument("--tasks", type=int, default=None, help="invoice/contact/stats tasks")
+    parser.add_argument("--easy", type=int, default=None, help="two-field person tasks")
     parser.add_argument("--max-tokens", type=int, default=None)
     parser.add_argument("--systems", default=None)
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
-    args.tasks = args.tasks or (2 if args.quick else 9)
-    args.max_tokens = args.max_tokens or (96 if args.quick else 160)
-    systems = (args.systems or (
-        "single-shot,reprompt auto,instructor JSON" if args.quick else ",".join(SYSTEMS)
-    )).split(",")
+    args.tasks = args.tasks if args.tasks is not None else (1 if args.quick else 9)
+    args.easy = args.easy if args.easy is not None else (1 if args.quick else 3)
+    args.max_tokens = args.max_tokens or (96 if args.quick else 128)
+    systems = (
+        args.systems
+        or ("single-shot,reprompt auto,instructor JSON" if args.quick else ",".join(SYSTEMS))
+    ).split(",")
     args.command = "python bench/real_model.py" + " ".join(
         [""] + (argv if argv is not None else sys.argv[1:])
     )
     out = args.out or (
-        Path(tempfile.gettempdir()) / "reprompt-bench" / "real-model.md" if args.quick
+        Path(tempfile.gettempdir()) / "reprompt-bench" / "real-model.md"
+        if args.quick
         else DOCS / "real-model.md"
     )
     out.parent.mkdir(parents=True, exist_ok=True)
     logging.getLogger("httpx").setLevel(logging.WARNING)
     logging.getLogger("instructor").setLevel(logging.CRITICAL)
 
-    tasks = real_tasks(args.tasks)
+    tasks = real_tasks(args.tasks, args.easy)
     results: dict[str, list[Run]] = {}
     start = time.perf_counter()
     with LocalModelServer(default_data_dir()) as server:
@@ -320,30 +422,60 @@ def main(argv: list[str] | None = None) -> int:
         print(f"server up in {startup:.1f} s at {server.base_url}", flush=True)
         for system in systems:
             t0 = time.perf_counter()
-            if system == "single-shot":
-                results[system] = run_single_shot(server.base_url, server.model_name, tasks,
-                                                  args.max_tokens)
-            elif system == "instructor JSON":
-                results[system] = run_instructor(server.base_url, server.model_name, tasks,
-                                                 args.max_tokens)
-            elif system.startswith("reprompt "):
+            base, _, temp = system.partition(" @")
+            temperature = float(temp) if temp else TEMPERATURE
+            if base == "single-shot":
+                results[system] = run_single_shot(
+                    server.base_url, server.model_name, tasks, args.max_tokens, temperature
+                )
+            elif base in ("instructor JSON", "instructor JSON +hint"):
+                results[system] = run_instructor(
+                    server.base_url,
+                    server.model_name,
+                    tasks,
+                    args.max_tokens,
+                    temperature,
+                    hint=base.endswith("+hint"),
+                )
+            elif base.startswith("reprompt "):
                 results[system] = asyncio.run(
-                    _run_reprompt(server, tasks, system.split()[1], args.max_tokens)
+                    _run_reprompt(server, tasks, base.split()[1], args.max_tokens, temperature)
                 )
             else:
                 raise SystemExit(f"unknown system {system!r}")
             s = stats(results[system])
-            print(f"{system:16} valid {pct(s['valid']):>6} correct {pct(s['correct']):>6} "
-                  f"calls/job {s['calls']:.2f}  ({time.perf_counter() - t0:.1f} s)", flush=True)
+            print(
+                f"{system:16} json {pct(s['json']):>6} schema {pct(s['shape']):>6} "
+                f"valid {pct(s['valid']):>6} correct {pct(s['correct']):>6} "
+                f"calls/job {s['calls']:.2f}  ({time.perf_counter() - t0:.1f} s)",
+                flush=True,
+            )
     elapsed = time.perf_counter() - start
     plots = plot(results, out.parent, "real-model-quick" if args.quick else "real-model")
-    out.write_text(render(results, args, machine(), elapsed, startup, plots))
+    out.write_text(with_notes(out, render(results, args, machine(), elapsed, startup, plots)))
     raw = Path(tempfile.gettempdir()) / "reprompt-bench" / f"{out.stem}-runs.json"
     raw.parent.mkdir(parents=True, exist_ok=True)
-    raw.write_text(json.dumps(
-        {s: [{"task": r.task.id, "calls": r.calls, "accepted": r.accepted, "correct": r.correct,
-              "error": r.error, "value": r.value, "seconds": round(r.seconds, 2)} for r in rs]
-         for s, rs in results.items()}, indent=0, default=str))
+    raw.write_text(
+        json.dumps(
+            {
+                s: [
+                    {
+                        "task": r.task.id,
+                        "calls": r.calls,
+                        "accepted": r.accepted,
+                        "correct": r.correct,
+                        "error": r.error,
+                        "value": r.value,
+                        "seconds": round(r.seconds, 2),
+                    }
+                    for r in rs
+                ]
+                for s, rs in results.items()
+            },
+            indent=0,
+            default=str,
+        )
+    )
     print(f"wrote {out} and {raw}")
     return 0
 

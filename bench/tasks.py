@@ -87,7 +87,18 @@ STATS_SCHEMA: dict[str, Any] = {
     "required": ["values", "count", "total"],
     "additionalProperties": False,
 }
-SCHEMAS = {"invoice": INVOICE_SCHEMA, "contact": CONTACT_SCHEMA, "stats": STATS_SCHEMA}
+PERSON_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
+    "required": ["name", "age"],
+    "additionalProperties": False,
+}
+SCHEMAS = {
+    "invoice": INVOICE_SCHEMA,
+    "contact": CONTACT_SCHEMA,
+    "stats": STATS_SCHEMA,
+    "person": PERSON_SCHEMA,
+}
 
 VENDORS = ["ACME", "Globex", "Initech", "Umbrella", "Hooli", "Stark", "Wayne", "Tyrell"]
 NAMES = ["Alice Moreau", "Bob Chen", "Carla Diaz", "Dev Patel", "Eva Novak", "Femi Ade"]
@@ -155,11 +166,23 @@ def _stats(rnd: random.Random) -> tuple[str, dict[str, Any], list[dict[str, Any]
     return text, expect, validators
 
 
-_MAKERS = {"invoice": _invoice, "contact": _contact, "stats": _stats}
+def _person(rnd: random.Random) -> tuple[str, dict[str, Any], list[dict[str, Any]]]:
+    name = rnd.choice(["Tom", "Ana", "Omar", "Eva", "Sam", "Lena"])
+    age = rnd.randint(18, 90)
+    expect = {"name": name, "age": age}
+    validators = [
+        {"kind": "compare", "left": f"$.{k}", "op": "==", "right": json.dumps(v)}
+        for k, v in expect.items()
+    ]
+    return f"{name} is {age} years old.", expect, validators
+
+
+_MAKERS = {"invoice": _invoice, "contact": _contact, "stats": _stats, "person": _person}
 _INSTRUCTIONS = {
     "invoice": "Extract the invoice: vendor, each line's SKU and amount, and the total.",
     "contact": "Extract the contact: name, age, email and whether they are subscribed.",
     "stats": "List the readings as integers, their count and their total.",
+    "person": "Give the person's name and age.",
 }
 
 
@@ -180,16 +203,41 @@ def sim_tasks(per_cell: int, seed: int = TASK_SEED) -> list[Task]:
     return tasks
 
 
-def real_tasks(n: int, seed: int = TASK_SEED) -> list[Task]:
-    """Short extraction tasks for the real model (no directive), families interleaved."""
+def real_tasks(n: int, easy: int = 0, seed: int = TASK_SEED) -> list[Task]:
+    """Short extraction tasks for the real model (no directive): ``n`` from the three
+    families, interleaved, then ``easy`` two-field ``person`` tasks (own seed stream, so
+    ``real_tasks(9)`` is the same nine tasks whatever ``easy`` is)."""
     rnd = random.Random(seed + 1)
     tasks: list[Task] = []
     for i in range(n):
         family = FAMILIES[i % len(FAMILIES)]
         text, expect, validators = _MAKERS[family](rnd)
         tasks.append(
-            Task(f"{family}-{i:02d}", family, "real", _INSTRUCTIONS[family], text,
-                 SCHEMAS[family], validators, expect)
+            Task(
+                f"{family}-{i:02d}",
+                family,
+                "real",
+                _INSTRUCTIONS[family],
+                text,
+                SCHEMAS[family],
+                validators,
+                expect,
+            )
+        )
+    rnd = random.Random(seed + 2)
+    for i in range(easy):
+        text, expect, validators = _person(rnd)
+        tasks.append(
+            Task(
+                f"person-{n + i:02d}",
+                "person",
+                "real",
+                _INSTRUCTIONS["person"],
+                text,
+                PERSON_SCHEMA,
+                validators,
+                expect,
+            )
         )
     return tasks
 
@@ -264,4 +312,14 @@ class Stats(_Checked):
     total: int
 
 
-MODELS: dict[str, type[_Checked]] = {"invoice": Invoice, "contact": Contact, "stats": Stats}
+class Person(_Checked):
+    name: str
+    age: int
+
+
+MODELS: dict[str, type[_Checked]] = {
+    "invoice": Invoice,
+    "contact": Contact,
+    "stats": Stats,
+    "person": Person,
+}
