@@ -407,9 +407,7 @@ def write_report(
         f"| jobs failed (`GET /v1/jobs?status=failed`) | {h['failed_jobs']} |",
         f"| jobs that succeeded in Redis but are missing from `reprompt_jobs_finished_total` |"
         f" {h['finished_undercount']:.0f} |",
-        f"| thaw → last job finished | {h['total_s']:.1f} s ({h['throughput']:.1f} jobs/s;"
-        f" 100 connections ÷ {h['latency_ms'] / 1000:g} s = {100_000 / h['latency_ms']:.0f}"
-        " jobs/s is the pool's ceiling) |",
+        f"| thaw → last job finished | {h['total_s']:.1f} s ({h['throughput']:.1f} jobs/s) |",
         f"| worker RSS idle → peak | {h['base_rss_mb']:.0f} MB → {h['peak_rss_mb']:.0f} MB |",
         f"| RSS per held job | {h['kb_per_job']:.0f} KB |",
         f"| worker open fds idle → peak | {h['base_fds']} → {h['peak_fds']} |",
@@ -427,16 +425,16 @@ def write_report(
         f"{drains[0]['jobs']} jobs queued while the workers were frozen (SIGSTOP), then timed"
         " from SIGCONT until the last `reprompt_jobs_finished_total`; simulator"
         f" {drains[0]['latency_ms']} ms per call, `REPROMPT_WORKER_CONCURRENCY="
-        f"{drains[0]['concurrency']}` per worker. *floor* = jobs ÷ (workers × min(concurrency,"
-        " 100)) × latency, because each process's provider HTTP client has 100 connections"
-        " (`app.providers.http.DEFAULT_MAX_CONNECTIONS`); *slots floor* ignores that pool.",
+        f"{drains[0]['concurrency']}` per worker. *floor* = jobs ÷ (workers × concurrency) ×"
+        " latency: the drain time if CPU were free (each worker's provider connection pool is"
+        " sized to its concurrency).",
         "",
-        "| workers | drain s | jobs/s | floor s | slots floor s | peak in progress (all) |"
+        "| workers | drain s | jobs/s | floor s | peak in progress (all) |"
         " RSS MB/worker | worker CPU ms/job | redis CPU ms/job | worker CPU util (cores) |"
         " failed | finished_total undercount |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
         *[
-            f"| {d['workers']} | {d['drain_s']:.2f} | {d['throughput']:.0f} | {d['floor_s']:.2f} |"
+            f"| {d['workers']} | {d['drain_s']:.2f} | {d['throughput']:.0f} |"
             f" {d['floor_nopool_s']:.2f} | {d['peak_in_progress']:.0f} | {d['peak_rss_mb']:.0f} |"
             f" {d['worker_cpu_ms_job']:.1f} | {d['redis_cpu_ms_job']:.2f} |"
             f" {d['worker_cpu_util']:.2f} | {d['failed_jobs']} | {d['finished_undercount']:.0f} |"
