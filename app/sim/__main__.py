@@ -11,8 +11,9 @@ import argparse
 import contextlib
 import sys
 
+from app.loopback import uvicorn_server
 from app.sim.config import ANSWER_MODES, SimConfig, parse_rates
-from app.sim.server import build_server, create_app
+from app.sim.server import create_app
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -82,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
         f"reprompt sim on http://{args.host}:{args.port} (seed {config.seed}; failures: {rates})",
         file=sys.stderr,
     )
-    server = build_server(
+    server = uvicorn_server(
         create_app(config), host=args.host, port=args.port, log_level=args.log_level
     )
     # uvicorn re-raises the Ctrl-C it handled, after shutting down cleanly.

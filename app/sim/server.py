@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import socket
-import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
@@ -23,11 +21,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final
 
-import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
+from app.loopback import serve_in_thread
 from app.sim import anthropic_wire, behaviour, chance, openai_wire
 from app.sim.behaviour import Reply
 from app.sim.config import SimConfig
@@ -177,25 +175,6 @@ _SERVER_ERROR: Final = (
 )
 
 
-def build_server(
-    app: FastAPI, *, host: str, port: int, log_level: str = "warning"
-) -> uvicorn.Server:
-    """A uvicorn server for ``app`` that leaves global logging and websockets alone."""
-    return uvicorn.Server(
-        uvicorn.Config(
-            app,
-            host=host,
-            port=port,
-            log_level=log_level,
-            log_config=None,
-            access_log=False,
-            lifespan="off",
-            ws="none",
-            timeout_graceful_shutdown=2,
-        )
-    )
-
-
 @contextmanager
 def serve_in_background(
     config: SimConfig | None = None, *, host: str = "127.0.0.1", startup_timeout_s: float = 10.0
@@ -204,32 +183,10 @@ def serve_in_background(
 
     Waits until it accepts connections and shuts it down cleanly on exit.
     """
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    # IPPROTO_TCP spelled out: asyncio only sets TCP_NODELAY on sockets that say TCP, and
-    # without it every keep-alive response waits ~40 ms for a delayed ACK.
-    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((host, 0))
-        port = sock.getsockname()[1]
-        server = build_server(create_app(config), host=host, port=port)
-        thread = threading.Thread(
-            target=server.run, kwargs={"sockets": [sock]}, name=f"reprompt-sim-{port}", daemon=True
-        )
-        thread.start()
-        try:
-            deadline = time.monotonic() + startup_timeout_s
-            while not server.started:
-                if not thread.is_alive() or time.monotonic() > deadline:
-                    raise RuntimeError(f"reprompt sim did not start on {host}:{port}")
-                time.sleep(0.005)
-            netloc = f"[{host}]" if family == socket.AF_INET6 else host
-            yield f"http://{netloc}:{port}"
-        finally:
-            server.should_exit = True
-            thread.join(timeout=startup_timeout_s)
-    finally:
-        sock.close()
+    with serve_in_thread(
+        create_app(config), name="reprompt-sim", host=host, startup_timeout_s=startup_timeout_s
+    ) as url:
+        yield url
 
 
 def _stable_task(task: str) -> str:

@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import socket
-import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -25,10 +23,10 @@ from typing import Any
 
 import httpx
 import pytest
-import uvicorn
 from fastapi import FastAPI
 
 from app.api import create_app
+from app.loopback import serve_in_thread
 from app.providers.config import ModelConfig, ProviderConfig, ProvidersConfig, RouteConfig
 from app.redis_server import EmbeddedRedis
 from app.settings import Settings
@@ -54,42 +52,15 @@ CAPS: dict[str, Any] = {
 @contextmanager
 def serve(app: FastAPI, *, startup_timeout_s: float = 60.0) -> Iterator[str]:
     """Run ``app`` (lifespan included) on a free loopback port in a thread; yields its URL."""
-    # IPPROTO_TCP spelled out so asyncio sets TCP_NODELAY (see app.sim.server).
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-        server = uvicorn.Server(
-            uvicorn.Config(
-                app,
-                host="127.0.0.1",
-                port=port,
-                log_level="warning",
-                log_config=None,
-                access_log=False,
-                lifespan="on",
-                ws="none",
-                timeout_graceful_shutdown=5,
-            )
-        )
-        thread = threading.Thread(
-            target=server.run, kwargs={"sockets": [sock]}, name=f"reprompt-api-{port}", daemon=True
-        )
-        thread.start()
-        try:
-            deadline = time.monotonic() + startup_timeout_s
-            while not server.started:
-                if not thread.is_alive() or time.monotonic() > deadline:
-                    raise RuntimeError(f"the API did not start on port {port}")
-                time.sleep(0.01)
-            yield f"http://127.0.0.1:{port}"
-        finally:
-            server.should_exit = True
-            thread.join(timeout=60)
-            assert not thread.is_alive(), "the API did not shut down"
-    finally:
-        sock.close()
+    with serve_in_thread(
+        app,
+        name="reprompt-api",
+        lifespan="on",
+        graceful_s=5,
+        startup_timeout_s=startup_timeout_s,
+        shutdown_timeout_s=60,
+    ) as url:
+        yield url
 
 
 @pytest.fixture(scope="session")
