@@ -105,6 +105,19 @@ def system_prompt(task: Task) -> str:
 # ---------------------------------------------------------------- single-shot
 
 
+def judge_single(run: Run, task: Task, text: str) -> None:
+    """The single-shot baseline's check: plain JSON, the schema, the validators; no repair."""
+    try:
+        value = json.loads(text)
+        jsonschema.validate(value, task.schema)
+        diagnosis = semantic_diagnosis(task, value)
+        if diagnosis:
+            raise ValueError(diagnosis)
+        run.accepted, run.value = True, value
+    except Exception as exc:
+        run.error = type(exc).__name__
+
+
 def run_single_shot(url: str, tasks: list[Task]) -> list[Run]:
     runs = []
     with httpx.Client(base_url=f"{url}/v1", timeout=60, trust_env=False) as client:
@@ -124,15 +137,7 @@ def run_single_shot(url: str, tasks: list[Task]) -> list[Run]:
             usage = data.get("usage") or {}
             run.calls.append((usage.get("prompt_tokens", 0), usage.get("completion_tokens", 0)))
             text = data["choices"][0]["message"].get("content") or ""
-            try:
-                value = json.loads(text)
-                jsonschema.validate(value, task.schema)
-                diagnosis = semantic_diagnosis(task, value)
-                if diagnosis:
-                    raise ValueError(diagnosis)
-                run.accepted, run.value = True, value
-            except Exception as exc:
-                run.error = type(exc).__name__
+            judge_single(run, task, text)
             run.seconds = time.perf_counter() - t0
             runs.append(run)
     return runs

@@ -36,8 +36,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import httpx
 import jsonschema
 
-from bench.efficacy import ATTEMPTS, DOCS, Run, machine, pct, with_notes
-from bench.tasks import MODELS, TASK_SEED, Task, real_tasks, semantic_diagnosis
+from bench.efficacy import ATTEMPTS, DOCS, Run, judge_single, machine, pct, with_notes
+from bench.tasks import MODELS, TASK_SEED, Task, real_tasks
 
 TEMPERATURE = 0.0
 SAMPLING_SEED = 1234  # only sent when temperature > 0
@@ -78,15 +78,7 @@ def run_single_shot(
             text = data["choices"][0]["message"].get("content") or ""
             run.last_text = text
             run.answers = [text]
-            try:
-                value = json.loads(text)
-                jsonschema.validate(value, task.schema)
-                diagnosis = semantic_diagnosis(task, value)
-                if diagnosis:
-                    raise ValueError(diagnosis)
-                run.accepted, run.value = True, value
-            except Exception as exc:
-                run.error = type(exc).__name__
+            judge_single(run, task, text)
             run.seconds = time.perf_counter() - t0
             runs.append(run)
     return runs
