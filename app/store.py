@@ -417,17 +417,26 @@ class JobStore:
         """
         loop = asyncio.get_running_loop()
         deadline = loop.time() + max(wait_ms, 0) / 1000
-        while True:
-            peek = await self._peek(job_id)
-            if peek is None or peek[1] != tenant:
-                return None
-            status, _, last_id = peek
+        peek = await self._peek(job_id)
+        if peek is None or peek[1] != tenant:
+            return None
+        status, _, last_id = peek
+        stream = self.keys.events(job_id)
+        # Every terminal transition writes job_end as the stream's last event, so the
+        # events read while waiting say when to stop: no re-read of the job per event.
+        while status not in TERMINAL:
             remaining_ms = int((deadline - loop.time()) * 1000)
-            if status in TERMINAL or remaining_ms <= 0:
-                return await self.get(job_id, tenant=tenant)
-            await self._redis.xread(
-                {self.keys.events(job_id): last_id}, count=1, block=self._block_ms(remaining_ms)
+            if remaining_ms <= 0:
+                break
+            reply = await self._redis.xread(
+                {stream: last_id}, count=100, block=self._block_ms(remaining_ms)
             )
+            events = [_event(entry) for entry in _stream_entries(reply)]
+            if events:
+                last_id = events[-1].id
+                if any(event.name == "job_end" for event in events):
+                    break
+        return await self.get(job_id, tenant=tenant)
 
     @_edge
     async def events(
