@@ -3,15 +3,22 @@ PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 EXTRAS ?= dev,local
+# Every dependency at the version CI and the images use; pyproject.toml keeps ranges.
+LOCK := requirements.lock
 
-.PHONY: install test lint typecheck fmt demo serve sim openapi bench bench-quick clean
+.PHONY: install test lint typecheck fmt demo serve sim openapi lock bench bench-quick clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 
+## install: venv + editable install from the lock; llama-cpp-python built portably
+## (GGML_NATIVE=OFF, cached by build settings: scripts/llama_wheel.py) before pip sees it
 install: $(BIN)/python
-	$(BIN)/pip install --quiet -e ".[$(EXTRAS)]"
+ifneq (,$(findstring local,$(EXTRAS)))
+	$(BIN)/python scripts/llama_wheel.py --install
+endif
+	$(BIN)/pip install --quiet -c $(LOCK) -e ".[$(EXTRAS)]"
 
 ## test: everything CI runs: lint, types, and the whole suite (slow and llama suites included)
 test: install lint typecheck
@@ -40,6 +47,13 @@ sim: install
 
 openapi: install
 	$(BIN)/python -m app.api.openapi > openapi/openapi.json
+
+## lock: re-resolve requirements.lock to the newest releases pyproject.toml allows
+lock: $(BIN)/python
+	$(BIN)/pip install --quiet uv
+	$(BIN)/uv pip compile pyproject.toml --extra dev --extra local --extra bench \
+	  --python-version 3.11 --python-platform x86_64-unknown-linux-gnu \
+	  --custom-compile-command "make lock" --annotation-style line --output-file $(LOCK)
 
 ## bench: every benchmark of docs/benchmarks.md, from scratch (about 20 minutes)
 bench:

@@ -10,6 +10,8 @@ retry it, and the HTTP status it is rendered with::
         ├── ProviderTimeout        llm-timeout      retryable
         ├── ProviderRateLimited    llm-rate-limit   retryable, carries Retry-After
         ├── ProviderUnavailable    llm-unavailable  retryable (5xx, connection, open circuit)
+        │   └── ProviderCrashed                     the local model died during the call: not
+        │                                           retried (the request may be what killed it)
         ├── ProviderTokenLimit     llm-token-limit  the prompt does not fit the context window
         ├── ProviderRefusal        llm-refusal      refusal or content filter
         └── ProviderConfigError    llm-config       401/403/404: names the provider, not the key
@@ -96,6 +98,13 @@ class ProviderUnavailable(ProviderError):
     code = codes.LLM_UNAVAILABLE
     status = 503
     retryable = True
+
+
+class ProviderCrashed(ProviderUnavailable):
+    """The managed local model process died while answering. Not retried inside the call:
+    a request that crashes the server would crash its restart too."""
+
+    retryable = False
 
 
 class ProviderTokenLimit(ProviderError):

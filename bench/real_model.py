@@ -409,7 +409,7 @@ def main(argv: list[str] | None = None) -> int:
     tasks = real_tasks(args.tasks, args.easy)
     results: dict[str, list[Run]] = {}
     start = time.perf_counter()
-    with LocalModelServer(default_data_dir()) as server:
+    with LocalModelServer(default_data_dir(), api_key=None) as server:
         startup = time.perf_counter() - start
         print(f"server up in {startup:.1f} s at {server.base_url}", flush=True)
         for system in systems:

@@ -61,6 +61,7 @@ TITLES: Final[dict[str, str]] = {
     codes.INVALID_INPUT: "Invalid input",
     codes.INTERNAL_ERROR: "Internal error",
     codes.LLM_CONFIG: "No model provider configured",
+    codes.LLM_UNAVAILABLE: "Model provider unavailable",
     NOT_FOUND: "Not found",
     UNAUTHORIZED: "Unauthorized",
     METHOD_NOT_ALLOWED: "Method not allowed",

@@ -1,7 +1,7 @@
 """The service's own endpoints: liveness, readiness, models, Prometheus metrics.
 
 GET /healthz      200 while the process serves requests
-GET /readyz       200 when Redis answers and a model provider is configured, else 503
+GET /readyz       200 when Redis answers and a model provider can answer, else 503
 GET /v1/models    configured models and routes, the default, each model's circuit
 GET /metrics      Prometheus text format (no auth: scraped from inside the network)
 """
@@ -35,20 +35,24 @@ async def healthz() -> JSONResponse:
     "/readyz",
     response_model=Ready,
     tags=["system"],
-    summary="Readiness: Redis reachable, a provider configured",
+    summary="Readiness: Redis reachable, a provider that can answer",
     responses=problems(
         503, s503="Not ready: `checks` says which dependency is missing and `detail` why."
     ),
 )
 async def readyz(request: Request, res: Res) -> JSONResponse:
+    if res.router is None:
+        provider, provider_code = res.provider_problem or "missing", codes.LLM_CONFIG
+    else:  # configured; a supervised local model may be down (crashed, restarting)
+        provider, provider_code = res.router.problem() or "ok", codes.LLM_UNAVAILABLE
     checks = {
         "redis": "ok" if await res.store.ping() else "not reachable",
-        "provider": "ok" if res.router is not None else (res.provider_problem or "missing"),
+        "provider": provider,
     }
     failing = {name: why for name, why in checks.items() if why != "ok"}
     if not failing:
         return JSONResponse({"status": "ready", "checks": checks})
-    code = codes.LLM_CONFIG if set(failing) == {"provider"} else NOT_READY
+    code = provider_code if set(failing) == {"provider"} else NOT_READY
     detail = "; ".join(f"{name}: {why}" for name, why in failing.items())
     return problem(503, code, detail, instance=request.url.path, extra={"checks": checks})
 

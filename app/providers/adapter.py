@@ -23,12 +23,20 @@ class HttpAdapter:
     def __init__(self, http: httpx.AsyncClient, *, provider: str, config: ProviderConfig) -> None:
         self._http = http
         self._provider = provider
-        self._url = config.url + self.path
+        self._base_url = config.url
         self._key = config.api_key
         self._extra_headers = self.fixed_headers(config)
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}(provider={self._provider!r}, url={self._url!r})"
+        return f"{type(self).__name__}(provider={self._provider!r}, base_url={self._base_url!r})"
+
+    def api_key(self) -> str | None:
+        """The key requests carry, read per request (the local server's is per process)."""
+        return self._key.get_secret_value() if self._key is not None else None
+
+    def url(self) -> str:
+        """Where requests go; read per request (a restarted local server may move)."""
+        return self._base_url + self.path
 
     async def send(
         self,
@@ -39,14 +47,14 @@ class HttpAdapter:
         mechanism: Capability,
         timeout_s: float,
     ) -> LLMResponse:
-        secrets = (self._key.get_secret_value(),) if self._key is not None else ()
-        edge = Edge(self._provider, model, secrets)
+        key = self.api_key()
+        edge = Edge(self._provider, model, (key,) if key else ())
         body, wrapped = self.request_body(request, spec=spec, mechanism=mechanism)
         headers = dict(self._extra_headers)
-        if self._key is not None:
-            headers.update(self.auth_headers(self._key.get_secret_value()))
+        if key:
+            headers.update(self.auth_headers(key))
         answer, _ = await post_json(
-            self._http, self._url, headers=headers, body=body, timeout_s=timeout_s, edge=edge
+            self._http, self.url(), headers=headers, body=body, timeout_s=timeout_s, edge=edge
         )
         try:
             return self.parse_response(

@@ -22,7 +22,8 @@ from app.errors import ProviderConfigError
 from app.providers.config import ModelConfig, ProviderConfig, ProvidersConfig, load_providers
 from app.providers.local import LocalModelServer, explain_missing, local_available
 from app.providers.retry import OnRetry
-from app.providers.router import Router, build_router
+from app.providers.router import Adapter, Health, Router, build_router
+from app.providers.supervisor import SupervisedAdapter, Supervisor
 
 log = logging.getLogger(__name__)
 
@@ -37,26 +38,43 @@ async def open_router(
     env: Mapping[str, str] | None = None,
     config: ProvidersConfig | None = None,
     on_retry: OnRetry | None = None,
+    local: Supervisor | None = None,
 ) -> AsyncIterator[Router]:
     """A router over the configured providers, or over a managed local model.
 
     ``on_retry(code, attempt, wait_s)`` observes every transport retry, e.g.
-    ``metrics.record_transport_retry``.
+    ``metrics.record_transport_retry``. The local model is self-tested before this yields
+    and supervised while it runs (``app.providers.supervisor``); ``router.problem()`` says
+    when it is down. ``local`` replaces the default supervised server (tests).
     """
     config = load_providers(env) if config is None else config
-    server: LocalModelServer | None = None
+    supervisor: Supervisor | None = None
+    adapters: dict[str, Adapter] = {}
+    health: dict[str, Health] = {}
     if config.is_empty():
-        if not local_available():
+        if local is None and not local_available():
             raise ProviderConfigError(explain_missing(), provider=LOCAL_PROVIDER)
-        server = LocalModelServer(data_dir)
+        supervisor = Supervisor(LocalModelServer(data_dir)) if local is None else local
+        server = supervisor.server
         log.info("no provider configured: starting the local llama.cpp model")
-        await server.astart()
+        try:
+            await supervisor.start()
+        except BaseException:
+            await supervisor.stop()
+            raise
         config = with_local_model(config, server)
+        adapters[LOCAL_PROVIDER] = SupervisedAdapter(
+            http,
+            supervisor=supervisor,
+            provider=LOCAL_PROVIDER,
+            config=config.providers[LOCAL_PROVIDER],
+        )
+        health[LOCAL_PROVIDER] = supervisor.problem
     try:
-        yield build_router(config, http, on_retry=on_retry)
+        yield build_router(config, http, on_retry=on_retry, adapters=adapters, health=health)
     finally:
-        if server is not None:
-            await server.astop()
+        if supervisor is not None:
+            await supervisor.stop()
 
 
 def with_local_model(config: ProvidersConfig, server: LocalModelServer) -> ProvidersConfig:

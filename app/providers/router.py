@@ -18,12 +18,13 @@ import asyncio
 import logging
 import random
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Protocol
 
 import httpx
 
+from app.core.codes import is_retryable
 from app.core.model import LLMRequest, LLMResponse, StructuredMode, StructuredOutput
 from app.errors import InvalidInput, ProviderError, ProviderUnavailable
 from app.providers import structured
@@ -36,6 +37,10 @@ from app.providers.retry import Deadline, OnRetry, Retrier, RetryPolicy, Sleep
 from app.providers.structured import Capability
 
 logger = logging.getLogger(__name__)
+
+
+# A provider's readiness: ``None`` when it can answer, else why not.
+Health = Callable[[], "str | None"]
 
 
 class Adapter(Protocol):
@@ -81,8 +86,10 @@ class Router:
         circuits: Circuits,
         retrier: Retrier,
         clock: Clock = time.monotonic,
+        health: Mapping[str, Health] | None = None,
     ) -> None:
         self._targets = dict(targets)
+        self._health = dict(health or {})
         self._routes = dict(routes)
         self._default = default
         self._circuits = circuits
@@ -114,6 +121,11 @@ class Router:
             return (name,)
         known = ", ".join(sorted(self.names())) or "none"
         raise InvalidInput(f"unknown model or route {name!r} (configured: {known})", field="model")
+
+    def problem(self) -> str | None:
+        """Why a provider cannot answer now (a crashed local model), ``None`` when all can."""
+        problems = [text for check in self._health.values() if (text := check()) is not None]
+        return "; ".join(problems) or None
 
     def snapshot(self) -> dict[str, CircuitState]:
         """Circuit state per ``"provider/model"``."""
@@ -211,7 +223,7 @@ class Router:
             )
         except ProviderError as err:
             # Only transient failures say the model is down; any other answer says it is up.
-            if err.retryable:
+            if is_retryable(err.code):
                 breaker.record_failure()
             else:
                 breaker.record_success()
@@ -231,21 +243,26 @@ def build_router(
     sleep: Sleep = asyncio.sleep,
     on_retry: OnRetry | None = None,
     rng: random.Random | None = None,
+    adapters: Mapping[str, Adapter] | None = None,
+    health: Mapping[str, Health] | None = None,
 ) -> Router:
     """A router over ``config``'s models, sharing ``http``. ``clock`` drives deadlines and
     circuit cool-downs, ``sleep`` the retry waits, ``on_retry(code, attempt, wait_s)``
-    observes every transport retry."""
+    observes every transport retry. ``adapters`` replaces the adapter of a provider (the
+    supervised local model), ``health`` adds a provider's readiness check to ``problem()``."""
     circuits = Circuits(
         failure_threshold=config.circuit.failure_threshold,
         cooldown_s=config.circuit.cooldown_s,
         clock=clock,
     )
-    adapters: dict[str, Adapter] = {}
+    wire: dict[str, Adapter] = dict(adapters or {})
     for name, provider in config.providers.items():
+        if name in wire:
+            continue
         if provider.kind == "anthropic":
-            adapters[name] = AnthropicAdapter(http, provider=name, config=provider)
+            wire[name] = AnthropicAdapter(http, provider=name, config=provider)
         else:
-            adapters[name] = OpenAIAdapter(http, provider=name, config=provider)
+            wire[name] = OpenAIAdapter(http, provider=name, config=provider)
     targets = {}
     for name, spec in config.models.items():
         provider = config.providers[spec.provider]
@@ -253,7 +270,7 @@ def build_router(
             name=name,
             provider=spec.provider,
             spec=spec,
-            adapter=adapters[spec.provider],
+            adapter=wire[spec.provider],
             policy=RetryPolicy(max_attempts=provider.max_attempts),
             timeout_s=provider.timeout_s,
             breaker=circuits.breaker(spec.provider, name),
@@ -265,6 +282,7 @@ def build_router(
         circuits=circuits,
         retrier=Retrier(sleep=sleep, on_retry=on_retry, rng=rng),
         clock=clock,
+        health=health,
     )
 
 

@@ -94,7 +94,9 @@ def server(data_dir: Path, model_path: Path) -> Iterator[LocalModelServer]:
 
 @pytest.fixture(scope="module")
 def client(server: LocalModelServer) -> Iterator[httpx.Client]:
-    with httpx.Client(base_url=server.base_url, timeout=60.0, trust_env=False) as client:
+    with httpx.Client(
+        base_url=server.base_url, headers=server.auth_headers(), timeout=60.0, trust_env=False
+    ) as client:
         yield client
 
 

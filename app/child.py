@@ -1,0 +1,106 @@
+"""A child server process reprompt manages (redis-server, the llama.cpp server): the few
+things every one needs, written once.
+
+    port = free_loopback_port()
+    process = spawn([binary, "--port", str(port)], log_path)   # own session, output to log
+    describe_exit(process.returncode)        # "exited with signal 11 (SIGSEGV)"
+    log_tail(log_path, lines=5)              # what it said last
+    terminate(process, grace_s=10)           # SIGTERM to its group, SIGKILL after grace_s
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Final
+
+TAIL_BYTES: Final = 4000
+
+
+def free_loopback_port() -> int:
+    """A TCP port free on 127.0.0.1 right now (another process may take it before we bind)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def spawn(
+    args: Sequence[str],
+    log_path: Path,
+    *,
+    append: bool = False,
+    pass_fds: Sequence[int] = (),
+    env: dict[str, str] | None = None,
+) -> subprocess.Popen[bytes]:
+    """Start ``args`` in its own session (so its own process group: a Ctrl-C meant for us
+    does not reach it, and ``terminate`` can signal the group), output to ``log_path``."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with log_path.open("ab" if append else "wb") as log:
+        return subprocess.Popen(
+            list(args),
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            pass_fds=tuple(pass_fds),
+            start_new_session=True,
+            env=env,
+        )
+
+
+def describe_exit(returncode: int) -> str:
+    """``"exited with signal 11 (SIGSEGV)"`` or ``"exited with code 1"``.
+
+    Popen reports death by a signal as a negative code; a shell in between reports it as
+    128 + the signal, which is read the same way.
+    """
+    number = -returncode if returncode < 0 else returncode - 128 if returncode > 128 else 0
+    if number:
+        try:
+            name = signal.Signals(number).name
+        except ValueError:
+            name = "unknown signal"
+        return f"exited with signal {number} ({name})"
+    return f"exited with code {returncode}"
+
+
+def crashed(returncode: int) -> bool:
+    """A death by a signal that means a fault in the program (not a polite stop)."""
+    number = -returncode if returncode < 0 else returncode - 128 if returncode > 128 else 0
+    return number in (signal.SIGSEGV, signal.SIGILL, signal.SIGBUS, signal.SIGFPE, signal.SIGABRT)
+
+
+def log_tail(path: Path, *, lines: int | None = None, max_bytes: int = TAIL_BYTES) -> str:
+    """The end of a log: its last ``max_bytes``, or only its last ``lines`` non-empty lines."""
+    try:
+        with path.open("rb") as log:
+            log.seek(0, os.SEEK_END)
+            log.seek(max(0, log.tell() - max_bytes))
+            text = log.read().decode("utf-8", errors="replace").strip()
+    except OSError as exc:
+        return f"(log unreadable: {exc})"
+    if lines is not None:
+        text = "\n".join([line for line in text.splitlines() if line.strip()][-lines:])
+    return text or "(empty log)"
+
+
+def terminate(process: subprocess.Popen[bytes], grace_s: float) -> None:
+    """SIGTERM to the process group, SIGKILL after ``grace_s``; reaps the process."""
+    if process.poll() is not None:
+        # Reaped: its pid (and so its group id) may already belong to someone else.
+        return
+    _signal_group(process, signal.SIGTERM)
+    try:
+        process.wait(grace_s)
+    except subprocess.TimeoutExpired:
+        _signal_group(process, signal.SIGKILL)
+        process.wait()
+
+
+def _signal_group(process: subprocess.Popen[bytes], sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, sig)
