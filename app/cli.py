@@ -31,15 +31,15 @@ import httpx
 from pydantic import ValidationError
 
 from app.client import ApiClient, ApiError
+from app.core.conversation import TranscriptEntry
+from app.core.errors import RepromptError
+from app.core.events import LoopEvent, TurnEnded, TurnStarted, TurnSummary
 from app.core.loop import JobResult, Runtime, run_job
 from app.core.spec import JobSpec
-from app.core.trace import TraceEvent
-from app.errors import RepromptError
-from app.providers.config import ProvidersConfig, load_providers
+from app.core.turn import REJECTED
 from app.providers.embedded import open_router
 from app.providers.http import make_client
-from app.providers.local import default_data_dir
-from app.settings import Settings
+from app.settings import Settings, invalid_settings
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 EXAMPLE = EXAMPLES / "contact.json"  # what the small local model can do
@@ -76,11 +76,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     try:
         if ns.command in ("serve", "api"):
-            return _serve(ns.host, ns.port, embedded_worker=ns.command == "serve")
-        if ns.command == "worker":
-            from app.worker import main as worker_main
+            from app.assembly import run_api
 
-            return worker_main(_settings())
+            settings = _settings(host=ns.host, port=ns.port)
+            return run_api(settings, embedded_worker=ns.command == "serve")
+        if ns.command == "worker":
+            from app.assembly import run_worker
+
+            return run_worker(_settings())
         if ns.command == "submit":
             return _submit(ns.file, url=ns.url, key=ns.key, quiet=ns.quiet)
         if ns.command == "get":
@@ -164,18 +167,7 @@ def _settings(**overrides: Any) -> Settings:
     try:
         return Settings(**{k: v for k, v in overrides.items() if v is not None})
     except ValidationError as exc:
-        raise SystemExit(f"reprompt: invalid configuration:\n{_fields(exc)}") from None
-
-
-def _serve(host: str | None, port: int | None, *, embedded_worker: bool) -> int:
-    import uvicorn
-
-    from app.api.app import create_app
-
-    settings = _settings(host=host, port=port)
-    app = create_app(settings, embedded_worker=embedded_worker)
-    uvicorn.run(app, host=settings.host, port=settings.port, log_level="info", access_log=False)
-    return 0
+        raise SystemExit(f"reprompt: invalid configuration:\n{invalid_settings(exc)}") from None
 
 
 def _submit(path: str, *, url: str, key: str | None, quiet: bool) -> int:
@@ -192,9 +184,9 @@ def _follow(api: ApiClient, job_id: str, *, quiet: bool) -> int:
     progress = Progress(sys.stderr)
     for event in api.events(job_id):
         if not quiet and event.name == "turn_start":
-            progress(TraceEvent("turn_start", event.data))
+            progress(TurnStarted.model_validate(event.data))
         elif not quiet and event.name == "turn_end":
-            progress(TraceEvent("turn_end", event.data))
+            progress(TurnSummary.model_validate(event.data))
         elif not quiet and event.name == "job_requeued":
             print("[worker lost] the job went back to the queue", file=sys.stderr)
         if event.name == "job_end":
@@ -232,9 +224,9 @@ def _run_file(path: str, *, full: bool) -> int:
         print(f"reprompt: cannot read job {path}: {exc}", file=sys.stderr)
         return 2
     except ValidationError as exc:
-        print(f"reprompt: invalid job {path}:\n{_fields(exc)}", file=sys.stderr)
+        print(f"reprompt: invalid job {path}:\n{_job_fields(exc)}", file=sys.stderr)
         return 2
-    return _execute(spec, config=None, full=full)
+    return _execute(spec, full=full)
 
 
 def _demo(*, sim: bool, port: int) -> int:
@@ -300,27 +292,29 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _execute(spec: JobSpec, *, config: ProvidersConfig | None, full: bool) -> int:
+def _execute(spec: JobSpec, *, full: bool) -> int:
     try:
-        result = asyncio.run(_run(spec, config))
+        result = asyncio.run(_run(spec, _settings()))
     except RepromptError as exc:
         print(f"reprompt: {exc.detail}", file=sys.stderr)
         return 2
-    out: dict[str, Any] = {"result": result.envelope.to_dict()}
+    out: dict[str, Any] = {"result": result.envelope.model_dump(mode="json")}
     if full:
-        out["turns"] = [t.to_dict() for t in result.turns]
-        out["history"] = list(result.history)
-        out["transcript"] = [{"role": m.role, "content": m.content} for m in result.transcript]
+        out["turns"] = [t.model_dump(mode="json") for t in result.turns]
+        out["history"] = [h.model_dump(mode="json") for h in result.history]
+        out["transcript"] = [
+            TranscriptEntry.of(m).model_dump(mode="json") for m in result.transcript
+        ]
     print(json.dumps(out, indent=2, ensure_ascii=False))
     return 0 if result.envelope.status == "success" else 1
 
 
-async def _run(spec: JobSpec, config: ProvidersConfig | None) -> JobResult:
-    if config is None:
-        config = load_providers()
+async def _run(spec: JobSpec, settings: Settings) -> JobResult:
+    from app.assembly import providers_config
+
     async with (
         make_client() as http,
-        open_router(http, data_dir=default_data_dir(), config=config) as router,
+        open_router(http, data_dir=settings.data_dir, config=providers_config(settings)) as router,
     ):
         return await run_job(spec, Runtime(client=router, tracer=Progress(sys.stderr)))
 
@@ -331,35 +325,36 @@ class Progress:
     def __init__(self, stream: TextIO) -> None:
         self.stream = stream
 
-    def __call__(self, event: TraceEvent) -> None:
-        d = event.data
-        tag = f"[Attempt {d['attempt']}]"
-        if event.name == "turn_start":
-            model = d["model"] or "default model"
-            extra = " (escalated)" if d["escalated"] else ""
-            extra += " (simplified request)" if d["simplified"] else ""
-            self._say(f"{tag} {d['type']} turn {d['turn']} on {model}{extra} ...")
+    def __call__(self, event: LoopEvent | TurnSummary) -> None:
+        if isinstance(event, TurnEnded):
+            event = event.summary()
+        tag = f"[Attempt {event.attempt}]"
+        if isinstance(event, TurnStarted):
+            model = event.model or "default model"
+            extra = " (escalated)" if event.escalated else ""
+            extra += " (simplified request)" if event.simplified else ""
+            self._say(f"{tag} {event.type} turn {event.turn} on {model}{extra} ...")
             return
-        result = d["result"]
-        took = f"{d['latencyMs']} ms, {d['inputTokens']}+{d['outputTokens']} tokens"
+        result = event.result
+        took = f"{event.latency_ms} ms, {event.input_tokens}+{event.output_tokens} tokens"
         if result == "success":
             self._say(f"{tag} ✅ valid answer ({took})")
         elif result == "tool_calls":
             self._say(f"{tag} 🔧 tool calls ({took})")
         else:
-            diagnosis = (d["diagnosis"] or "").strip().splitlines()
+            diagnosis = (event.diagnosis or "").strip().splitlines()
             why = " / ".join(line.strip(" -") for line in diagnosis[:3])
-            self._say(f"{tag} ❌ {d['errorCode'] or result}: {why} ({took})")
-            if result in ("invalid", "rejected", "truncated") and d["callsLeft"] > 0:
+            self._say(f"{tag} ❌ {event.error_code or result}: {why} ({took})")
+            if result in REJECTED and event.calls_left > 0:
                 self._say(f"{tag} retrying with feedback")
 
     def _say(self, line: str) -> None:
         print(line, file=self.stream, flush=True)
 
 
-def _fields(exc: ValidationError) -> str:
+def _job_fields(exc: ValidationError) -> str:
     lines = []
-    for error in exc.errors():
+    for error in exc.errors(include_url=False):
         where = ".".join(str(p) for p in error["loc"]) or "(body)"
         lines.append(f"  {where}: {error['msg']}")
     return "\n".join(lines)

@@ -1,8 +1,8 @@
 """Every Prometheus metric reprompt exports, in one place. Labels stay bounded: provider,
 model, turn type, outcome, status, error code — never a job id, tenant or prompt text.
 
-    metrics.record_turn(event.data)      # from the loop's turn_end trace event
-    metrics.record_job(envelope_dict, duration_s=..., attempts=...)
+    metrics.record_turn(event.record, calls_left=event.calls_left)   # the loop's TurnEnded
+    metrics.record_job(envelope, duration_s=...)
 """
 
 from __future__ import annotations
@@ -19,6 +19,9 @@ from prometheus_client import (
     generate_latest,
     start_http_server,
 )
+
+from app.core.envelope import Envelope
+from app.core.turn import REJECTED, TurnRecord
 
 REGISTRY = CollectorRegistry(auto_describe=True)
 P = "reprompt_"
@@ -131,40 +134,39 @@ CIRCUIT_STATE = Gauge(
     registry=REGISTRY,
 )
 _CIRCUIT = {"closed": 0, "half_open": 1, "half-open": 1, "open": 2}
-_WASTED_OUTCOMES = {"invalid", "rejected", "truncated", "refusal", "explicit_fail"}
 
 
-def record_turn(data: Mapping[str, Any]) -> None:
-    """Count one model call from the loop's ``turn_end`` event."""
-    outcome = str(data["result"])
-    TURNS.labels(type=data["type"], outcome=outcome).inc()
-    provider, model = data.get("provider"), data.get("model")
+def record_turn(record: TurnRecord, *, calls_left: int) -> None:
+    """Count one model call from its turn record (``calls_left``: what the budget has left)."""
+    TURNS.labels(type=record.type, outcome=record.outcome).inc()
+    provider, model = record.provider, record.model
     if provider is None or model is None:
         return  # the call failed before any provider answered
     labels = {"provider": provider, "model": model}
     LLM_CALLS.labels(**labels).inc()
-    tokens_in, tokens_out = int(data["inputTokens"]), int(data["outputTokens"])
+    tokens_in, tokens_out = record.usage.input_tokens, record.usage.output_tokens
     LLM_TOKENS.labels(**labels, direction="input").inc(tokens_in)
     LLM_TOKENS.labels(**labels, direction="output").inc(tokens_out)
-    cost = data.get("costUsd")
+    cost = record.cost_usd
     if cost is not None:
-        LLM_COST.labels(**labels).inc(float(cost))
-    LLM_LATENCY.labels(**labels).observe(int(data["latencyMs"]) / 1000)
-    if outcome in _WASTED_OUTCOMES:
+        LLM_COST.labels(**labels).inc(cost)
+    LLM_LATENCY.labels(**labels).observe(record.latency_ms / 1000)
+    if record.wasted:
         WASTED_TOKENS.labels(**labels).inc(tokens_in + tokens_out)
         if cost is not None:
-            WASTED_COST.labels(**labels).inc(float(cost))
-    if outcome in {"invalid", "rejected", "truncated"} and int(data.get("callsLeft", 0)) > 0:
-        REASKS.labels(error=str(data.get("errorCode") or "")).inc()
+            WASTED_COST.labels(**labels).inc(cost)
+    if record.outcome in REJECTED and calls_left > 0:
+        REASKS.labels(error=record.error_code or "").inc()
 
 
-def record_job(envelope: Mapping[str, Any], *, status: str, duration_s: float) -> None:
-    """Count a finished job from its envelope (``status``: the job's terminal state)."""
-    JOBS_FINISHED.labels(status=status, error=str(envelope.get("error") or "")).inc()
+def record_job(envelope: Envelope, *, duration_s: float) -> None:
+    """Count a finished job from its envelope."""
+    status = envelope.job_status
+    JOBS_FINISHED.labels(status=status, error=envelope.error or "").inc()
     JOB_DURATION.labels(status=status).observe(duration_s)
-    execution = envelope.get("execution") or {}
-    if envelope.get("status") == "success" and execution.get("llmCalls"):
-        ATTEMPTS_TO_SUCCESS.observe(int(execution["llmCalls"]))
+    execution = envelope.execution
+    if envelope.status == "success" and execution is not None and execution.llm_calls:
+        ATTEMPTS_TO_SUCCESS.observe(execution.llm_calls)
 
 
 def record_transport_retry(code: str, attempt: int, wait_s: float) -> None:

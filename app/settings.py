@@ -7,13 +7,28 @@ settings.redis_url             # None: start the embedded redis-server
 from __future__ import annotations
 
 import hashlib
+import os
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
-from pydantic import AliasChoices, Field, SecretStr, field_validator
+from pydantic import AliasChoices, Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from app.providers.local import default_data_dir
+
+def default_data_dir(environ: Mapping[str, str] = os.environ) -> Path:
+    """``$REPROMPT_DATA_DIR``, else ``~/.cache/reprompt``."""
+    configured = environ.get("REPROMPT_DATA_DIR")
+    return Path(configured).expanduser() if configured else Path.home() / ".cache" / "reprompt"
+
+
+def invalid_settings(exc: ValidationError) -> str:
+    """Which settings are wrong and why, one per line, never their values (they may be
+    secrets)."""
+    return "\n".join(
+        f"  {'.'.join(str(p) for p in error['loc']) or '(settings)'}: {error['msg']}"
+        for error in exc.errors(include_input=False, include_url=False)
+    )
 
 
 class ApiKey:
@@ -43,6 +58,11 @@ class Settings(BaseSettings):
         description="Redis to use; unset: start the embedded redis-server.",
     )
     data_dir: Path = Field(default_factory=default_data_dir)
+    providers_file: Path | None = Field(
+        default=None,
+        validation_alias=AliasChoices("REPROMPT_PROVIDERS", "REPROMPT_PROVIDERS_FILE"),
+        description="The providers file (TOML or YAML): models, routes, prices, circuits.",
+    )
     key_prefix: str = Field(default="rp", pattern=r"^[A-Za-z0-9_-]{1,32}$")
 
     # The HTTP API.
@@ -96,17 +116,6 @@ class Settings(BaseSettings):
                     "each entry is tenant:sha256hex (64 lowercase hex digits of the key's SHA-256)"
                 )
         return value
-
-    def store_options(self) -> dict[str, Any]:
-        """The ``JobStore`` keyword arguments these settings imply (API and workers alike)."""
-        return {
-            "prefix": self.key_prefix,
-            "lease_ms": self.lease_ms,
-            "max_attempts": self.max_attempts,
-            "retention_s": self.retention_s,
-            "idempotency_ttl_s": self.idempotency_ttl_s,
-            "max_queued": self.max_queued,
-        }
 
     @property
     def keys(self) -> dict[str, ApiKey]:

@@ -14,7 +14,7 @@ the job's new owner. A heartbeat that finds the lease gone, or a cancellation of
 stops the job's task at once (aborting the model call in flight) and nothing more is
 written for it. The same worker reaps expired leases of every worker.
 
-``python -m app.worker`` (``reprompt worker``) runs one worker process: see ``main``.
+``reprompt worker`` runs one in a process of its own (``app.assembly.run_worker``).
 """
 
 from __future__ import annotations
@@ -24,12 +24,9 @@ import contextlib
 import logging
 import os
 import secrets
-import signal
 import socket
-import sys
 import time
 from collections.abc import Awaitable, Callable
-from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
@@ -37,16 +34,15 @@ from pydantic import ValidationError
 
 from app import metrics
 from app.core import codes
-from app.core.envelope import Envelope
+from app.core.conversation import TranscriptEntry
+from app.core.envelope import Envelope, Progress
+from app.core.events import LoopEvent, TurnEnded
 from app.core.loop import Runtime, run_job
 from app.core.model import ModelClient
 from app.core.spec import JobSpec
-from app.core.trace import TraceEvent
-from app.errors import RepromptError
-from app.providers.embedded import open_router
-from app.providers.http import DEFAULT_MAX_CONNECTIONS, make_client
+from app.core.turn import Rejection
 from app.settings import Settings
-from app.store import Claim, JobStore, connect
+from app.store import Claim, Leases
 
 # Not __name__: run as ``python -m app.worker`` this module is ``__main__``.
 log = logging.getLogger("app.worker")
@@ -89,12 +85,12 @@ class Worker:
     """Runs jobs from ``store`` on ``client`` until ``run``'s stop event is set.
 
     Process concerns (signals, the metrics port, building the pool and the client) live
-    in ``main``, so ``reprompt serve`` can run the same class in-process.
+    in ``app.assembly``, so ``reprompt serve`` can run the same class in-process.
     """
 
     def __init__(
         self,
-        store: JobStore,
+        store: Leases,
         client: ModelClient,
         settings: Settings,
         *,
@@ -229,15 +225,15 @@ class Worker:
 
     async def _execute(
         self, job: _Job
-    ) -> tuple[dict[str, Any], list[dict[str, Any]], list[dict[str, Any]]] | None:
+    ) -> tuple[Envelope, tuple[Rejection, ...], tuple[TranscriptEntry, ...]] | None:
         """The envelope, history and transcript to commit; None when the job is not ours."""
         try:
             spec = JobSpec.model_validate(job.claim.spec)
         except ValidationError as exc:
             detail = f"the stored job is not a valid job: {_fields(exc)}"
-            return Envelope.failure(codes.INVALID_INPUT, detail).to_dict(), [], []
+            return Envelope.failure(codes.INVALID_INPUT, detail), (), ()
 
-        async def trace(event: TraceEvent) -> None:
+        async def trace(event: LoopEvent) -> None:
             await self._trace(job, event)
 
         runtime = Runtime(
@@ -250,45 +246,56 @@ class Worker:
         except Exception:  # a bug in the loop ends this job, never the worker
             log.exception("job %s: the turn loop failed", job.id)
             detail = "the worker failed while running the job"
-            return Envelope.failure(codes.INTERNAL_ERROR, detail).to_dict(), [], []
-        transcript = [{"role": m.role, "content": m.content} for m in result.transcript]
-        return result.envelope.to_dict(), list(result.history), transcript
+            return Envelope.failure(codes.INTERNAL_ERROR, detail), (), ()
+        transcript = tuple(TranscriptEntry.of(m) for m in result.transcript)
+        return result.envelope, result.history, transcript
 
-    async def _trace(self, job: _Job, event: TraceEvent) -> None:
-        """Mirror the loop's trace events into the job (fenced) and the metrics."""
+    async def _trace(self, job: _Job, event: LoopEvent) -> None:
+        """Mirror the loop's events into the job (fenced) and the metrics."""
         claim = job.claim
-        data = event.data
-        if event.name == "turn_end":
-            metrics.record_turn(data)  # the call was made and paid for, whoever owns the job
-            progress = _progress(data)
+        if isinstance(event, TurnEnded):
+            record = event.record
+            # The call was made and paid for, whoever owns the job now.
+            metrics.record_turn(record, calls_left=event.calls_left)
+            progress = Progress(
+                phase="turn-done",
+                turn=record.index,
+                type=record.type,
+                attempt=record.attempt,
+                remaining=event.remaining,
+                calls_left=event.calls_left,
+                last_outcome=record.outcome,
+                last_error=record.error_code,
+            )
             # The record goes to the job's turns; the event stream gets the summary only.
-            turn = {**data["record"], "jobAttempt": claim.attempt}
-            summary = {k: v for k, v in data.items() if k != "record"}
-            held = await self._write(
+            turn = record.model_copy(update={"job_attempt": claim.attempt})
+            held = await self._progress(
                 job,
                 "record_turn",
                 lambda: self.store.record_turn(claim.job_id, claim.token, turn, progress),
             )
             if held:
-                held = await self._write(
+                held = await self._progress(
                     job,
                     "record_event",
-                    lambda: self.store.record_event(claim.job_id, claim.token, event.name, summary),
+                    lambda: self.store.record_event(
+                        claim.job_id, claim.token, event.name, event.summary()
+                    ),
                 )
         else:
-            now = {
-                "phase": "model-call",
-                "turn": data["turn"],
-                "type": data["type"],
-                "attempt": data["attempt"],
-                "remaining": data["remaining"],
-                "model": data["model"],
-            }
-            held = await self._write(
+            now = Progress(
+                phase="model-call",
+                turn=event.turn,
+                type=event.type,
+                attempt=event.attempt,
+                remaining=event.remaining,
+                model=event.model,
+            )
+            held = await self._progress(
                 job,
                 "record_event",
                 lambda: self.store.record_event(
-                    claim.job_id, claim.token, event.name, data, progress=now
+                    claim.job_id, claim.token, event.name, event, progress=now
                 ),
             )
         if not held:
@@ -301,49 +308,55 @@ class Worker:
                 job.stopped = "lease-lost"
             raise _LeaseLost(job.id)
 
-    async def _write(self, job: _Job, what: str, call: Callable[[], Awaitable[bool]]) -> bool:
-        """A progress write: retried on transport errors, given up (True) if they persist.
+    async def _progress(self, job: _Job, what: str, call: Callable[[], Awaitable[bool]]) -> bool:
+        """A progress write, retried; given up (True) if transport errors persist.
 
         Progress is best effort; the final commit decides the job. Only a refusal
         (False: the lease is not ours) stops the job.
         """
+        held, _ = await self._retrying(job, what, call)
+        return True if held is None else held
+
+    async def _retrying(
+        self, job: _Job, what: str, call: Callable[[], Awaitable[bool]]
+    ) -> tuple[bool | None, int]:
+        """The one retry loop for the worker's writes: ``(reply, tries)``, the reply being
+        None when every try failed for a transport reason."""
         for attempt in range(1, WRITE_TRIES + 1):
             try:
-                return await call()
+                return await call(), attempt
             except Exception as exc:
                 if attempt == WRITE_TRIES:
-                    log.warning("job %s: %s failed, progress not recorded: %r", job.id, what, exc)
-                    return True
+                    log.warning("job %s: %s failed %d times: %r", job.id, what, attempt, exc)
+                    return None, attempt
                 await asyncio.sleep(0.2 * attempt)
-        return True  # pragma: no cover - the loop always returns
+        raise AssertionError("unreachable")  # pragma: no cover
 
     async def _commit(
         self,
         job: _Job,
-        envelope: dict[str, Any],
-        history: list[dict[str, Any]],
-        transcript: list[dict[str, Any]],
+        envelope: Envelope,
+        history: tuple[Rejection, ...],
+        transcript: tuple[TranscriptEntry, ...],
     ) -> None:
         claim = job.claim
         job.committing = True
-        committed = False
-        for attempt in range(1, WRITE_TRIES + 1):
-            try:
-                committed = await self.store.complete(
-                    claim.job_id,
-                    claim.token,
-                    envelope=envelope,
-                    history=history,
-                    transcript=transcript,
-                )
-                break
-            except Exception as exc:
-                if attempt == WRITE_TRIES:
-                    # The lease runs out and the reaper requeues the job: it is not lost.
-                    log.error("job %s: commit failed, the job will be retried: %r", job.id, exc)
-                    return
-                await asyncio.sleep(0.2 * attempt)
-        if not committed and attempt > 1:
+        committed, tries = await self._retrying(
+            job,
+            "commit",
+            lambda: self.store.complete(
+                claim.job_id,
+                claim.token,
+                envelope=envelope,
+                history=history,
+                transcript=transcript,
+            ),
+        )
+        if committed is None:
+            # The lease runs out and the reaper requeues the job: it is not lost.
+            log.error("job %s: commit failed, the job will be retried", job.id)
+            return
+        if not committed and tries > 1:
             # An earlier try may have committed and lost only its reply.
             committed = await self._committed(job, envelope)
         duration_s = time.monotonic() - job.started
@@ -356,22 +369,21 @@ class Worker:
                 duration_s,
             )
             return
-        status = "succeeded" if envelope.get("status") == codes.RESULT_SUCCESS else "failed"
-        metrics.record_job(envelope, status=status, duration_s=duration_s)
-        error = envelope.get("error")
+        metrics.record_job(envelope, duration_s=duration_s)
+        execution = envelope.execution
         log.info(
             "job %s %s%s: %d calls, %.3fs",
             job.id,
-            status,
-            f" ({error})" if error else "",
-            (envelope.get("execution") or {}).get("llmCalls", 0),
+            envelope.job_status,
+            f" ({envelope.error})" if envelope.error else "",
+            0 if execution is None else execution.llm_calls,
             duration_s,
         )
 
-    async def _committed(self, job: _Job, envelope: dict[str, Any]) -> bool:
+    async def _committed(self, job: _Job, envelope: Envelope) -> bool:
         """Whether the job already holds exactly this result (best effort)."""
         try:
-            view = await self.store.get(job.id, tenant=job.claim.tenant)
+            view = await self.store.result_of(job.id)
         except Exception:
             return False
         return view is not None and view.terminal and view.result == envelope
@@ -491,20 +503,6 @@ class Worker:
             await _wait(stop, period)
 
 
-def _progress(data: dict[str, Any]) -> dict[str, Any]:
-    """What the in-progress envelope shows after a turn."""
-    return {
-        "phase": "turn-done",
-        "turn": data["turn"],
-        "type": data["type"],
-        "attempt": data["attempt"],
-        "remaining": data["remaining"],
-        "callsLeft": data["callsLeft"],
-        "lastOutcome": data["result"],
-        "lastError": data["errorCode"],
-    }
-
-
 def _fields(exc: ValidationError) -> str:
     """Where and what, never the offending values (they may be prompt text)."""
     return "; ".join(
@@ -538,85 +536,3 @@ async def _wait(event: asyncio.Event, timeout_s: float) -> None:
 
 def default_worker_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
-
-
-# -- the process ----------------------------------------------------------------------------
-
-
-def main(settings: Settings | None = None) -> int:
-    """Run one worker process until SIGTERM or SIGINT; 0 after a clean drain.
-
-    The first signal stops claiming and drains (``drain_timeout_s``); a second one
-    releases whatever is still running at once.
-    """
-    if not logging.getLogger().handlers:
-        logging.basicConfig(
-            level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-        )
-    # One line per model call at INFO (with its URL) is noise here: the job lines say it.
-    logging.getLogger("httpx").setLevel(logging.WARNING)
-    if settings is None:
-        try:
-            settings = Settings()
-        except ValidationError as exc:
-            log.error("invalid configuration: %s", _fields(exc))
-            return 2
-    if settings.redis_url is None or not settings.redis_url.get_secret_value():
-        log.error(
-            "REPROMPT_REDIS_URL is not set: a worker joins an existing Redis "
-            "(only `reprompt serve` starts an embedded one)"
-        )
-        return 2
-    try:
-        return asyncio.run(_serve(settings, settings.redis_url.get_secret_value()))
-    except RepromptError as exc:  # a configuration problem, e.g. no provider
-        log.error("%s", exc.detail)
-        return 2
-
-
-async def _serve(settings: Settings, redis_url: str) -> int:
-    stop = asyncio.Event()
-    worker: Worker | None = None
-
-    def on_signal(sig: signal.Signals) -> None:
-        if not stop.is_set():
-            log.info("%s: stopping, draining running jobs", sig.name)
-            stop.set()
-        elif worker is not None:
-            log.info("%s again: releasing running jobs now", sig.name)
-            worker.hurry()
-
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, on_signal, sig)
-    async with AsyncExitStack() as stack:
-        redis = connect(redis_url)
-        stack.push_async_callback(redis.aclose)
-        store = JobStore(redis, **settings.store_options())
-        # One connection per job a worker may hold: a smaller pool queues model calls.
-        pool = max(DEFAULT_MAX_CONNECTIONS, settings.worker_concurrency)
-        http = await stack.enter_async_context(make_client(max_connections=pool))
-        router = await stack.enter_async_context(
-            open_router(http, data_dir=settings.data_dir, on_retry=metrics.record_transport_retry)
-        )
-        if settings.worker_metrics_port:
-            try:
-                stack.callback(metrics.serve(settings.host, settings.worker_metrics_port))
-                log.info(
-                    "metrics on http://%s:%d/metrics", settings.host, settings.worker_metrics_port
-                )
-            except OSError as exc:
-                log.error(
-                    "cannot serve metrics on %s:%d: %s",
-                    settings.host,
-                    settings.worker_metrics_port,
-                    exc,
-                )
-                return 2
-        worker = Worker(store, router, settings)
-        await worker.run(stop)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

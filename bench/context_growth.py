@@ -46,7 +46,7 @@ async def prompt_tokens(url: str, feedback: str) -> list[int]:
             open_router(http, data_dir=Path(tmp), config=config) as router,
         ):
             result = await run_job(spec, Runtime(client=router))
-    return [t.input_tokens for t in result.turns]
+    return [t.usage.input_tokens for t in result.turns]
 
 
 def main() -> None:

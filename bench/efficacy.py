@@ -223,7 +223,7 @@ async def _run_reprompt(url: str, tasks: list[Task], strict: bool) -> list[Run]:
                 t0 = time.perf_counter()
                 spec = JobSpec.model_validate(job_for(task, strict=strict))
                 result = await run_job(spec, Runtime(client=router))
-                run.calls = [(t.input_tokens, t.output_tokens) for t in result.turns]
+                run.calls = [(t.usage.input_tokens, t.usage.output_tokens) for t in result.turns]
                 env = result.envelope
                 if env.status == "success":
                     run.accepted, run.value = True, env.data

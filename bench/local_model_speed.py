@@ -30,7 +30,8 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from app.providers.local import LocalModelServer, build_info, default_data_dir
+from app.providers.local import LocalModelServer, build_info
+from app.settings import default_data_dir
 
 SCHEMA = {
     "type": "object",

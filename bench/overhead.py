@@ -276,7 +276,7 @@ BUCKETS = [
     ("selectors / socket / ssl (stdlib)", ("selectors.py", "socket.py", "ssl.py")),
     ("reprompt app/core (turn loop, parse, validate)", ("app/core/",)),
     ("reprompt app/providers", ("app/providers/",)),
-    ("reprompt app/store.py", ("app/store.py",)),
+    ("reprompt app/store/", ("app/store/",)),
     ("reprompt app/api", ("app/api/",)),
     ("reprompt app/worker.py", ("app/worker.py",)),
     ("reprompt app (other)", ("app/",)),

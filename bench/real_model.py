@@ -179,7 +179,7 @@ async def _run_reprompt(
                     }
                 )
                 result = await run_job(spec, Runtime(client=router))
-                run.calls = [(t.input_tokens, t.output_tokens) for t in result.turns]
+                run.calls = [(t.usage.input_tokens, t.usage.output_tokens) for t in result.turns]
                 run.last_text = result.turns[-1].answer if result.turns else None
                 run.answers = [t.answer or "" for t in result.turns]
                 env = result.envelope
@@ -377,7 +377,8 @@ def plot(results: dict[str, list[Run]], out_dir: Path, prefix: str) -> list[str]
 
 
 def main(argv: list[str] | None = None) -> int:
-    from app.providers.local import LocalModelServer, default_data_dir
+    from app.providers.local import LocalModelServer
+    from app.settings import default_data_dir
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="2 tasks, 3 systems, < 60 s")

@@ -17,13 +17,14 @@ from app.providers.http import make_client
 from app.redis_server import EmbeddedRedis
 from app.settings import Settings
 from app.sim.server import SimConfig, serve_in_background
-from app.store import JobStore, connect
+from app.store import JobStore, Leases, connect
 from app.worker import Worker
 
 
 async def main(url, sim):
     r = connect(url)
     store = JobStore(r)
+    leases = Leases(r)
     cfg = ProvidersConfig(
         providers={"sim": ProviderConfig(kind="openai", base_url=f"{sim}/v1")},
         models={"m": ModelConfig(provider="sim", structured="prompt")},
@@ -33,7 +34,7 @@ async def main(url, sim):
         open_router(http, data_dir=Path(tempfile.mkdtemp()), config=cfg) as router,
     ):
         w = Worker(
-            store,
+            leases,
             router,
             Settings(worker_metrics_port=0, heartbeat_ms=10000, reap_interval_ms=60000),
         )

@@ -1,9 +1,4 @@
 """The HTTP API: FastAPI over the job store (see docs/api.md and openapi/openapi.json).
 
-from app.api import create_app
-app = create_app(Settings(), embedded_worker=True)
+Built by ``app.assembly.api_app(settings)``, which provides its resources.
 """
-
-from app.api.app import create_app
-
-__all__ = ["create_app"]

@@ -10,7 +10,6 @@ and ``data:`` (JSON). ``Last-Event-ID`` resumes after that id. The stream ends a
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator
 from typing import Annotated, Final
 
@@ -20,8 +19,20 @@ from sse_starlette import EventSourceResponse, ServerSentEvent
 from app.api.problems import NotFound
 from app.api.resources import Res, Tenant
 from app.api.schemas import problems
+from app.core.events import JobEnded, QueueEvent, TurnStarted, TurnSummary
+from app.core.wire import Wire
 from app.store import Event, JobStore
 
+# The data of each event, by name (documented in openapi.json as ``x-sse-events``). The
+# queue's own events (job_queued, job_start, job_requeued) are written by the Lua scripts.
+SSE_EVENTS: Final[dict[str, type[Wire]]] = {
+    TurnStarted.name: TurnStarted,
+    "turn_end": TurnSummary,
+    JobEnded.name: JobEnded,
+    "job_queued": QueueEvent,
+    "job_start": QueueEvent,
+    "job_requeued": QueueEvent,
+}
 PING_S: Final = 15
 # How long one read blocks before the job is looked at again (it may have expired).
 BLOCK_MS: Final = 10_000
@@ -110,5 +121,5 @@ async def _stream(
 
 
 def _sse(event: Event) -> ServerSentEvent:
-    data = json.dumps(event.data, separators=(",", ":"), ensure_ascii=False)
-    return ServerSentEvent(data=data, event=event.name, id=event.id)
+    # The JSON as the store holds it: written once by the event's model, never re-encoded.
+    return ServerSentEvent(data=event.data, event=event.name, id=event.id)

@@ -13,16 +13,16 @@ from typing import Annotated, Final, Literal
 from urllib.parse import urlencode
 
 from fastapi import APIRouter, Body, Depends, Header, Query, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import Response
 
 from app import metrics
 from app.api.limits import check_job, check_output_schema, clamp_wait
 from app.api.problems import NotFound, UnsupportedMediaType
 from app.api.resources import Res, Resources, Tenant
-from app.api.schemas import JOB_EXAMPLES, Job, JobList, problems
+from app.api.schemas import JOB_EXAMPLES, Job, JobList, problems, respond
 from app.core.contract import build_contract
+from app.core.errors import InvalidInput
 from app.core.spec import JobSpec
-from app.errors import InvalidInput
 from app.store import JobView
 
 DEFAULT_GENERATE_WAIT_MS: Final = 30_000
@@ -98,7 +98,7 @@ router = APIRouter(tags=["jobs"])
 )
 async def submit_job(
     spec: JobBody, res: Res, tenant: Tenant, idempotency_key: IdempotencyKey = None
-) -> JSONResponse:
+) -> Response:
     """Queue a job. The signature or schema, validators, model and caps are checked now,
     so a bad job is a 422 naming the field, never a failed job later."""
     job, created = await _submit(res, tenant, spec, idempotency_key)
@@ -113,7 +113,7 @@ async def submit_job(
     summary="Get a job (long-poll with waitMs)",
     responses=problems(401, 404, 422, 503),
 )
-async def get_job(job_id: str, res: Res, tenant: Tenant, wait_ms: WaitMs = 0) -> JSONResponse:
+async def get_job(job_id: str, res: Res, tenant: Tenant, wait_ms: WaitMs = 0) -> Response:
     """The job now, or, with ``waitMs``, as soon as it ends (at most ``waitMs`` later)."""
     if wait_ms > 0:
         job = await res.store.wait(job_id, tenant=tenant, wait_ms=clamp_wait(wait_ms, res.settings))
@@ -150,7 +150,7 @@ async def list_jobs(
         Literal["queued", "in_progress", "succeeded", "failed", "cancelled"] | None,
         Query(description="Only jobs in this state."),
     ] = None,
-) -> JSONResponse:
+) -> Response:
     jobs, next_cursor = await res.store.list(
         tenant=tenant, status=status, cursor=cursor, limit=limit
     )
@@ -160,8 +160,7 @@ async def list_jobs(
         if status is not None:
             query["status"] = status
         headers["Link"] = f'<{request.url.path}?{urlencode(query)}>; rel="next"'
-    body = {"jobs": [job.to_dict() for job in jobs], "next": next_cursor}
-    return JSONResponse(body, headers=headers)
+    return respond(JobList(jobs=tuple(Job.of(job) for job in jobs), next=next_cursor), 200, headers)
 
 
 @router.post(
@@ -170,7 +169,7 @@ async def list_jobs(
     summary="Cancel a job",
     responses=problems(401, 404, 503),
 )
-async def cancel_job(job_id: str, res: Res, tenant: Tenant) -> JSONResponse:
+async def cancel_job(job_id: str, res: Res, tenant: Tenant) -> Response:
     """A queued job never starts; a running one stops between turns (its model call in
     flight is aborted) and nothing is committed after. A finished job is returned as is."""
     job = await res.store.cancel(job_id, tenant=tenant)
@@ -200,7 +199,7 @@ async def generate(
     tenant: Tenant,
     wait_ms: WaitMs = DEFAULT_GENERATE_WAIT_MS,
     idempotency_key: IdempotencyKey = None,
-) -> JSONResponse:
+) -> Response:
     """For simple clients: the same job as ``POST /v1/jobs``, answered when it ends."""
     job, _ = await _submit(res, tenant, spec, idempotency_key)
     if not job.terminal:
@@ -241,8 +240,8 @@ async def _submit(
     return job, created
 
 
-def _job(job: JobView, status: int, headers: dict[str, str] | None = None) -> JSONResponse:
-    return JSONResponse(job.to_dict(), status_code=status, headers=headers)
+def _job(job: JobView, status: int, headers: dict[str, str] | None = None) -> Response:
+    return respond(Job.of(job), status, headers)
 
 
 def _location(job: JobView) -> str:

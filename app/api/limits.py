@@ -18,8 +18,8 @@ from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.api.problems import CONTENT_TOO_LARGE, problem
+from app.core.errors import InvalidInput
 from app.core.spec import JobSpec
-from app.errors import InvalidInput
 from app.settings import Settings
 
 

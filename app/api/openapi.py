@@ -18,7 +18,11 @@ from app.settings import Settings
 
 def document() -> dict[str, Any]:
     """The OpenAPI document of the API (no lifespan runs: nothing is started)."""
-    return create_app(Settings.model_construct()).openapi()
+
+    def nothing() -> Any:
+        raise RuntimeError("the OpenAPI document needs no resources")
+
+    return create_app(Settings.model_construct(), nothing).openapi()
 
 
 def render() -> str:

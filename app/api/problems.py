@@ -8,7 +8,7 @@ Every error response is ``application/problem+json``::
 
 ``code`` is stable and machine-readable: the envelope's error constant where one applies
 (``invalid-input``, ``llm-config``), else one of the edge codes below. ``type`` is
-``PROBLEM_BASE + code``. The edge errors extend ``app.errors.RepromptError``, so they
+``PROBLEM_BASE + code``. The edge errors extend ``app.core.errors.RepromptError``, so they
 carry their HTTP status like every other error; foreign exceptions (FastAPI's validation
 errors, Starlette's 404/405, anything unexpected) are mapped in ``install``::
 
@@ -19,9 +19,12 @@ errors, Starlette's 404/405, anything unexpected) are mapped in ``install``::
     ├── UnsupportedMediaType          415 unsupported-media-type
     ├── ContentTooLarge               413 content-too-large
     ├── NotReady                      503 llm-config or not-ready, names what to configure
-    └── (app.store) QueueFull         503 queue-full, Retry-After
-    StoreUnavailable                    503 not-ready, Retry-After: the store is down
+    ├── (app.store) QueueFull         503 queue-full, Retry-After
+    └── (app.store) StoreUnavailable  503 store-unavailable, Retry-After: Redis is down
     anything else                     500 internal-error, logged, no details in the answer
+
+Every ``RepromptError`` is rendered by ``render`` from its own ``code``, ``status`` and
+``retry_after_s``: there is no special case per class beyond the headers a kind needs.
 """
 
 from __future__ import annotations
@@ -38,8 +41,8 @@ from starlette.exceptions import HTTPException
 from starlette.responses import JSONResponse, Response
 
 from app.core import codes
-from app.errors import InvalidInput, RepromptError, SignatureError
-from app.store import StoreUnavailable
+from app.core.errors import InvalidInput, RepromptError, SignatureError
+from app.store.errors import QUEUE_FULL, STORE_UNAVAILABLE
 
 log = logging.getLogger(__name__)
 
@@ -51,10 +54,8 @@ UNAUTHORIZED: Final = "unauthorized"
 METHOD_NOT_ALLOWED: Final = "method-not-allowed"
 UNSUPPORTED_MEDIA_TYPE: Final = "unsupported-media-type"
 CONTENT_TOO_LARGE: Final = "content-too-large"
-QUEUE_FULL: Final = "queue-full"
 NOT_READY: Final = "not-ready"
 BAD_REQUEST: Final = "bad-request"
-STORE_RETRY_AFTER_S: Final = 5
 
 # A short, stable summary per problem type (RFC 9457 §3.1.3: the title does not vary).
 TITLES: Final[dict[str, str]] = {
@@ -68,6 +69,7 @@ TITLES: Final[dict[str, str]] = {
     UNSUPPORTED_MEDIA_TYPE: "Unsupported media type",
     CONTENT_TOO_LARGE: "Content too large",
     QUEUE_FULL: "Queue full",
+    STORE_UNAVAILABLE: "Job store unavailable",
     NOT_READY: "Not ready",
     BAD_REQUEST: "Bad request",
 }
@@ -116,7 +118,7 @@ class NotReady(RepromptError):
 
     def __init__(self, detail: str, *, code: str = NOT_READY) -> None:
         super().__init__(detail)
-        self.problem_code = code
+        self.code = code
 
 
 def title_for(code: str, status: int) -> str:
@@ -153,7 +155,6 @@ def render(error: RepromptError, instance: str) -> JSONResponse:
     """A ``RepromptError`` as problem+json, with the headers its kind calls for."""
     headers: dict[str, str] = {}
     errors: list[dict[str, Any]] | None = None
-    code = error.code
     if isinstance(error, InvalidInput):
         item: dict[str, Any] = {"field": error.field or "body", "message": error.detail}
         if isinstance(error, SignatureError):
@@ -165,13 +166,12 @@ def render(error: RepromptError, instance: str) -> JSONResponse:
             if error.invalid_token
             else 'Bearer realm="reprompt"'
         )
-    elif isinstance(error, NotReady):
-        code = error.problem_code
-    retry_after = getattr(error, "retry_after_s", None)
-    if isinstance(retry_after, int | float) and error.status in (429, 503):
-        headers["Retry-After"] = str(max(1, math.ceil(retry_after)))
+    if error.retry_after_s is not None and error.status in (429, 503):
+        headers["Retry-After"] = str(max(1, math.ceil(error.retry_after_s)))
+    if error.status >= 500:
+        log.warning("%s answered %d %s: %s", instance, error.status, error.code, error.detail)
     return problem(
-        error.status, code, error.detail, instance=instance, errors=errors, headers=headers
+        error.status, error.code, error.detail, instance=instance, errors=errors, headers=headers
     )
 
 
@@ -246,16 +246,6 @@ def install(app: FastAPI) -> None:
             detail = f"{request.method} is not allowed on {request.url.path}"
         return problem(status, code, detail, instance=request.url.path, headers=exc.headers)
 
-    async def store_unreachable(request: Request, exc: Exception) -> Response:
-        log.warning("%s %s: Redis is not reachable: %r", request.method, request.url.path, exc)
-        return problem(
-            503,
-            NOT_READY,
-            "the job store (Redis) is not reachable; retry later",
-            instance=request.url.path,
-            headers={"Retry-After": str(STORE_RETRY_AFTER_S)},
-        )
-
     async def unexpected(request: Request, exc: Exception) -> Response:
         # Logged with its traceback for operators; the client learns nothing internal.
         log.error("%s %s failed", request.method, request.url.path, exc_info=exc)
@@ -269,7 +259,6 @@ def install(app: FastAPI) -> None:
     app.add_exception_handler(RepromptError, reprompt_error)
     app.add_exception_handler(RequestValidationError, validation_error)
     app.add_exception_handler(HTTPException, http_error)
-    app.add_exception_handler(StoreUnavailable, store_unreachable)
     app.add_exception_handler(Exception, unexpected)
 
 

@@ -1,25 +1,36 @@
-"""The API's response shapes, for the OpenAPI document (camelCase on the wire).
+"""The API's response shapes: what the handlers return and what openapi/openapi.json says.
 
-Handlers return the store's dicts directly; these models describe them, with examples,
-so that clients in any language can be generated from ``openapi/openapi.json``.
+The envelope, turn records, rejections and transcript entries are the ``app.core`` models
+themselves; the job and the other responses are declared here. Handlers build these
+models from the store's typed records (``Job.of(view)``) and serialise them: one
+definition per shape, so the document cannot drift from the answers.
 """
 
 from __future__ import annotations
 
 from typing import Any, Final, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
-from pydantic.alias_generators import to_camel
+from fastapi.responses import Response
+from pydantic import ConfigDict, Field
 
-from app.core.codes import ErrorCode, ResultStatus
-from app.core.turn import Outcome, TurnType
+from app.core.conversation import TranscriptEntry
+from app.core.envelope import Envelope, JobStatus
+from app.core.turn import Rejection, TurnRecord
+from app.core.wire import Wire
+from app.store import JobView
 
-JobStatus = Literal["queued", "in_progress", "succeeded", "failed", "cancelled"]
 CircuitStateName = Literal["closed", "open", "half_open"]
 
 
-class _Out(BaseModel):
-    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True)
+class _Out(Wire):
+    pass
+
+
+def respond(body: Wire, status: int = 200, headers: dict[str, str] | None = None) -> Response:
+    """``body`` serialised by its own model, as the handler's response."""
+    return Response(
+        body.model_dump_json(), status_code=status, headers=headers, media_type="application/json"
+    )
 
 
 # -- requests: examples of JobSpec ---------------------------------------------------------
@@ -77,81 +88,6 @@ JOB_EXAMPLES: dict[str, dict[str, Any]] = {
 }
 
 
-# -- the envelope --------------------------------------------------------------------------
-
-
-class Execution(_Out):
-    """What the job cost and how it went. ``cost`` is null when any call had no known price."""
-
-    duration_ms: int
-    tokens_used: int
-    input_tokens: int
-    output_tokens: int
-    cost: float | None
-    model: str | None
-    provider: str | None
-    retry_count: int = Field(description="Re-asks after rejected answers (0: first accepted).")
-    timestamp: str
-    llm_calls: int
-    transport_retries: int = Field(description="Retries inside calls; never counted as turns.")
-    wasted_tokens: int = Field(description="Tokens spent on rejected answers.")
-    wasted_cost: float | None
-
-
-class Envelope(_Out):
-    """The result envelope: ``data`` on success, ``error`` + ``detail`` on error, and
-    ``progress`` (current turn and phase) while the job is queued or running."""
-
-    status: ResultStatus
-    data: Any = Field(default=None, description="The validated answer (success only).")
-    error: ErrorCode | None = Field(default=None, description="The error constant (error only).")
-    detail: str | None = None
-    cause: str | None = Field(
-        default=None, description="Code of the last rejected answer when the budget ran out."
-    )
-    confidence: float | None = None
-    warnings: list[str] = Field(default_factory=list)
-    provenance: str | None = None
-    execution: Execution | None = None
-    progress: dict[str, Any] | None = Field(
-        default=None, description="In progress only: turn, type, attempt, lastOutcome, …"
-    )
-
-
-class Usage(_Out):
-    input_tokens: int
-    output_tokens: int
-
-
-class Turn(_Out):
-    """One model call: what was asked, what came back, what the loop made of it."""
-
-    index: int
-    type: TurnType
-    outcome: Outcome
-    attempt: int
-    error_code: str | None
-    diagnosis: str | None = Field(description="The precise error fed back to the model.")
-    usage: Usage
-    cost_usd: float | None
-    latency_ms: int
-    provider: str | None
-    model: str | None
-    finish_reason: str | None
-    max_output_tokens: int
-    prompt_tokens_estimate: int
-    message_count: int
-    tools_offered: int
-    tool_calls: list[str]
-    transport_retries: int
-    transport_wait_ms: int
-    escalated: bool
-    simplified: bool
-    warnings: list[str]
-    answer: str | None
-    started_at: str
-
-
 # -- jobs ----------------------------------------------------------------------------------
 
 _SUCCESS_EXAMPLE: dict[str, Any] = {
@@ -177,7 +113,7 @@ _SUCCESS_EXAMPLE: dict[str, Any] = {
 }
 
 _TURN_EXAMPLE: dict[str, Any] = {
-    "index": 0,
+    "index": 1,
     "type": "must_return",
     "outcome": "invalid",
     "attempt": 1,
@@ -201,6 +137,7 @@ _TURN_EXAMPLE: dict[str, Any] = {
     "warnings": [],
     "answer": '{"name": "Alice Smith", "age": "30 years"}',
     "startedAt": "2026-11-22T05:39:58.810Z",
+    "jobAttempt": 1,
 }
 
 JOB_EXAMPLE: dict[str, Any] = {
@@ -233,19 +170,40 @@ class Job(_Out):
     finished_at: str | None
     attempts: int = Field(description="Times a worker claimed the job (1 unless a worker died).")
     result: Envelope
-    turns: list[Turn]
-    history: list[dict[str, Any]] = Field(description="One entry per rejected answer.")
-    transcript: list[dict[str, Any]] = Field(description="The final conversation, when done.")
+    turns: tuple[TurnRecord, ...]
+    history: tuple[Rejection, ...] = Field(description="One entry per rejected answer.")
+    transcript: tuple[TranscriptEntry, ...] = Field(
+        description="The final conversation, when done."
+    )
     metadata: dict[str, str]
     model: str | None = Field(description="The model or route the job targets.")
     idempotency_key: str | None
+
+    @classmethod
+    def of(cls, view: JobView) -> Job:
+        """The response for a stored job (its tenant and stream position stay inside)."""
+        return cls(
+            id=view.id,
+            status=view.status,
+            created_at=view.created_at,
+            started_at=view.started_at,
+            finished_at=view.finished_at,
+            attempts=view.attempts,
+            result=view.result,
+            turns=view.turns,
+            history=view.history,
+            transcript=view.transcript,
+            metadata=view.metadata,
+            model=view.model,
+            idempotency_key=view.idempotency_key,
+        )
 
 
 class JobList(_Out):
     """A page of the caller's jobs, newest first. ``next`` is the cursor of the next page
     (also in the ``Link`` header); null on the last page."""
 
-    jobs: list[Job]
+    jobs: tuple[Job, ...]
     next: str | None
 
 

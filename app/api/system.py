@@ -11,12 +11,21 @@ from __future__ import annotations
 import logging
 
 from fastapi import APIRouter, Depends, Request
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import Response
 
 from app import metrics
 from app.api.problems import NOT_READY, problem
 from app.api.resources import Res, get_tenant
-from app.api.schemas import Health, Models, Ready, problems
+from app.api.schemas import (
+    Circuit,
+    Health,
+    ModelInfo,
+    Models,
+    Ready,
+    RouteInfo,
+    problems,
+    respond,
+)
 from app.core import codes
 from app.providers.circuit import Circuits
 from app.store import StoreUnavailable
@@ -27,8 +36,8 @@ router = APIRouter()
 
 
 @router.get("/healthz", response_model=Health, tags=["system"], summary="Liveness")
-async def healthz() -> JSONResponse:
-    return JSONResponse({"status": "ok"})
+async def healthz() -> Response:
+    return respond(Health(status="ok"))
 
 
 @router.get(
@@ -40,7 +49,7 @@ async def healthz() -> JSONResponse:
         503, s503="Not ready: `checks` says which dependency is missing and `detail` why."
     ),
 )
-async def readyz(request: Request, res: Res) -> JSONResponse:
+async def readyz(request: Request, res: Res) -> Response:
     if res.router is None:
         provider, provider_code = res.provider_problem or "missing", codes.LLM_CONFIG
     else:  # configured; a supervised local model may be down (crashed, restarting)
@@ -51,7 +60,7 @@ async def readyz(request: Request, res: Res) -> JSONResponse:
     }
     failing = {name: why for name, why in checks.items() if why != "ok"}
     if not failing:
-        return JSONResponse({"status": "ready", "checks": checks})
+        return respond(Ready(status="ready", checks=checks))
     code = provider_code if set(failing) == {"provider"} else NOT_READY
     detail = "; ".join(f"{name}: {why}" for name, why in failing.items())
     return problem(503, code, detail, instance=request.url.path, extra={"checks": checks})
@@ -65,23 +74,25 @@ async def readyz(request: Request, res: Res) -> JSONResponse:
     responses=problems(401, 503),
     dependencies=[Depends(get_tenant)],
 )
-async def list_models(res: Res) -> JSONResponse:
+async def list_models(res: Res) -> Response:
     router_ = res.require_router()
     circuits = router_.snapshot()
-    listed: list[dict[str, object]] = []
-    routes: list[dict[str, object]] = []
+    listed: list[ModelInfo] = []
+    routes: list[RouteInfo] = []
     for name in router_.names():
         members = router_.resolve(name)
         if members != (name,):
-            routes.append({"name": name, "models": list(members)})
+            routes.append(RouteInfo(name=name, models=list(members)))
             continue
         provider = res.model_providers.get(name, "")
         state = circuits.get(Circuits.key(provider, name))
         circuit = (
-            None if state is None else {"state": state["state"], "failures": state["failures"]}
+            None
+            if state is None
+            else Circuit.model_validate({"state": state["state"], "failures": state["failures"]})
         )
-        listed.append({"name": name, "provider": provider, "circuit": circuit})
-    return JSONResponse({"default": router_.default, "models": listed, "routes": routes})
+        listed.append(ModelInfo(name=name, provider=provider, circuit=circuit))
+    return respond(Models(default=router_.default, models=listed, routes=routes))
 
 
 @router.get(

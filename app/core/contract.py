@@ -12,13 +12,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from app.core import validators as validator_kinds
+from app.core.errors import InvalidInput
 from app.core.example import example_for
 from app.core.prompts import check_custom
 from app.core.signature import compile_signature
 from app.core.spec import JobSpec
 from app.core.validation import check_schema, schema_errors
 from app.core.validators import Validator
-from app.errors import InvalidInput
 
 
 @dataclass(frozen=True, slots=True)

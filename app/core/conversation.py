@@ -10,9 +10,21 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
-from app.core.model import Message
+from app.core.model import Message, Role
+from app.core.wire import Wire
 
 EntryKind = Literal["work", "failure"]
+
+
+class TranscriptEntry(Wire):
+    """One message of a job's transcript, as stored and returned."""
+
+    role: Role
+    content: str
+
+    @classmethod
+    def of(cls, message: Message) -> TranscriptEntry:
+        return cls(role=message.role, content=message.content)
 
 
 @dataclass(slots=True)

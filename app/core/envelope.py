@@ -1,26 +1,33 @@
-"""The result envelope (spec 001) and its execution metadata, camelCase on the wire.
+"""The result envelope (spec 001) and its execution metadata.
 
-Envelope.success(data, execution=...).to_dict()
-# {"status": "success", "data": {...}, "warnings": [], "execution": {"durationMs": ...}}
+    Envelope.success(data, execution=...).model_dump()
+    # {"status": "success", "data": {...}, "warnings": [], "execution": {"durationMs": ...}}
+    Envelope.failure(codes.BUDGET_EXHAUSTED, "no valid answer").job_status   # "failed"
+
+``status`` decides which fields are written: ``data`` on success; ``error``, ``detail``
+(and ``cause``) on error; ``progress`` while in progress. Optional fields without a value
+are left out rather than written as null.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal, cast
+
+from pydantic import Field, SerializerFunctionWrapHandler, model_serializer
 
 from app.core import codes
+from app.core.codes import ErrorCode, ResultStatus
+from app.core.turn import Outcome, TurnType
+from app.core.wire import Wire
+
+JobStatus = Literal["queued", "in_progress", "succeeded", "failed", "cancelled"]
+TERMINAL: frozenset[JobStatus] = frozenset({"succeeded", "failed", "cancelled"})
 
 
-@dataclass(frozen=True, slots=True)
-class Execution:
-    """Observability for one job.
-
-    ``retry_count`` keeps spec 001's meaning at the level a client sees: how many times the
-    model was asked again because an answer was rejected (0 = first answer accepted).
-    Transport retries inside a call are reported apart (``transport_retries``), never in it.
-    ``cost`` is ``None`` when any call had no known price: an unknown is never a zero.
-    """
+class Execution(Wire):
+    """What the job cost and how it went. ``cost`` is null when any call had no known
+    price: an unknown is never a zero. ``retryCount`` counts re-asks after rejected answers;
+    transport retries inside a call are reported apart (``transportRetries``)."""
 
     duration_ms: int
     tokens_used: int
@@ -29,80 +36,87 @@ class Execution:
     cost: float | None
     model: str | None
     provider: str | None
-    retry_count: int
+    retry_count: int = Field(description="Re-asks after rejected answers (0: first accepted).")
     timestamp: str
     llm_calls: int
-    transport_retries: int
-    wasted_tokens: int
+    transport_retries: int = Field(description="Retries inside calls; never counted as turns.")
+    wasted_tokens: int = Field(description="Tokens spent on rejected answers.")
     wasted_cost: float | None
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "durationMs": self.duration_ms,
-            "tokensUsed": self.tokens_used,
-            "inputTokens": self.input_tokens,
-            "outputTokens": self.output_tokens,
-            "cost": self.cost,
-            "model": self.model,
-            "provider": self.provider,
-            "retryCount": self.retry_count,
-            "timestamp": self.timestamp,
-            "llmCalls": self.llm_calls,
-            "transportRetries": self.transport_retries,
-            "wastedTokens": self.wasted_tokens,
-            "wastedCost": self.wasted_cost,
-        }
+
+class Progress(Wire):
+    """Where a queued or running job is: ``phase`` and, once a turn started, which."""
+
+    phase: Literal["queued", "model-call", "turn-done"] = "queued"
+    turn: int | None = None
+    type: TurnType | None = None
+    attempt: int | None = None
+    remaining: int | None = Field(default=None, description="Correction turns left.")
+    calls_left: int | None = None
+    model: str | None = None
+    last_outcome: Outcome | None = None
+    last_error: str | None = None
+
+    # Not annotated: pydantic then documents the model's own fields in the JSON Schema.
+    @model_serializer(mode="wrap")
+    def _sparse(self, handler: SerializerFunctionWrapHandler):  # type: ignore[no-untyped-def]
+        return {key: value for key, value in handler(self).items() if value is not None}
 
 
-@dataclass(frozen=True, slots=True)
-class Envelope:
-    """``status`` decides which fields mean something: ``data`` on success, ``error`` on error.
+class Envelope(Wire):
+    """The result envelope: ``data`` on success, ``error`` + ``detail`` on error, and
+    ``progress`` (current turn and phase) while the job is queued or running. Fields that
+    do not apply to the status are left out."""
 
-    ``error`` is one of ``app.core.codes.ALL_ERRORS``; ``detail`` says why in words and
-    ``cause`` gives the code of the last rejected answer when the budget ran out.
-    """
-
-    status: codes.ResultStatus
-    data: Any = None
-    error: str | None = None
+    status: ResultStatus
+    data: Any = Field(default=None, description="The validated answer (success only).")
+    error: ErrorCode | None = Field(default=None, description="The error constant (error only).")
     detail: str | None = None
-    cause: str | None = None
+    cause: str | None = Field(
+        default=None, description="Code of the last rejected answer when the budget ran out."
+    )
     confidence: float | None = None
     warnings: tuple[str, ...] = ()
     provenance: str | None = None
     execution: Execution | None = None
-    progress: dict[str, Any] | None = field(default=None)
+    progress: Progress | None = Field(
+        default=None, description="In progress only: turn, type, attempt, lastOutcome, …"
+    )
 
     @classmethod
-    def success(cls, data: Any, **kwargs: Any) -> Envelope:
-        return cls(status=codes.RESULT_SUCCESS, data=data, **kwargs)
+    def success(cls, data: Any, **fields: Any) -> Envelope:
+        return cls(status=codes.RESULT_SUCCESS, data=data, **fields)
 
     @classmethod
-    def failure(cls, error: str, detail: str, **kwargs: Any) -> Envelope:
+    def failure(cls, error: str, detail: str, **fields: Any) -> Envelope:
         if error not in codes.ALL_ERRORS:
             raise ValueError(f"unknown error constant {error!r}")
-        return cls(status=codes.RESULT_ERROR, error=error, detail=detail, **kwargs)
+        return cls(status=codes.RESULT_ERROR, error=cast(ErrorCode, error), detail=detail, **fields)
 
     @classmethod
-    def in_progress(cls, progress: dict[str, Any] | None = None) -> Envelope:
-        return cls(status=codes.RESULT_IN_PROGRESS, progress=progress)
+    def in_progress(cls, progress: Progress | None = None) -> Envelope:
+        return cls(status=codes.RESULT_IN_PROGRESS, progress=progress or Progress())
 
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"status": self.status}
+    @property
+    def job_status(self) -> JobStatus:
+        """The job state this envelope means (the one place that decides it)."""
         if self.status == codes.RESULT_SUCCESS:
-            out["data"] = self.data
+            return "succeeded"
+        if self.status == codes.RESULT_ERROR:
+            return "cancelled" if self.error == codes.CANCELLED else "failed"
+        return "in_progress"
+
+    # Not annotated: pydantic then documents the model's own fields in the JSON Schema.
+    @model_serializer(mode="wrap")
+    def _by_status(self, handler: SerializerFunctionWrapHandler):  # type: ignore[no-untyped-def]
+        out = handler(self)
+        if self.status == codes.RESULT_SUCCESS:
+            drop = {"error", "detail", "cause", "progress"}
         elif self.status == codes.RESULT_ERROR:
-            out["error"] = self.error
-            out["detail"] = self.detail
-            if self.cause is not None:
-                out["cause"] = self.cause
+            drop = {"data", "progress"} | ({"cause"} if self.cause is None else set())
         else:
-            out["progress"] = self.progress or {}
-        if self.confidence is not None:
-            out["confidence"] = self.confidence
-        out["warnings"] = list(self.warnings)
-        if self.provenance is not None:
-            out["provenance"] = self.provenance
-        if self.execution is not None:
-            out["execution"] = self.execution.to_dict()
-        return out
+            drop = {"data", "error", "detail", "cause"}
+        for key in ("confidence", "provenance", "execution"):
+            if out.get(key) is None:
+                drop.add(key)
+        return {key: value for key, value in out.items() if key not in drop}

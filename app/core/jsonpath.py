@@ -9,7 +9,7 @@ import json
 import re
 from typing import Any
 
-from app.errors import InvalidInput
+from app.core.errors import InvalidInput
 
 _STEP = re.compile(
     r"""\.(?P<key>[A-Za-z_][A-Za-z0-9_\-]*)   # .key

@@ -102,7 +102,7 @@ class ModelClient(Protocol):
     """Anything that can answer an ``LLMRequest``: a provider router, a fake, a script."""
 
     async def complete(self, request: LLMRequest) -> LLMResponse:
-        """Answer, or raise ``app.errors.ProviderError`` (already classified)."""
+        """Answer, or raise ``app.core.errors.ProviderError`` (already classified)."""
         ...
 
     def structured_mode(self, model: str | None, requested: StructuredOutput) -> StructuredMode:

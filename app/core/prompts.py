@@ -14,7 +14,7 @@ from typing import Any
 
 import pystache
 
-from app.errors import InvalidInput
+from app.core.errors import InvalidInput
 
 _HERE = Path(__file__).resolve().parent
 

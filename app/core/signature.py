@@ -18,7 +18,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Final, NamedTuple, NoReturn
 
-from app.errors import SignatureError
+from app.core.errors import SignatureError
 
 __all__ = ["MAX_DEPTH", "SCHEMA_DIALECT", "Signature", "compile_signature"]
 

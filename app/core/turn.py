@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Final, Literal
+
+from pydantic import Field
+
+from app.core.wire import Wire
 
 TurnType = Literal["normal", "must_return", "retry"]
 Outcome = Literal[
@@ -16,18 +19,28 @@ Outcome = Literal[
     "refusal",  # the provider or model refused
     "error",  # the call itself failed (after transport retries)
 ]
+# Answers the loop rejected and asked again about (spec 001's retryCount counts these).
+REJECTED: Final[frozenset[str]] = frozenset({"invalid", "rejected", "truncated"})
+# Calls whose tokens bought nothing. A failed call ("error") is not here: it spent nothing
+# we know of.
+WASTED: Final[frozenset[str]] = REJECTED | {"refusal", "explicit_fail"}
 
 
-@dataclass(frozen=True, slots=True)
-class TurnRecord:
+class TokenUsage(Wire):
+    input_tokens: int
+    output_tokens: int
+
+
+class TurnRecord(Wire):
+    """One model call. ``job_attempt`` is the worker claim it ran under (1 = first)."""
+
     index: int
     type: TurnType
     outcome: Outcome
     attempt: int
     error_code: str | None
-    diagnosis: str | None
-    input_tokens: int
-    output_tokens: int
+    diagnosis: str | None = Field(description="The precise error fed back to the model.")
+    usage: TokenUsage
     cost_usd: float | None
     latency_ms: int
     provider: str | None
@@ -43,33 +56,24 @@ class TurnRecord:
     escalated: bool
     simplified: bool
     warnings: tuple[str, ...]
-    answer: str | None
+    answer: str | None = Field(description="The model's answer, quoted and cut to size.")
     started_at: str
+    job_attempt: int | None = None
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "index": self.index,
-            "type": self.type,
-            "outcome": self.outcome,
-            "attempt": self.attempt,
-            "errorCode": self.error_code,
-            "diagnosis": self.diagnosis,
-            "usage": {"inputTokens": self.input_tokens, "outputTokens": self.output_tokens},
-            "costUsd": self.cost_usd,
-            "latencyMs": self.latency_ms,
-            "provider": self.provider,
-            "model": self.model,
-            "finishReason": self.finish_reason,
-            "maxOutputTokens": self.max_output_tokens,
-            "promptTokensEstimate": self.prompt_tokens_estimate,
-            "messageCount": self.message_count,
-            "toolsOffered": self.tools_offered,
-            "toolCalls": list(self.tool_calls),
-            "transportRetries": self.transport_retries,
-            "transportWaitMs": self.transport_wait_ms,
-            "escalated": self.escalated,
-            "simplified": self.simplified,
-            "warnings": list(self.warnings),
-            "answer": self.answer,
-            "startedAt": self.started_at,
-        }
+    @property
+    def tokens(self) -> int:
+        return self.usage.input_tokens + self.usage.output_tokens
+
+    @property
+    def wasted(self) -> bool:
+        return self.outcome in WASTED
+
+
+class Rejection(Wire):
+    """One entry of a job's error evolution (spec 000): a rejected answer and why."""
+
+    turn: int
+    type: TurnType
+    outcome: Outcome
+    error_code: str | None
+    diagnosis: str

@@ -27,7 +27,7 @@ from referencing import Registry
 from referencing.exceptions import Unresolvable
 from referencing.jsonschema import DRAFT202012
 
-from app.errors import InvalidInput
+from app.core.errors import InvalidInput
 
 if TYPE_CHECKING:
     # referencing exports Resolver only from its private module.

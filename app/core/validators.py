@@ -21,8 +21,8 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from app.core import jsonpath
+from app.core.errors import InvalidInput
 from app.core.spec import ValidatorSpec
-from app.errors import InvalidInput
 
 Verdict = tuple[bool, str | None]
 Validator = Callable[[Any], Awaitable[Verdict] | Verdict]

@@ -2,7 +2,7 @@
 
 Loaded once at start-up; any mistake is an ``InvalidInput`` naming the field::
 
-    config = load_providers()        # os.environ: REPROMPT_PROVIDERS, OPENAI_API_KEY, ...
+    config = load_providers(os.environ, path=settings.providers_file)   # once, at start-up
     config = load_providers({"OPENAI_API_KEY": "sk-..."}, path="providers.toml")
     if config.is_empty(): ...        # no provider: the embedded local model takes over
     config = config.with_provider(
@@ -29,7 +29,6 @@ Keys are never read from the file itself: name an env var or a secrets file.
 
 from __future__ import annotations
 
-import os
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
@@ -46,7 +45,7 @@ from pydantic import (
     model_validator,
 )
 
-from app.errors import InvalidInput
+from app.core.errors import InvalidInput
 from app.providers.circuit import DEFAULT_COOLDOWN_S, DEFAULT_FAILURE_THRESHOLD
 from app.providers.pricing import Price
 from app.providers.retry import DEFAULT_MAX_ATTEMPTS
@@ -234,18 +233,17 @@ class ProvidersConfig(_Strict):
         )
 
 
-def load_providers(
-    env: Mapping[str, str] | None = None, path: str | None = None
-) -> ProvidersConfig:
-    """Read the providers file (``path`` or ``$REPROMPT_PROVIDERS``) and the provider env vars.
+def load_providers(env: Mapping[str, str], path: str | None = None) -> ProvidersConfig:
+    """Read the providers file ``path`` and the provider variables of ``env``.
+
+    ``app.assembly`` calls it once per process (``path`` from ``REPROMPT_PROVIDERS``);
+    ``env`` also resolves the file's ``api_key_env`` references.
 
     ``OPENAI_API_KEY`` (or ``OPENAI_BASE_URL``) adds provider ``openai`` with model
     ``$OPENAI_MODEL`` (default gpt-4o-mini); ``ANTHROPIC_API_KEY`` (or ``ANTHROPIC_BASE_URL``)
     adds ``anthropic`` with ``$ANTHROPIC_MODEL`` (default claude-haiku-4-5) — each only
     when the file does not configure that provider already.
     """
-    env = os.environ if env is None else env
-    path = path or env.get(PROVIDERS_PATH_ENV) or None
     raw = _read_file(path) if path else {}
     where = f"providers file {path}: " if path else "providers configuration: "
     providers = raw.setdefault("providers", {})

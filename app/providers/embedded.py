@@ -1,6 +1,6 @@
 """The model client a process runs with: the configured providers, else the local model.
 
-    async with open_router(http, data_dir=default_data_dir()) as router:
+    async with open_router(http, data_dir=settings.data_dir, config=config) as router:
         await run_job(spec, Runtime(client=router))
 
 With no provider configured (no ``REPROMPT_PROVIDERS``, no ``OPENAI_API_KEY`` or
@@ -12,14 +12,14 @@ told what to configure.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
 import httpx
 
-from app.errors import ProviderConfigError
-from app.providers.config import ModelConfig, ProviderConfig, ProvidersConfig, load_providers
+from app.core.errors import ProviderConfigError
+from app.providers.config import ModelConfig, ProviderConfig, ProvidersConfig
 from app.providers.local import LocalModelServer, explain_missing, local_available
 from app.providers.retry import OnRetry
 from app.providers.router import Adapter, Health, Router, build_router
@@ -35,8 +35,7 @@ async def open_router(
     http: httpx.AsyncClient,
     *,
     data_dir: Path,
-    env: Mapping[str, str] | None = None,
-    config: ProvidersConfig | None = None,
+    config: ProvidersConfig,
     on_retry: OnRetry | None = None,
     local: Supervisor | None = None,
 ) -> AsyncIterator[Router]:
@@ -47,7 +46,6 @@ async def open_router(
     and supervised while it runs (``app.providers.supervisor``); ``router.problem()`` says
     when it is down. ``local`` replaces the default supervised server (tests).
     """
-    config = load_providers(env) if config is None else config
     supervisor: Supervisor | None = None
     adapters: dict[str, Adapter] = {}
     health: dict[str, Health] = {}

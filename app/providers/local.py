@@ -6,7 +6,7 @@ process on a free loopback port and talks to it through the ordinary
 OpenAI-compatible adapter::
 
     if local_available():
-        with LocalModelServer(default_data_dir()) as server:
+        with LocalModelServer(settings.data_dir) as server:
             server.base_url             # "http://127.0.0.1:PORT/v1"
             server.model_name           # what to send as ``model``
             server.settings             # structured mode, prices, limits
@@ -35,7 +35,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType, TracebackType
@@ -44,7 +44,7 @@ from typing import Final, Literal, Self
 import httpx
 
 from app.child import describe_exit, free_loopback_port, log_tail, spawn, terminate
-from app.errors import ProviderConfigError
+from app.core.errors import ProviderConfigError
 
 PROVIDER: Final = "local"
 # The alias the server lists under /v1/models; it echoes any name back, this is the honest one.
@@ -106,12 +106,6 @@ def local_model_settings(n_ctx: int = DEFAULT_N_CTX) -> LocalModelSettings:
         context_window=n_ctx,
         max_output_tokens=min(DEFAULT_MAX_OUTPUT_TOKENS, n_ctx // 2),
     )
-
-
-def default_data_dir(environ: Mapping[str, str] = os.environ) -> Path:
-    """``$REPROMPT_DATA_DIR``, else ``~/.cache/reprompt``: a default for the settings class."""
-    configured = environ.get("REPROMPT_DATA_DIR")
-    return Path(configured).expanduser() if configured else Path.home() / ".cache" / "reprompt"
 
 
 def _missing_modules() -> list[str]:

@@ -35,7 +35,7 @@ from typing import Final, Literal, TypeVar
 import tenacity
 
 from app.core.codes import MAX_BACKOFF_MS, backoff_delay_ms
-from app.errors import ProviderError
+from app.core.errors import ProviderError
 
 T = TypeVar("T")
 Clock = Callable[[], float]

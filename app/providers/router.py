@@ -6,7 +6,7 @@ and the transport retries; when it ends transient (unavailable, rate-limited, ti
 out, or its circuit is open) and time is left, the next model of the route answers
 and a warning says so. Anything else (bad credentials, token limit) is raised as is::
 
-    router = build_router(load_providers(), http)
+    router = build_router(load_providers(os.environ, path=providers_file), http)
     response = await router.complete(LLMRequest(messages=msgs, model="fast", timeout_s=30))
     response.model, response.provider, response.cost_usd, response.warnings
     router.snapshot()   # circuit states for the API and metrics
@@ -25,8 +25,8 @@ from typing import Protocol
 import httpx
 
 from app.core.codes import is_retryable
+from app.core.errors import InvalidInput, ProviderError, ProviderUnavailable
 from app.core.model import LLMRequest, LLMResponse, StructuredMode, StructuredOutput
-from app.errors import InvalidInput, ProviderError, ProviderUnavailable
 from app.providers import structured
 from app.providers.anthropic import AnthropicAdapter
 from app.providers.circuit import Breaker, Circuits, CircuitState, Clock

@@ -1,4 +1,4 @@
-"""One HTTP exchange with a provider, every failure mapped into ``app.errors`` at the edge.
+"""One HTTP exchange with a provider, every failure mapped into ``app.core.errors`` at the edge.
 
 Adapters build the body and read the answer; this module posts it and classifies
 whatever went wrong, most specific first (as httpx's ``map_httpcore_exceptions``)::
@@ -35,7 +35,7 @@ from typing import Any, Final
 
 import httpx
 
-from app.errors import (
+from app.core.errors import (
     ProviderConfigError,
     ProviderError,
     ProviderRateLimited,

@@ -25,7 +25,7 @@ import httpx
 import pytest
 from fastapi import FastAPI
 
-from app.api import create_app
+from app.assembly import api_app as create_app
 from app.loopback import serve_in_thread
 from app.providers.config import ModelConfig, ProviderConfig, ProvidersConfig, RouteConfig
 from app.redis_server import EmbeddedRedis

@@ -52,7 +52,7 @@ def test_with_redis_down_readyz_and_submissions_are_503(start_api: StartApi) -> 
         ready = assert_problem(http.get("/readyz"), 503, "not-ready")
         assert ready["checks"]["redis"] == "not reachable"
         response = http.post("/v1/jobs", json=scripted("Capital of Chad", ["ok"]))
-        assert_problem(response, 503, "not-ready")
+        assert_problem(response, 503, "store-unavailable")
         assert response.headers["retry-after"]
 
 

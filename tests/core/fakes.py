@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from app.core.errors import InvalidInput
 from app.core.model import (
     FinishReason,
     LLMRequest,
@@ -17,7 +18,6 @@ from app.core.model import (
     ToolCall,
     Usage,
 )
-from app.errors import InvalidInput
 
 
 @dataclass

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from app.core import codes
-from app.core.envelope import Envelope
+from app.core.envelope import Envelope, Progress
 
 
 def test_retryable_and_non_retryable_sets_partition_the_errors() -> None:
@@ -43,7 +43,7 @@ def test_backoff_schedule_of_spec_001(code: str, attempt: int, expected: int) ->
 
 
 def test_success_envelope_has_data_and_no_error() -> None:
-    env = Envelope.success({"a": 1}, warnings=("repair: x",)).to_dict()
+    env = Envelope.success({"a": 1}, warnings=("repair: x",)).model_dump(mode="json")
     assert env == {"status": "success", "data": {"a": 1}, "warnings": ["repair: x"]}
 
 
@@ -51,7 +51,7 @@ def test_error_envelope_has_error_detail_and_cause() -> None:
     env = Envelope.failure(
         codes.BUDGET_EXHAUSTED, "no valid answer", cause=codes.LLM_INVALID_OUTPUT
     )
-    assert env.to_dict() == {
+    assert env.model_dump(mode="json") == {
         "status": "error",
         "error": "budget-exhausted",
         "detail": "no valid answer",
@@ -66,13 +66,33 @@ def test_error_envelope_refuses_unknown_constants() -> None:
 
 
 def test_in_progress_envelope_carries_progress() -> None:
-    env = Envelope.in_progress({"turn": 2, "phase": "retry"}).to_dict()
+    env = Envelope.in_progress(Progress(phase="model-call", turn=2)).model_dump(mode="json")
     assert env == {
         "status": "in-progress",
-        "progress": {"turn": 2, "phase": "retry"},
+        "progress": {"phase": "model-call", "turn": 2},
         "warnings": [],
     }
 
 
 def test_null_data_is_still_data() -> None:
-    assert Envelope.success(None).to_dict()["data"] is None
+    assert Envelope.success(None).model_dump()["data"] is None
+
+
+@pytest.mark.parametrize(
+    ("envelope", "status"),
+    [
+        (Envelope.success(1), "succeeded"),
+        (Envelope.failure(codes.BUDGET_EXHAUSTED, "x"), "failed"),
+        (Envelope.failure(codes.CANCELLED, "x"), "cancelled"),
+        (Envelope.in_progress(), "in_progress"),
+    ],
+)
+def test_the_job_state_follows_from_the_envelope_in_one_place(
+    envelope: Envelope, status: str
+) -> None:
+    assert envelope.job_status == status
+
+
+def test_an_envelope_reads_back_from_its_own_json() -> None:
+    env = Envelope.failure(codes.BUDGET_EXHAUSTED, "no", cause=codes.LLM_INVALID_OUTPUT)
+    assert Envelope.model_validate_json(env.model_dump_json()) == env

@@ -8,11 +8,11 @@ from typing import Any
 import pytest
 
 from app.core import codes
+from app.core.errors import ProviderRateLimited
+from app.core.events import LoopEvent, TurnEnded, TurnStarted
 from app.core.loop import JobResult, Runtime, Tool, run_job
 from app.core.model import LLMRequest, LLMResponse, ToolSpec
 from app.core.spec import Budget, JobSpec
-from app.core.trace import TraceEvent
-from app.errors import ProviderRateLimited
 from tests.core.fakes import FakeClock, ScriptedClient, answer, call, reply
 
 X_INT = "() -> {x :int}"
@@ -108,26 +108,26 @@ async def test_return_retries_works_with_json_output_mode() -> None:
 
 
 async def test_turn_types_are_correctly_traced() -> None:
-    events: list[TraceEvent] = []
+    events: list[LoopEvent] = []
     foo = Tool(ToolSpec("foo", "returns bar", {"type": "object"}), lambda _args: "bar")
     client = ScriptedClient([call("foo"), call("foo"), answer({"x": "bad"}), answer({"x": 42})])
     result = await run(
         job(budget={"maxTurns": 3, "returnRetries": 1}), client, tools=[foo], tracer=events.append
     )
     assert result.envelope.status == "success"
-    starts = [e.data for e in events if e.name == "turn_start"]
-    ends = [e.data for e in events if e.name == "turn_end"]
-    assert [(s["turn"], s["type"], s["toolsCount"]) for s in starts] == [
+    starts = [e for e in events if isinstance(e, TurnStarted)]
+    ends = [e.summary() for e in events if isinstance(e, TurnEnded)]
+    assert [(s.turn, s.type, s.tools_count) for s in starts] == [
         (1, "normal", 1),
         (2, "normal", 1),
         (3, "must_return", 0),
         (4, "retry", 0),
     ]
-    assert starts[3]["attempt"] == 2
-    assert starts[3]["remaining"] == 1
-    assert [e["result"] for e in ends] == ["tool_calls", "tool_calls", "invalid", "success"]
+    assert starts[3].attempt == 2
+    assert starts[3].remaining == 1
+    assert [e.result for e in ends] == ["tool_calls", "tool_calls", "invalid", "success"]
     # error evolution: the diagnosis of the rejected answer travels with its turn_end
-    assert "$.x" in ends[2]["diagnosis"]
+    assert "$.x" in (ends[2].diagnosis or "")
 
 
 # -- spec 000 turn counting examples -----------------------------------------------------------
@@ -373,7 +373,7 @@ async def test_envelope_execution_counts_calls_tokens_and_waste() -> None:
         ]
     )
     result = await run(job(budget={"maxTurns": 1, "returnRetries": 1}), client)
-    env = result.envelope.to_dict()
+    env = result.envelope.model_dump()
     ex = env["execution"]
     assert ex["llmCalls"] == 2
     assert ex["retryCount"] == 1
@@ -491,7 +491,7 @@ async def test_purify_and_provenance() -> None:
     assert json.loads(pure.transcript[-1].content) == {"x": 1}
     # the failures stay in the turn records and the history
     assert len(pure.turns) == 3
-    assert [h["turn"] for h in pure.history] == [1, 2]
+    assert [h.turn for h in pure.history] == [1, 2]
     provenance = pure.envelope.provenance or ""
     assert provenance.startswith("resolved after 2 retries: ")
     assert "$.x: expected integer" in provenance

@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from jsonschema import Draft202012Validator
 
+from app.core.errors import InvalidInput, SignatureError
 from app.core.signature import (
     EXPECTED_ENUM_VALUE,
     EXPECTED_NAME,
@@ -22,7 +23,6 @@ from app.core.signature import (
     Signature,
     compile_signature,
 )
-from app.errors import InvalidInput, SignatureError
 
 
 def output(source: str) -> dict[str, Any]:

@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
+from app.core.errors import InvalidInput
 from app.core.validation import check_schema, json_path, schema_errors
-from app.errors import InvalidInput
 
 ORDER = {
     "$defs": {

@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
-from app.api import create_app
+from app.assembly import api_app as create_app
 from app.providers.local import local_available
 from app.redis_server import EmbeddedRedis
 from app.settings import Settings

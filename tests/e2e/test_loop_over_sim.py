@@ -53,7 +53,7 @@ def scripted(task: str, script: list[str], **extra: Any) -> dict[str, Any]:
 async def test_broken_json_then_missing_field_then_valid(sim_url: str, tmp_path: Any) -> None:
     script = ["broken_json", "missing_field", "ok"]
     result = await run(sim_url, scripted("Capital of France", script), tmp_path)
-    env = result.envelope.to_dict()
+    env = result.envelope.model_dump(mode="json")
     assert env["status"] == "success"
     assert [t.outcome for t in result.turns] == ["invalid", "invalid", "success"]
     assert [t.type for t in result.turns] == ["must_return", "retry", "retry"]
@@ -63,7 +63,7 @@ async def test_broken_json_then_missing_field_then_valid(sim_url: str, tmp_path:
     assert env["execution"]["wastedTokens"] > 0
     # the simulator's usage is what we count
     assert env["execution"]["tokensUsed"] == sum(
-        t.input_tokens + t.output_tokens for t in result.turns
+        t.tokens for t in result.turns
     )
     assert "line" in (result.turns[0].diagnosis or "")
 
@@ -79,7 +79,7 @@ async def test_transport_retries_are_not_turns(sim_url: str, tmp_path: Any) -> N
     result = await run(
         sim_url, scripted("Capital of Italy", ["rate_limit", "server_error", "ok"]), tmp_path
     )
-    env = result.envelope.to_dict()
+    env = result.envelope.model_dump(mode="json")
     assert env["status"] == "success"
     assert len(result.turns) == 1
     assert env["execution"]["llmCalls"] == 1
@@ -105,7 +105,7 @@ async def test_refusal_ends_the_job(sim_url: str, tmp_path: Any) -> None:
 
 async def test_unknown_price_means_null_cost_and_a_warning(sim_url: str, tmp_path: Any) -> None:
     result = await run(sim_url, scripted("Capital of Japan", ["ok"]), tmp_path)
-    env = result.envelope.to_dict()
+    env = result.envelope.model_dump(mode="json")
     assert env["execution"]["cost"] is None
     assert any("no price configured" in w for w in env["warnings"])
 
@@ -118,12 +118,12 @@ async def test_configured_price_gives_cost(sim_url: str, tmp_path: Any) -> None:
         input_usd_per_mtok=1.0,
         output_usd_per_mtok=2.0,
     )
-    env = result.envelope.to_dict()
+    env = result.envelope.model_dump(mode="json")
     turns = result.turns
-    expected = sum(t.input_tokens * 1e-6 + t.output_tokens * 2e-6 for t in turns)
+    expected = sum(t.usage.input_tokens * 1e-6 + t.usage.output_tokens * 2e-6 for t in turns)
     assert env["execution"]["cost"] == pytest.approx(expected)
     assert env["execution"]["wastedCost"] == pytest.approx(
-        turns[0].input_tokens * 1e-6 + turns[0].output_tokens * 2e-6
+        turns[0].usage.input_tokens * 1e-6 + turns[0].usage.output_tokens * 2e-6
     )
 
 
@@ -148,9 +148,9 @@ async def test_no_key_reaches_records_or_logs(
         result = await run_job(spec, Runtime(client=router))
     everything = json.dumps(
         {
-            "envelope": result.envelope.to_dict(),
-            "turns": [t.to_dict() for t in result.turns],
-            "history": list(result.history),
+            "envelope": result.envelope.model_dump(mode="json"),
+            "turns": [t.model_dump(mode="json") for t in result.turns],
+            "history": [h.model_dump(mode="json") for h in result.history],
             "transcript": [m.content for m in result.transcript],
         }
     )

@@ -7,7 +7,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from app.errors import InvalidInput
+from app.core.errors import InvalidInput
 from app.providers.config import ModelConfig, ProviderConfig, ProvidersConfig, load_providers
 from app.providers.router import build_router
 
@@ -142,9 +142,14 @@ def test_yaml_file_loads_to_the_same_config(tmp_path: Path) -> None:
     assert from_yaml == from_toml
 
 
-def test_the_path_comes_from_reprompt_providers(tmp_path: Path) -> None:
-    path = write(tmp_path, "providers.yml", YAML)
-    config = load_providers({**ENV, "REPROMPT_PROVIDERS": path})
+def test_the_path_comes_from_reprompt_providers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from app.assembly import providers_config
+    from app.settings import Settings
+
+    monkeypatch.setenv("REPROMPT_PROVIDERS", write(tmp_path, "providers.yml", YAML))
+    config = providers_config(Settings(), ENV)
     assert "qwen" in config.models
 
 

@@ -7,8 +7,7 @@ from typing import Any
 import httpx
 import pytest
 
-from app.core.model import LLMRequest, Message, ModelClient
-from app.errors import (
+from app.core.errors import (
     InvalidInput,
     ProviderConfigError,
     ProviderRateLimited,
@@ -16,6 +15,7 @@ from app.errors import (
     ProviderTokenLimit,
     ProviderUnavailable,
 )
+from app.core.model import LLMRequest, Message, ModelClient
 from app.providers.config import (
     CircuitConfig,
     ModelConfig,

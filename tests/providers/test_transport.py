@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 import httpx
 import pytest
 
-from app.errors import (
+from app.core.errors import (
     ProviderConfigError,
     ProviderError,
     ProviderRateLimited,

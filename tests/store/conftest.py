@@ -10,9 +10,10 @@ import pytest
 from redis.asyncio import Redis
 
 from app.redis_server import EmbeddedRedis
-from app.store import JobStore, connect
+from app.store import connect
+from tests.both import Store
 
-StoreFactory = Callable[..., JobStore]
+StoreFactory = Callable[..., Store]
 
 
 @pytest.fixture(scope="session")
@@ -36,12 +37,12 @@ def prefix() -> str:
 
 @pytest.fixture
 def make_store(redis: Redis, prefix: str) -> StoreFactory:
-    def make(**options: Any) -> JobStore:
-        return JobStore(redis, prefix=prefix, **options)
+    def make(**options: Any) -> Store:
+        return Store(redis, prefix=prefix, **options)
 
     return make
 
 
 @pytest.fixture
-def store(make_store: StoreFactory) -> JobStore:
+def store(make_store: StoreFactory) -> Store:
     return make_store()

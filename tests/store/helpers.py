@@ -8,10 +8,43 @@ from typing import Any
 from redis.asyncio import Redis
 
 from app.core.envelope import Envelope
-from app.store import Claim, Event, JobStore, JobView
+from app.core.turn import TokenUsage, TurnRecord
+from app.store import Claim, Event, JobView
+from tests.both import Store
 
 SPEC: dict[str, Any] = {"task": "Say hi", "signature": "greeting: str"}
-SUCCESS = Envelope.success({"greeting": "hi"}).to_dict()
+SUCCESS = Envelope.success({"greeting": "hi"})
+
+
+def turn(index: int, **fields: Any) -> TurnRecord:
+    """A turn record; ``fields`` override its defaults."""
+    values: dict[str, Any] = {
+        "index": index,
+        "type": "must_return",
+        "outcome": "invalid",
+        "attempt": 1,
+        "error_code": None,
+        "diagnosis": None,
+        "usage": TokenUsage(input_tokens=10, output_tokens=5),
+        "cost_usd": None,
+        "latency_ms": 3,
+        "provider": "sim",
+        "model": "sim-model",
+        "finish_reason": "stop",
+        "max_output_tokens": 64,
+        "prompt_tokens_estimate": 10,
+        "message_count": 2,
+        "tools_offered": 0,
+        "tool_calls": (),
+        "transport_retries": 0,
+        "transport_wait_ms": 0,
+        "escalated": False,
+        "simplified": False,
+        "warnings": (),
+        "answer": None,
+        "started_at": "2026-11-23T00:00:00.000Z",
+    }
+    return TurnRecord(**(values | fields))
 
 
 async def server_ms(redis: Redis) -> int:
@@ -19,28 +52,28 @@ async def server_ms(redis: Redis) -> int:
     return int(seconds) * 1000 + int(micros) // 1000
 
 
-async def after_lease(redis: Redis, store: JobStore) -> int:
+async def after_lease(redis: Redis, store: Store) -> int:
     """A reaper's ``now_ms`` at which every lease taken so far has expired."""
-    return await server_ms(redis) + store.lease_ms + 1000
+    return await server_ms(redis) + store.options.lease_ms + 1000
 
 
-async def submit(store: JobStore, tenant: str = "acme", **spec: Any) -> JobView:
+async def submit(store: Store, tenant: str = "acme", **spec: Any) -> JobView:
     job, created = await store.submit(tenant=tenant, spec={**SPEC, **spec})
     assert created
     return job
 
 
-async def claim(store: JobStore, worker: str = "w1") -> Claim:
+async def claim(store: Store, worker: str = "w1") -> Claim:
     got = await store.claim(worker)
     assert got is not None
     return got
 
 
-async def names(store: JobStore, job_id: str) -> list[str]:
+async def names(store: Store, job_id: str) -> list[str]:
     return [event.name for event in await all_events(store, job_id)]
 
 
-async def all_events(store: JobStore, job_id: str) -> list[Event]:
+async def all_events(store: Store, job_id: str) -> list[Event]:
     return await store.events(job_id, after=None, block_ms=0, count=10_000)
 
 

@@ -6,18 +6,19 @@ import contextlib
 from redis.asyncio import Redis
 
 from app.core import codes
-from app.store import JobStore
-from tests.store.helpers import SUCCESS, all_events, claim, names, submit, subscribed
+from app.core.envelope import Progress
+from tests.both import Store
+from tests.store.helpers import SUCCESS, all_events, claim, names, submit, subscribed, turn
 
 
-async def first_cancellation(store: JobStore) -> str:
+async def first_cancellation(store: Store) -> str:
     async with contextlib.aclosing(store.cancellations()) as ids:
         async for job_id in ids:
             return job_id
     raise AssertionError("cancellations() ended")
 
 
-async def test_cancelling_a_queued_job_removes_it_from_the_queue(store: JobStore) -> None:
+async def test_cancelling_a_queued_job_removes_it_from_the_queue(store: Store) -> None:
     job = await submit(store)
 
     cancelled = await store.cancel(job.id, tenant="acme")
@@ -25,16 +26,19 @@ async def test_cancelling_a_queued_job_removes_it_from_the_queue(store: JobStore
     assert cancelled is not None
     assert cancelled.status == "cancelled"
     assert cancelled.finished_at is not None
-    assert cancelled.result["status"] == "error"
-    assert cancelled.result["error"] == codes.CANCELLED
+    assert cancelled.result.status == "error"
+    assert cancelled.result.error == codes.CANCELLED
     assert await store.queue_stats() == (0, 0.0)
     assert await store.claim("w1") is None
     end = (await all_events(store, job.id))[-1]
-    assert (end.name, end.data) == ("job_end", {"status": "cancelled", "result": cancelled.result})
+    assert (end.name, end.decoded()) == (
+        "job_end",
+        {"status": "cancelled", "result": cancelled.result.model_dump(mode="json")},
+    )
 
 
 async def test_cancelling_a_running_job_ends_it_at_once_and_refuses_the_workers_writes(
-    redis: Redis, store: JobStore
+    redis: Redis, store: Store
 ) -> None:
     job = await submit(store)
     lease = await claim(store)
@@ -48,8 +52,8 @@ async def test_cancelling_a_running_job_ends_it_at_once_and_refuses_the_workers_
     assert await asyncio.wait_for(listener, timeout=5) == job.id
     assert await redis.zscore(store.keys.leases, job.id) is None
     assert not await store.heartbeat(job.id, lease.token)
-    assert not await store.record_turn(job.id, lease.token, {"index": 0}, {})
-    assert not await store.record_event(job.id, lease.token, "turn_start", {})
+    assert not await store.record_turn(job.id, lease.token, turn(1), Progress())
+    assert not await store.record_event(job.id, lease.token, "turn_start", turn(1))
     assert not await store.complete(
         job.id, lease.token, envelope=SUCCESS, history=[], transcript=[]
     )
@@ -58,7 +62,7 @@ async def test_cancelling_a_running_job_ends_it_at_once_and_refuses_the_workers_
     assert (await names(store, job.id))[-1] == "job_end"
 
 
-async def test_cancelling_a_finished_job_changes_nothing(store: JobStore) -> None:
+async def test_cancelling_a_finished_job_changes_nothing(store: Store) -> None:
     job = await submit(store)
     lease = await claim(store)
     await store.complete(job.id, lease.token, envelope=SUCCESS, history=[], transcript=[])
@@ -68,7 +72,7 @@ async def test_cancelling_a_finished_job_changes_nothing(store: JobStore) -> Non
     assert (await names(store, job.id)).count("job_end") == 1
 
 
-async def test_another_tenant_cannot_cancel_the_job(store: JobStore) -> None:
+async def test_another_tenant_cannot_cancel_the_job(store: Store) -> None:
     job = await submit(store, tenant="acme")
 
     assert await store.cancel(job.id, tenant="globex") is None
@@ -78,7 +82,7 @@ async def test_another_tenant_cannot_cancel_the_job(store: JobStore) -> None:
     assert view.status == "queued"
 
 
-async def test_a_cancelled_job_is_not_requeued_by_the_reaper(redis: Redis, store: JobStore) -> None:
+async def test_a_cancelled_job_is_not_requeued_by_the_reaper(redis: Redis, store: Store) -> None:
     job = await submit(store)
     await claim(store)
     await store.cancel(job.id, tenant="acme")

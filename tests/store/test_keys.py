@@ -3,8 +3,8 @@ from __future__ import annotations
 import pytest
 from redis.crc import key_slot
 
-from app.keys import Keys
 from app.store import new_job_id
+from app.store.keys import Keys
 
 
 def test_every_key_hashes_to_one_cluster_slot() -> None:

@@ -3,12 +3,12 @@ from __future__ import annotations
 import pytest
 from redis.asyncio import Redis
 
-from app.errors import InvalidInput
-from app.store import JobStore
+from app.core.errors import InvalidInput
+from tests.both import Store
 from tests.store.helpers import claim, submit
 
 
-async def test_list_pages_newest_first_with_a_cursor(store: JobStore) -> None:
+async def test_list_pages_newest_first_with_a_cursor(store: Store) -> None:
     ids = [(await submit(store)).id for _ in range(5)]
 
     first, cursor = await store.list(tenant="acme", limit=2)
@@ -21,7 +21,7 @@ async def test_list_pages_newest_first_with_a_cursor(store: JobStore) -> None:
     assert cursor3 is None
 
 
-async def test_a_page_that_ends_exactly_at_the_last_job_has_no_cursor(store: JobStore) -> None:
+async def test_a_page_that_ends_exactly_at_the_last_job_has_no_cursor(store: Store) -> None:
     for _ in range(3):
         await submit(store)
 
@@ -31,7 +31,7 @@ async def test_a_page_that_ends_exactly_at_the_last_job_has_no_cursor(store: Job
     assert cursor is None
 
 
-async def test_list_filters_by_status(store: JobStore) -> None:
+async def test_list_filters_by_status(store: Store) -> None:
     queued = [(await submit(store)).id for _ in range(3)]
     running = await claim(store)
     cancelled = await submit(store)
@@ -49,7 +49,7 @@ async def test_list_filters_by_status(store: JobStore) -> None:
     assert [job.id for job in done] == [cancelled.id]
 
 
-async def test_list_shows_only_the_tenants_own_jobs(store: JobStore) -> None:
+async def test_list_shows_only_the_tenants_own_jobs(store: Store) -> None:
     mine = await submit(store, tenant="acme")
     await submit(store, tenant="globex")
 
@@ -58,7 +58,7 @@ async def test_list_shows_only_the_tenants_own_jobs(store: JobStore) -> None:
     assert [job.id for job in page] == [mine.id]
 
 
-async def test_list_skips_and_forgets_expired_jobs(redis: Redis, store: JobStore) -> None:
+async def test_list_skips_and_forgets_expired_jobs(redis: Redis, store: Store) -> None:
     ids = [(await submit(store)).id for _ in range(4)]
     await redis.delete(store.keys.job(ids[1]), store.keys.job(ids[2]))  # as retention would
 
@@ -80,7 +80,7 @@ async def test_list_skips_and_forgets_expired_jobs(redis: Redis, store: JobStore
     ],
 )
 async def test_bad_list_parameters_are_a_422_naming_the_field(
-    store: JobStore, options: dict[str, object], field: str
+    store: Store, options: dict[str, object], field: str
 ) -> None:
     with pytest.raises(InvalidInput) as caught:
         await store.list(tenant="acme", **options)  # type: ignore[arg-type]

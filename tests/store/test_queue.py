@@ -9,13 +9,16 @@ import pytest
 from redis.asyncio import Redis
 
 from app.core import codes
-from app.core.envelope import Envelope
-from app.store import JobStore
-from tests.store.conftest import StoreFactory
-from tests.store.helpers import SUCCESS, after_lease, all_events, claim, names, submit
+from app.core.conversation import TranscriptEntry
+from app.core.envelope import Envelope, Progress
+from app.core.turn import Rejection
+from tests.store.conftest import Store, StoreFactory
+from tests.store.helpers import SUCCESS, after_lease, all_events, claim, names, submit, turn
+
+PROGRESS = Progress(phase="turn-done", turn=1)
 
 
-async def test_claim_takes_jobs_in_submission_order(store: JobStore) -> None:
+async def test_claim_takes_jobs_in_submission_order(store: Store) -> None:
     jobs = [await submit(store, task=f"t{i}") for i in range(5)]
 
     claimed = [(await claim(store)).job_id for _ in jobs]
@@ -24,7 +27,7 @@ async def test_claim_takes_jobs_in_submission_order(store: JobStore) -> None:
     assert await store.claim("w1") is None
 
 
-async def test_claim_leases_the_job_to_its_worker(redis: Redis, store: JobStore) -> None:
+async def test_claim_leases_the_job_to_its_worker(redis: Redis, store: Store) -> None:
     job = await submit(store, task="t")
 
     first = await claim(store)
@@ -41,7 +44,7 @@ async def test_claim_leases_the_job_to_its_worker(redis: Redis, store: JobStore)
     assert (await store.queue_stats())[0] == 0
 
 
-async def test_concurrent_claimers_get_each_job_exactly_once(store: JobStore) -> None:
+async def test_concurrent_claimers_get_each_job_exactly_once(store: Store) -> None:
     jobs = {(await submit(store)).id for _ in range(40)}
 
     claims = await asyncio.gather(*(store.claim(f"w{i}") for i in range(120)))
@@ -70,11 +73,11 @@ async def test_heartbeat_extends_the_lease(redis: Redis, make_store: StoreFactor
     assert await store.heartbeat(job.id, lease.token)
 
 
-async def test_ping_answers_while_redis_is_up(store: JobStore) -> None:
+async def test_ping_answers_while_redis_is_up(store: Store) -> None:
     assert await store.ping()
 
 
-async def test_reaper_leaves_live_leases_alone(store: JobStore) -> None:
+async def test_reaper_leaves_live_leases_alone(store: Store) -> None:
     await submit(store)
     await claim(store)
 
@@ -85,7 +88,7 @@ async def test_reaper_leaves_live_leases_alone(store: JobStore) -> None:
 
 
 async def test_reaper_requeues_an_expired_lease_at_the_front_counting_the_attempt(
-    redis: Redis, store: JobStore
+    redis: Redis, store: Store
 ) -> None:
     lost = await submit(store, task="lost")
     waiting = await submit(store, task="waiting")
@@ -109,7 +112,7 @@ async def test_reaper_requeues_an_expired_lease_at_the_front_counting_the_attemp
         "job_start",
     ]
     requeued = (await all_events(store, lost.id))[2]
-    assert requeued.data == {"attempt": 1, "reason": "lease-expired"}
+    assert requeued.decoded() == {"attempt": 1, "reason": "lease-expired"}
 
 
 async def test_a_job_that_loses_its_worker_max_attempts_times_fails_worker_lost(
@@ -129,19 +132,17 @@ async def test_a_job_that_loses_its_worker_max_attempts_times_fails_worker_lost(
     assert view is not None
     assert view.status == "failed"
     assert view.finished_at is not None
-    assert view.result["status"] == "error"
-    assert view.result["error"] == codes.WORKER_LOST
-    assert "2 times" in view.result["detail"]
+    assert view.result.status == "error"
+    assert view.result.error == codes.WORKER_LOST
+    assert "2 times" in (view.result.detail or "")
     end = (await all_events(store, poison.id))[-1]
     assert end.name == "job_end"
-    assert end.data == {"status": "failed", "result": view.result}
+    assert end.decoded() == {"status": "failed", "result": view.result.model_dump(mode="json")}
     # Other jobs keep flowing.
     assert (await claim(store)).job_id == healthy.id
 
 
-async def test_concurrent_reapers_requeue_each_expired_job_once(
-    redis: Redis, store: JobStore
-) -> None:
+async def test_concurrent_reapers_requeue_each_expired_job_once(redis: Redis, store: Store) -> None:
     jobs = [await submit(store) for _ in range(30)]
     for _ in jobs:
         await claim(store)
@@ -156,21 +157,21 @@ async def test_concurrent_reapers_requeue_each_expired_job_once(
 
 
 async def test_a_zombie_worker_cannot_write_after_its_job_was_reaped_and_reclaimed(
-    redis: Redis, store: JobStore
+    redis: Redis, store: Store
 ) -> None:
     job = await submit(store)
     zombie = await claim(store, "zombie")
-    assert await store.record_turn(job.id, zombie.token, {"index": 0, "by": "zombie"}, {"t": 1})
+    assert await store.record_turn(job.id, zombie.token, turn(1, model="zombie"), PROGRESS)
     await store.reap(now_ms=await after_lease(redis, store))
     owner = await claim(store, "owner")
-    assert await store.record_turn(job.id, owner.token, {"index": 0, "by": "owner"}, {"t": 1})
+    assert await store.record_turn(job.id, owner.token, turn(1, model="owner"), PROGRESS)
     before = await store.get(job.id, tenant="acme")
     events_before = await all_events(store, job.id)
 
     refused = [
         await store.heartbeat(job.id, zombie.token),
-        await store.record_turn(job.id, zombie.token, {"index": 1, "by": "zombie"}, {"t": 2}),
-        await store.record_event(job.id, zombie.token, "turn_start", {"index": 1}),
+        await store.record_turn(job.id, zombie.token, turn(2, model="zombie"), PROGRESS),
+        await store.record_event(job.id, zombie.token, "turn_end", turn(2)),
         await store.release(job.id, zombie.token),
         await store.complete(job.id, zombie.token, envelope=SUCCESS, history=[], transcript=[]),
     ]
@@ -179,18 +180,18 @@ async def test_a_zombie_worker_cannot_write_after_its_job_was_reaped_and_reclaim
     assert await store.get(job.id, tenant="acme") == before
     assert await all_events(store, job.id) == events_before
     assert await store.heartbeat(job.id, owner.token)
-    done = Envelope.success({"by": "owner"}).to_dict()
+    done = Envelope.success({"by": "owner"})
     assert await store.complete(job.id, owner.token, envelope=done, history=[], transcript=[])
     assert not await store.complete(
         job.id, zombie.token, envelope=SUCCESS, history=[], transcript=[]
     )
     view = await store.get(job.id, tenant="acme")
     assert view is not None
-    assert view.result["data"] == {"by": "owner"}
+    assert view.result.data == {"by": "owner"}
     assert (await names(store, job.id)).count("job_end") == 1
 
 
-async def test_exactly_one_of_racing_completes_commits(redis: Redis, store: JobStore) -> None:
+async def test_exactly_one_of_racing_completes_commits(redis: Redis, store: Store) -> None:
     job = await submit(store)
     old = await claim(store)
     await store.reap(now_ms=await after_lease(redis, store))
@@ -201,7 +202,7 @@ async def test_exactly_one_of_racing_completes_commits(redis: Redis, store: JobS
             store.complete(
                 job.id,
                 token,
-                envelope=Envelope.success({"token": token}).to_dict(),
+                envelope=Envelope.success({"token": token}),
                 history=[],
                 transcript=[],
             )
@@ -212,18 +213,26 @@ async def test_exactly_one_of_racing_completes_commits(redis: Redis, store: JobS
     assert sum(committed) == 1
     view = await store.get(job.id, tenant="acme")
     assert view is not None
-    assert view.result["data"] == {"token": new.token}
+    assert view.result.data == {"token": new.token}
     assert (await names(store, job.id)).count("job_end") == 1
 
 
 async def test_complete_records_the_final_envelope_and_frees_the_lease(
-    redis: Redis, store: JobStore
+    redis: Redis, store: Store
 ) -> None:
     job = await submit(store)
     lease = await claim(store)
-    failure = Envelope.failure(codes.BUDGET_EXHAUSTED, "out of turns").to_dict()
-    history = [{"turn": 1, "error": "llm-invalid-output"}]
-    transcript = [{"role": "user", "content": "hi"}]
+    failure = Envelope.failure(codes.BUDGET_EXHAUSTED, "out of turns")
+    history = (
+        Rejection(
+            turn=1,
+            type="must_return",
+            outcome="invalid",
+            error_code="llm-invalid-output",
+            diagnosis="not JSON",
+        ),
+    )
+    transcript = (TranscriptEntry(role="user", content="hi"),)
 
     assert await store.complete(
         job.id, lease.token, envelope=failure, history=history, transcript=transcript
@@ -240,10 +249,13 @@ async def test_complete_records_the_final_envelope_and_frees_the_lease(
     assert view.finished_at is not None
     assert await redis.zscore(store.keys.leases, job.id) is None
     end = (await all_events(store, job.id))[-1]
-    assert (end.name, end.data) == ("job_end", {"status": "failed", "result": failure})
+    assert (end.name, end.decoded()) == (
+        "job_end",
+        {"status": "failed", "result": failure.model_dump(mode="json")},
+    )
 
 
-async def test_complete_needs_a_final_envelope(store: JobStore) -> None:
+async def test_complete_needs_a_final_envelope(store: Store) -> None:
     job = await submit(store)
     lease = await claim(store)
 
@@ -251,33 +263,33 @@ async def test_complete_needs_a_final_envelope(store: JobStore) -> None:
         await store.complete(
             job.id,
             lease.token,
-            envelope=Envelope.in_progress().to_dict(),
+            envelope=Envelope.in_progress(),
             history=[],
             transcript=[],
         )
 
 
-async def test_record_turn_appends_turns_and_shows_progress(store: JobStore) -> None:
+async def test_record_turn_appends_turns_and_shows_progress(store: Store) -> None:
     job = await submit(store)
     lease = await claim(store)
 
-    for index in range(3):
+    for index in range(1, 4):
         assert await store.record_turn(
-            job.id, lease.token, {"index": index}, {"turn": index + 1, "phase": "validating"}
+            job.id, lease.token, turn(index), Progress(phase="turn-done", turn=index)
         )
 
     view = await store.get(job.id, tenant="acme")
     assert view is not None
-    assert view.turns == [{"index": 0}, {"index": 1}, {"index": 2}]
-    assert view.result == {
+    assert view.turns == (turn(1), turn(2), turn(3))
+    assert view.result.model_dump(mode="json") == {
         "status": "in-progress",
-        "progress": {"turn": 3, "phase": "validating"},
+        "progress": {"phase": "turn-done", "turn": 3},
         "warnings": [],
     }
 
 
 async def test_release_puts_the_job_back_at_the_front_without_counting_the_attempt(
-    redis: Redis, store: JobStore
+    redis: Redis, store: Store
 ) -> None:
     held = await submit(store, task="held")
     behind = await submit(store, task="behind")
@@ -294,13 +306,13 @@ async def test_release_puts_the_job_back_at_the_front_without_counting_the_attem
     assert (again.job_id, again.attempt) == (held.id, 1)
     assert (await claim(store)).job_id == behind.id
     released = (await all_events(store, held.id))[2]
-    assert (released.name, released.data) == (
+    assert (released.name, released.decoded()) == (
         "job_requeued",
         {"attempt": 1, "reason": "released"},
     )
 
 
-async def test_wait_for_work_wakes_on_submit(store: JobStore) -> None:
+async def test_wait_for_work_wakes_on_submit(store: Store) -> None:
     waiter = asyncio.create_task(store.wait_for_work(timeout_s=10))
     await asyncio.sleep(0.1)
     started = time.monotonic()
@@ -311,7 +323,7 @@ async def test_wait_for_work_wakes_on_submit(store: JobStore) -> None:
     assert time.monotonic() - started < 2
 
 
-async def test_wait_for_work_wakes_on_requeue(redis: Redis, store: JobStore) -> None:
+async def test_wait_for_work_wakes_on_requeue(redis: Redis, store: Store) -> None:
     await submit(store)
     await claim(store)
     while await redis.lpop(store.keys.wake):  # tokens left by the submit
@@ -324,7 +336,7 @@ async def test_wait_for_work_wakes_on_requeue(redis: Redis, store: JobStore) -> 
     await asyncio.wait_for(waiter, timeout=5)
 
 
-async def test_wait_for_work_returns_after_its_timeout(store: JobStore) -> None:
+async def test_wait_for_work_returns_after_its_timeout(store: Store) -> None:
     started = time.monotonic()
 
     await store.wait_for_work(timeout_s=0.3)
@@ -332,7 +344,7 @@ async def test_wait_for_work_returns_after_its_timeout(store: JobStore) -> None:
     assert 0.25 <= time.monotonic() - started < 3
 
 
-async def test_queue_stats_reports_depth_and_the_oldest_jobs_age(store: JobStore) -> None:
+async def test_queue_stats_reports_depth_and_the_oldest_jobs_age(store: Store) -> None:
     assert await store.queue_stats() == (0, 0.0)
     await submit(store)
     await asyncio.sleep(0.25)

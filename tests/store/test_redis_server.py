@@ -9,7 +9,8 @@ import pytest
 from redis.asyncio import Redis
 
 from app.redis_server import EmbeddedRedis, EmbeddedRedisError
-from app.store import JobStore, connect
+from app.store import connect
+from tests.both import Store
 from tests.store.helpers import submit
 
 
@@ -17,7 +18,7 @@ async def test_queued_jobs_survive_a_restart_of_the_embedded_redis(tmp_path: Pat
     server = await EmbeddedRedis(tmp_path).astart()
     try:
         client = connect(server.url)
-        store = JobStore(client)
+        store = Store(client)
         ids = [(await submit(store)).id for _ in range(3)]
         await client.aclose()
     finally:
@@ -27,7 +28,7 @@ async def test_queued_jobs_survive_a_restart_of_the_embedded_redis(tmp_path: Pat
     async with EmbeddedRedis(tmp_path) as restarted:
         client = connect(restarted.url)
         try:
-            store = JobStore(client)
+            store = Store(client)
             assert (await store.queue_stats())[0] == 3
             claimed = [await store.claim("w1") for _ in ids]
             assert [c.job_id for c in claimed if c is not None] == ids

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from redis.asyncio import Redis
 
-from app.store import JobStore
-from tests.store.conftest import StoreFactory
-from tests.store.helpers import SUCCESS, after_lease, claim, submit
+from app.core.envelope import Progress
+from tests.store.conftest import Store, StoreFactory
+from tests.store.helpers import SUCCESS, after_lease, claim, submit, turn
 
 
-async def ttls(redis: Redis, store: JobStore, job_id: str) -> list[int]:
+async def ttls(redis: Redis, store: Store, job_id: str) -> list[int]:
     return [
         await redis.ttl(key)
         for key in (store.keys.job(job_id), store.keys.turns(job_id), store.keys.events(job_id))
@@ -22,7 +22,7 @@ async def test_a_completed_job_expires_with_all_its_keys(
     store = make_store(retention_s=3600)
     job = await submit(store)
     lease = await claim(store)
-    await store.record_turn(job.id, lease.token, {"index": 0}, {})
+    await store.record_turn(job.id, lease.token, turn(1), Progress())
     assert await ttls(redis, store, job.id) == [-1, -1, -1]
 
     await store.complete(job.id, lease.token, envelope=SUCCESS, history=[], transcript=[])
@@ -38,7 +38,7 @@ async def test_cancelled_and_worker_lost_jobs_expire_too(
     lost = await submit(store)
     await store.cancel(cancelled.id, tenant="acme")
     lease = await claim(store)
-    await store.record_turn(lost.id, lease.token, {"index": 0}, {})
+    await store.record_turn(lost.id, lease.token, turn(1), Progress())
 
     await store.reap(now_ms=await after_lease(redis, store))
 

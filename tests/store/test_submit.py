@@ -5,14 +5,15 @@ import asyncio
 import pytest
 from redis.asyncio import Redis
 
-from app.errors import InvalidInput
+from app.core.envelope import Progress
+from app.core.errors import InvalidInput
 from app.redis_server import EmbeddedRedis
-from app.store import IdempotencyConflict, JobStore, QueueFull, is_job_id, new_job_id
-from tests.store.conftest import StoreFactory
-from tests.store.helpers import SPEC, names, submit
+from app.store import IdempotencyConflict, QueueFull, is_job_id, new_job_id
+from tests.store.conftest import Store, StoreFactory
+from tests.store.helpers import SPEC, names, submit, turn
 
 
-async def test_submit_queues_a_job_that_get_reads_back(store: JobStore) -> None:
+async def test_submit_queues_a_job_that_get_reads_back(store: Store) -> None:
     job, created = await store.submit(
         tenant="acme", spec=SPEC, metadata={"team": "search"}, model="gpt"
     )
@@ -21,7 +22,11 @@ async def test_submit_queues_a_job_that_get_reads_back(store: JobStore) -> None:
     assert is_job_id(job.id)
     assert job.status == "queued"
     assert job.attempts == 0
-    assert job.result == {"status": "in-progress", "progress": {}, "warnings": []}
+    assert job.result.model_dump(mode="json") == {
+        "status": "in-progress",
+        "progress": {"phase": "queued"},
+        "warnings": [],
+    }
     assert job.created_at.endswith("Z")
     assert len(job.created_at) == len("2026-01-01T00:00:00.000Z")
     assert await store.get(job.id, tenant="acme") == job
@@ -29,31 +34,7 @@ async def test_submit_queues_a_job_that_get_reads_back(store: JobStore) -> None:
     assert await names(store, job.id) == ["job_queued"]
 
 
-async def test_to_dict_is_the_camel_case_api_shape(store: JobStore) -> None:
-    job, _ = await store.submit(tenant="acme", spec=SPEC, idempotency_key="k1")
-
-    shape = job.to_dict()
-
-    assert list(shape) == [
-        "id",
-        "status",
-        "createdAt",
-        "startedAt",
-        "finishedAt",
-        "attempts",
-        "result",
-        "turns",
-        "history",
-        "transcript",
-        "metadata",
-        "model",
-        "idempotencyKey",
-    ]
-    assert shape["idempotencyKey"] == "k1"
-    assert "tenant" not in shape
-
-
-async def test_another_tenant_cannot_see_the_job(store: JobStore) -> None:
+async def test_another_tenant_cannot_see_the_job(store: Store) -> None:
     job = await submit(store, tenant="acme")
 
     assert await store.get(job.id, tenant="globex") is None
@@ -61,7 +42,7 @@ async def test_another_tenant_cannot_see_the_job(store: JobStore) -> None:
     assert await store.get("../../etc", tenant="acme") is None
 
 
-async def test_same_idempotency_key_and_body_returns_the_first_job(store: JobStore) -> None:
+async def test_same_idempotency_key_and_body_returns_the_first_job(store: Store) -> None:
     first, created = await store.submit(tenant="acme", spec=SPEC, idempotency_key="order-1")
     again, created_again = await store.submit(tenant="acme", spec=SPEC, idempotency_key="order-1")
 
@@ -72,7 +53,7 @@ async def test_same_idempotency_key_and_body_returns_the_first_job(store: JobSto
 
 
 async def test_same_idempotency_key_with_another_body_is_a_422_naming_the_header(
-    store: JobStore,
+    store: Store,
 ) -> None:
     await store.submit(tenant="acme", spec=SPEC, idempotency_key="order-1")
 
@@ -87,7 +68,7 @@ async def test_same_idempotency_key_with_another_body_is_a_422_naming_the_header
     assert (await store.queue_stats())[0] == 1
 
 
-async def test_idempotency_keys_are_scoped_per_tenant(store: JobStore) -> None:
+async def test_idempotency_keys_are_scoped_per_tenant(store: Store) -> None:
     mine, _ = await store.submit(tenant="acme", spec=SPEC, idempotency_key="k")
     theirs, created = await store.submit(tenant="globex", spec=SPEC, idempotency_key="k")
 
@@ -96,7 +77,7 @@ async def test_idempotency_keys_are_scoped_per_tenant(store: JobStore) -> None:
 
 
 async def test_100_concurrent_submits_with_one_key_create_exactly_one_job(
-    store: JobStore,
+    store: Store,
 ) -> None:
     results = await asyncio.gather(
         *(store.submit(tenant="acme", spec=SPEC, idempotency_key="burst") for _ in range(100))
@@ -119,7 +100,7 @@ async def test_idempotency_key_expires_after_its_ttl(
     assert 110 <= ttl <= 120
 
 
-async def test_a_key_whose_job_expired_starts_a_new_job(redis: Redis, store: JobStore) -> None:
+async def test_a_key_whose_job_expired_starts_a_new_job(redis: Redis, store: Store) -> None:
     first, _ = await store.submit(tenant="acme", spec=SPEC, idempotency_key="k")
     await redis.delete(store.keys.job(first.id))  # as retention would
 
@@ -164,15 +145,16 @@ async def test_a_client_that_decodes_responses_works_the_same(
 ) -> None:
     client = Redis.from_url(redis_server.url, decode_responses=True, protocol=2)
     try:
-        store = JobStore(client, prefix=prefix)
+        store = Store(client, prefix=prefix)
         job = await submit(store)
         claim = await store.claim("w1")
         assert claim is not None
         assert claim.job_id == job.id
-        assert await store.record_turn(job.id, claim.token, {"index": 0}, {"turn": 1})
+        progress = Progress(phase="turn-done", turn=1)
+        assert await store.record_turn(job.id, claim.token, turn(1), progress)
         view = await store.get(job.id, tenant="acme")
         assert view is not None
-        assert view.turns == [{"index": 0}]
+        assert view.turns == (turn(1),)
         assert [e.name for e in await store.events(job.id, after=None, block_ms=0)] == [
             "job_queued",
             "job_start",

@@ -7,18 +7,18 @@ import time
 
 import pytest
 
-from app.errors import InvalidInput
-from app.store import JobStore
-from tests.store.helpers import SUCCESS, all_events, claim, submit
+from app.core.errors import InvalidInput
+from tests.both import Store
+from tests.store.helpers import SUCCESS, all_events, claim, submit, turn
 
 
-async def test_wait_returns_as_soon_as_another_task_completes_the_job(store: JobStore) -> None:
+async def test_wait_returns_as_soon_as_another_task_completes_the_job(store: Store) -> None:
     job = await submit(store)
     lease = await claim(store)
 
     async def finish_soon() -> None:
         await asyncio.sleep(0.2)
-        await store.record_event(job.id, lease.token, "turn_start", {"index": 0})
+        await store.record_event(job.id, lease.token, "turn_start", turn(1))
         await asyncio.sleep(0.1)
         await store.complete(job.id, lease.token, envelope=SUCCESS, history=[], transcript=[])
 
@@ -33,7 +33,7 @@ async def test_wait_returns_as_soon_as_another_task_completes_the_job(store: Job
     assert 0.25 <= elapsed < 2
 
 
-async def test_wait_returns_the_running_job_when_wait_ms_passes(store: JobStore) -> None:
+async def test_wait_returns_the_running_job_when_wait_ms_passes(store: Store) -> None:
     job = await submit(store)
     started = time.monotonic()
 
@@ -44,7 +44,7 @@ async def test_wait_returns_the_running_job_when_wait_ms_passes(store: JobStore)
     assert view.status == "queued"
 
 
-async def test_wait_on_a_finished_job_returns_at_once(store: JobStore) -> None:
+async def test_wait_on_a_finished_job_returns_at_once(store: Store) -> None:
     job = await submit(store)
     await store.cancel(job.id, tenant="acme")
     started = time.monotonic()
@@ -56,17 +56,17 @@ async def test_wait_on_a_finished_job_returns_at_once(store: JobStore) -> None:
     assert view.status == "cancelled"
 
 
-async def test_wait_does_not_reveal_another_tenants_job(store: JobStore) -> None:
+async def test_wait_does_not_reveal_another_tenants_job(store: Store) -> None:
     job = await submit(store, tenant="acme")
 
     assert await store.wait(job.id, tenant="globex", wait_ms=5_000) is None
 
 
-async def test_events_come_in_order_and_resume_after_an_id(store: JobStore) -> None:
+async def test_events_come_in_order_and_resume_after_an_id(store: Store) -> None:
     job = await submit(store)
     lease = await claim(store)
-    await store.record_event(job.id, lease.token, "turn_start", {"index": 0})
-    await store.record_event(job.id, lease.token, "turn_end", {"index": 0, "outcome": "ok"})
+    await store.record_event(job.id, lease.token, "turn_start", turn(1))
+    await store.record_event(job.id, lease.token, "turn_end", turn(1, outcome="success"))
     await store.complete(job.id, lease.token, envelope=SUCCESS, history=[], transcript=[])
 
     events = await all_events(store, job.id)
@@ -80,14 +80,14 @@ async def test_events_come_in_order_and_resume_after_an_id(store: JobStore) -> N
         "turn_end",
         "job_end",
     ]
-    assert events[3].data == {"index": 0, "outcome": "ok"}
+    assert events[3].decoded() == turn(1, outcome="success").model_dump(mode="json")
     assert [e.id for e in events] == sorted(e.id for e in events)
     assert resumed == events[2:]
     assert page == events[:2]
     assert await store.events(job.id, after=events[-1].id, block_ms=0) == []
 
 
-async def test_events_block_until_the_next_event(store: JobStore) -> None:
+async def test_events_block_until_the_next_event(store: Store) -> None:
     job = await submit(store)
     [queued] = await all_events(store, job.id)
 
@@ -104,7 +104,7 @@ async def test_events_block_until_the_next_event(store: JobStore) -> None:
     assert time.monotonic() - started < 2
 
 
-async def test_events_return_empty_when_nothing_happens_within_block_ms(store: JobStore) -> None:
+async def test_events_return_empty_when_nothing_happens_within_block_ms(store: Store) -> None:
     job = await submit(store)
     [queued] = await all_events(store, job.id)
     started = time.monotonic()
@@ -113,7 +113,7 @@ async def test_events_return_empty_when_nothing_happens_within_block_ms(store: J
     assert 0.28 <= time.monotonic() - started < 2
 
 
-async def test_a_malformed_last_event_id_is_a_422_naming_it(store: JobStore) -> None:
+async def test_a_malformed_last_event_id_is_a_422_naming_it(store: Store) -> None:
     job = await submit(store)
 
     with pytest.raises(InvalidInput) as caught:

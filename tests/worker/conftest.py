@@ -18,7 +18,7 @@ from redis.asyncio import Redis
 
 from app.redis_server import EmbeddedRedis
 from app.sim.server import SimConfig, serve_in_background
-from app.store import JobStore
+from tests.both import Store
 from tests.worker.harness import HEARTBEAT_MS, LEASE_MS, REAP_INTERVAL_MS, SLOW_MS, WorkerProcess
 
 
@@ -41,10 +41,10 @@ def prefix() -> str:
 
 
 @pytest.fixture
-async def store(redis_url: str, prefix: str) -> AsyncIterator[JobStore]:
+async def store(redis_url: str, prefix: str) -> AsyncIterator[Store]:
     redis = Redis.from_url(redis_url)
     try:
-        yield JobStore(redis, prefix=prefix, lease_ms=LEASE_MS, max_attempts=3)
+        yield Store(redis, prefix=prefix, lease_ms=LEASE_MS, max_attempts=3)
     finally:
         await redis.aclose()
 

@@ -30,8 +30,9 @@ from app.providers.embedded import open_router
 from app.providers.http import make_client
 from app.providers.router import Router
 from app.settings import Settings
-from app.store import JobStore, JobView
+from app.store import JobView
 from app.worker import Worker
+from tests.both import Store
 
 ROOT = Path(__file__).resolve().parents[2]
 TENANT = "tests"
@@ -56,7 +57,7 @@ def job(script: list[str] | None = None, *, name: str = "job", **extra: Any) -> 
     }
 
 
-async def submit(store: JobStore, spec: dict[str, Any]) -> str:
+async def submit(store: Store, spec: dict[str, Any]) -> str:
     view, created = await store.submit(tenant=TENANT, spec=spec)
     assert created
     return view.id
@@ -76,7 +77,7 @@ async def eventually(
         await asyncio.sleep(0.05)
 
 
-async def status_of(store: JobStore, job_id: str, *wanted: str, within: float = WAIT_S) -> JobView:
+async def status_of(store: Store, job_id: str, *wanted: str, within: float = WAIT_S) -> JobView:
     """The job once its status is one of ``wanted``."""
 
     async def check() -> JobView | None:
@@ -87,11 +88,11 @@ async def status_of(store: JobStore, job_id: str, *wanted: str, within: float = 
     return await eventually(check, what=f"job {job_id} to be {'/'.join(wanted)}", within=within)
 
 
-async def finished(store: JobStore, job_id: str, within: float = WAIT_S) -> JobView:
+async def finished(store: Store, job_id: str, within: float = WAIT_S) -> JobView:
     return await status_of(store, job_id, "succeeded", "failed", "cancelled", within=within)
 
 
-async def job_ends(store: JobStore, job_id: str) -> int:
+async def job_ends(store: Store, job_id: str) -> int:
     """How many ``job_end`` events the job's stream holds: one per committed end."""
     events = await store.events(job_id, after=None, block_ms=0, count=10_000)
     return sum(1 for event in events if event.name == "job_end")
@@ -194,14 +195,14 @@ async def running(worker: Worker) -> AsyncIterator[asyncio.Event]:
 
 
 class WorkerProcess:
-    """``python -m app.worker`` with its log in a file."""
+    """``reprompt worker`` with its log in a file."""
 
     def __init__(self, name: str, env: dict[str, str], log_path: Path) -> None:
         self.name = name
         self.log_path = log_path
         with open(log_path, "wb") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "app.worker"],
+                [sys.executable, "-m", "app.cli", "worker"],
                 cwd=ROOT,
                 env=env,
                 stdin=subprocess.DEVNULL,

@@ -1,4 +1,4 @@
-"""Worker processes (``python -m app.worker``) killed, paused, stopped and cancelled.
+"""Worker processes (``reprompt worker``) killed, paused, stopped and cancelled.
 
 Real processes on a real redis-server, answering from the simulator. A scripted ``slow``
 answer (``SLOW_MS``) keeps a job in flight while the test does something to its worker;
@@ -16,7 +16,7 @@ from collections.abc import Callable
 import pytest
 
 from app.core import codes
-from app.store import JobStore
+from tests.both import Store
 from tests.worker.harness import (
     SLOW_MS,
     TENANT,
@@ -38,7 +38,7 @@ Spawn = Callable[..., WorkerProcess]
 
 
 async def test_a_job_whose_worker_is_killed_finishes_on_another_worker(
-    store: JobStore, spawn: Spawn
+    store: Store, spawn: Spawn
 ) -> None:
     first = await spawn().ready()
     job_id = await submit(store, job(["slow"], name="sigkill"))
@@ -61,7 +61,7 @@ async def test_a_job_whose_worker_is_killed_finishes_on_another_worker(
 
 
 async def test_a_paused_worker_resumed_after_its_lease_expired_cannot_commit(
-    store: JobStore, spawn: Spawn
+    store: Store, spawn: Spawn
 ) -> None:
     zombie = await spawn(env={"OPENAI_MODEL": "zombie-model"}).ready()
     job_id = await submit(store, job(["slow"], name="sigstop"))
@@ -72,7 +72,7 @@ async def test_a_paused_worker_resumed_after_its_lease_expired_cannot_commit(
     won = await finished(store, job_id)
     assert won.status == "succeeded"
     assert won.attempts == 2
-    assert won.result["execution"]["model"] == "gpt-4o-mini"  # the healthy worker's model
+    assert won.result.execution.model  # type: ignore[union-attr] == "gpt-4o-mini"  # the healthy worker's model
     assert healthy.logged(rf"job {job_id} succeeded")
 
     # Let the zombie's slow answer arrive, then wake it up: it finds the lease gone.
@@ -92,7 +92,7 @@ async def test_a_paused_worker_resumed_after_its_lease_expired_cannot_commit(
 
 
 async def test_a_job_that_kills_its_worker_every_time_fails_after_max_attempts(
-    store: JobStore, spawn: Spawn
+    store: Store, spawn: Spawn
 ) -> None:
     workers = [spawn() for _ in range(4)]
     await asyncio.gather(*(w.ready() for w in workers))
@@ -110,7 +110,7 @@ async def test_a_job_that_kills_its_worker_every_time_fails_after_max_attempts(
         normal.append(await submit(store, job(name=f"during{attempt}")))
     view = await finished(store, poison)
     assert view.status == "failed"
-    assert view.result["error"] == codes.WORKER_LOST
+    assert view.result.error == codes.WORKER_LOST
     assert view.attempts == 3
     assert await job_ends(store, poison) == 1
     views = [await finished(store, job_id) for job_id in normal]
@@ -118,7 +118,7 @@ async def test_a_job_that_kills_its_worker_every_time_fails_after_max_attempts(
     assert [await job_ends(store, job_id) for job_id in normal] == [1] * len(normal)
 
 
-async def test_sigterm_lets_running_jobs_finish_then_exits_0(store: JobStore, spawn: Spawn) -> None:
+async def test_sigterm_lets_running_jobs_finish_then_exits_0(store: Store, spawn: Spawn) -> None:
     draining = await spawn(worker_concurrency=2, drain_timeout_s=30).ready()
     running = [await submit(store, job(["slow"], name=f"drain{i}")) for i in range(2)]
     waiting = [await submit(store, job(name=f"waiting{i}")) for i in range(2)]
@@ -145,7 +145,7 @@ async def test_sigterm_lets_running_jobs_finish_then_exits_0(store: JobStore, sp
 
 
 async def test_sigterm_releases_jobs_still_running_at_the_drain_timeout(
-    store: JobStore, spawn: Spawn
+    store: Store, spawn: Spawn
 ) -> None:
     draining = await spawn(worker_concurrency=2, drain_timeout_s=0.3).ready()
     ids = [await submit(store, job(["slow"], name=f"release{i}")) for i in range(2)]
@@ -164,9 +164,7 @@ async def test_sigterm_releases_jobs_still_running_at_the_drain_timeout(
     assert [await job_ends(store, job_id) for job_id in ids] == [1] * len(ids)
 
 
-async def test_a_second_sigterm_releases_running_jobs_at_once(
-    store: JobStore, spawn: Spawn
-) -> None:
+async def test_a_second_sigterm_releases_running_jobs_at_once(store: Store, spawn: Spawn) -> None:
     draining = await spawn(drain_timeout_s=60).ready()
     job_id = await submit(store, job(["slow"], name="hurry"))
     await draining.wait_log(rf"job {job_id} started")
@@ -181,7 +179,7 @@ async def test_a_second_sigterm_releases_running_jobs_at_once(
 
 
 async def test_cancel_aborts_a_running_job_and_the_worker_moves_on(
-    store: JobStore, spawn: Spawn
+    store: Store, spawn: Spawn
 ) -> None:
     worker = await spawn(worker_concurrency=1).ready()
     doomed = await submit(store, job(["slow"], name="doomed"))
@@ -196,8 +194,8 @@ async def test_cancel_aborts_a_running_job_and_the_worker_moves_on(
     view = await finished(store, after)
     assert view.status == "succeeded"
     view = await status_of(store, doomed, "cancelled")
-    assert view.result["error"] == codes.CANCELLED
-    assert view.turns == []
+    assert view.result.error == codes.CANCELLED
+    assert view.turns == ()
     assert await job_ends(store, doomed) == 1
     assert not worker.logged(rf"job {doomed}: stale")
 

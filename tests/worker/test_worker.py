@@ -17,8 +17,8 @@ from app.core import codes
 from app.core.model import LLMRequest, LLMResponse, StructuredMode, StructuredOutput
 from app.providers.router import Router
 from app.sim.server import SimConfig, serve_in_background
-from app.store import JobStore
 from app.worker import Worker
+from tests.both import Store
 from tests.worker.harness import (
     TENANT,
     Gate,
@@ -52,7 +52,7 @@ def sample(name: str, labels: dict[str, str] | None = None) -> float:
 
 
 async def test_never_runs_more_jobs_than_its_concurrency(
-    store: JobStore, latent_sim_url: str, tmp_path: Path
+    store: Store, latent_sim_url: str, tmp_path: Path
 ) -> None:
     async with sim_router(latent_sim_url, tmp_path) as router:
         gate = Gate(router)
@@ -66,15 +66,15 @@ async def test_never_runs_more_jobs_than_its_concurrency(
 
 
 async def test_a_stored_spec_that_no_longer_validates_fails_with_invalid_input(
-    store: JobStore, router: Router
+    store: Store, router: Router
 ) -> None:
     job_id = await submit(store, {"task": "no signature and no schema"})
     gate = Gate(router)
     async with running(Worker(store, gate, worker_settings())):
         view = await finished(store, job_id)
     assert view.status == "failed"
-    assert view.result["error"] == codes.INVALID_INPUT
-    assert "signature" in view.result["detail"]
+    assert view.result.error == codes.INVALID_INPUT
+    assert "signature" in view.result.detail
     assert gate.calls == 0
 
 
@@ -86,17 +86,17 @@ class Broken(Gate):
 
 
 async def test_an_unexpected_error_fails_the_job_with_internal_error_and_the_worker_goes_on(
-    store: JobStore, router: Router
+    store: Store, router: Router
 ) -> None:
     ids = [await submit(store, job(name=f"bug{i}")) for i in range(2)]
     async with running(Worker(store, Broken(router), worker_settings(worker_concurrency=1))):
         views = [await finished(store, job_id) for job_id in ids]
-    assert [(v.status, v.result["error"]) for v in views] == [("failed", codes.INTERNAL_ERROR)] * 2
-    assert "bug" not in views[0].result["detail"]  # no internals leak into the result
+    assert [(v.status, v.result.error) for v in views] == [("failed", codes.INTERNAL_ERROR)] * 2
+    assert "bug" not in views[0].result.detail  # no internals leak into the result
 
 
 async def test_turns_and_progress_appear_in_the_job_while_it_runs(
-    store: JobStore, router: Router
+    store: Store, router: Router
 ) -> None:
     spec = job(["broken_json", "ok"], budget={"maxTurns": 1, "returnRetries": 2})
     job_id = await submit(store, spec)
@@ -111,20 +111,21 @@ async def test_turns_and_progress_appear_in_the_job_while_it_runs(
         view = await store.get(job_id, tenant=TENANT)
         assert view is not None
         assert view.status == "in_progress"
-        assert view.turns[0]["outcome"] == "invalid"
-        assert view.result["status"] == "in-progress"
+        assert view.turns[0].outcome == "invalid"
+        assert view.result.status == "in-progress"
         # the re-ask is held inside its model call: the envelope says so
-        progress = view.result["progress"]
-        assert progress["phase"] == "model-call"
-        assert progress["turn"] == 2
-        assert progress["type"] == "retry"
-        assert progress["attempt"] == 2
-        assert view.turns[0]["jobAttempt"] == 1
+        progress = view.result.progress
+        assert progress is not None
+        assert progress.phase == "model-call"
+        assert progress.turn == 2
+        assert progress.type == "retry"
+        assert progress.attempt == 2
+        assert view.turns[0].job_attempt == 1
         gate.open()
         view = await finished(store, job_id)
     assert view.status == "succeeded"
-    assert [t["outcome"] for t in view.turns] == ["invalid", "success"]
-    assert [t["index"] for t in view.turns] == [1, 2]
+    assert [t.outcome for t in view.turns] == ["invalid", "success"]
+    assert [t.index for t in view.turns] == [1, 2]
     events = await store.events(job_id, after=None, block_ms=0)
     names = [e.name for e in events]
     assert names == [
@@ -137,11 +138,11 @@ async def test_turns_and_progress_appear_in_the_job_while_it_runs(
         "job_end",
     ]
     assert view.transcript
-    assert set(view.transcript[0]) == {"role", "content"}
+    assert set(view.transcript[0].model_dump()) == {"role", "content"}
 
 
 async def test_metrics_count_turns_jobs_queue_wait_and_jobs_in_progress(
-    store: JobStore, router: Router
+    store: Store, router: Router
 ) -> None:
     before = {
         "invalid": sample("reprompt_turns_total", {"type": "must_return", "outcome": "invalid"}),
@@ -173,7 +174,7 @@ async def test_metrics_count_turns_jobs_queue_wait_and_jobs_in_progress(
 
 
 async def test_cancelling_a_running_job_aborts_its_model_call_and_commits_nothing(
-    store: JobStore, router: Router
+    store: Store, router: Router
 ) -> None:
     gate = Gate(router, hold=lambda n: n == 1)  # the first call hangs until cancelled
     worker = Worker(store, gate, worker_settings(worker_concurrency=1))
@@ -191,13 +192,13 @@ async def test_cancelling_a_running_job_aborts_its_model_call_and_commits_nothin
     view = await store.get(first, tenant=TENANT)
     assert view is not None
     assert view.status == "cancelled"
-    assert view.result["error"] == codes.CANCELLED
-    assert view.turns == []
+    assert view.result.error == codes.CANCELLED
+    assert view.turns == ()
     assert await job_ends(store, first) == 1
 
 
 async def test_a_lost_lease_stops_the_job_and_the_requeued_job_runs_again(
-    store: JobStore, router: Router
+    store: Store, router: Router
 ) -> None:
     gate = Gate(router, hold=lambda n: n == 1)
     job_id = await submit(store, job(name="lease"))
@@ -216,7 +217,7 @@ async def test_a_lost_lease_stops_the_job_and_the_requeued_job_runs_again(
 
 
 async def test_a_zombie_worker_cannot_commit_over_the_new_owner(
-    store: JobStore, router: Router
+    store: Store, router: Router
 ) -> None:
     # The zombie never heartbeats in time and its call hangs until we let it go; with one
     # slot it cannot claim the job again while it still holds the first claim.
@@ -251,7 +252,7 @@ async def test_a_zombie_worker_cannot_commit_over_the_new_owner(
 
 
 async def test_stop_lets_running_jobs_finish_within_the_drain_timeout(
-    store: JobStore, router: Router
+    store: Store, router: Router
 ) -> None:
     gate = Gate(router, hold=lambda n: True)
     worker = Worker(store, gate, worker_settings(drain_timeout_s=30))
@@ -273,7 +274,7 @@ async def test_stop_lets_running_jobs_finish_within_the_drain_timeout(
 
 
 async def test_jobs_still_running_at_the_drain_timeout_go_back_to_the_queue(
-    store: JobStore, router: Router
+    store: Store, router: Router
 ) -> None:
     gate = Gate(router, hold=lambda n: True)
     worker = Worker(store, gate, worker_settings(drain_timeout_s=0.2))
@@ -314,7 +315,7 @@ class Stubborn(Gate):
 
 
 async def test_a_cancellation_swallowed_on_the_way_is_repeated_until_the_job_stops(
-    store: JobStore, router: Router
+    store: Store, router: Router
 ) -> None:
     client = Stubborn(router, hold=lambda n: True)
     worker = Worker(store, client, worker_settings(drain_timeout_s=0))
@@ -335,7 +336,7 @@ class SlowToReturnCommit:
     window in which a heartbeat sees the job finished (its lease gone) before the worker
     knows its commit succeeded."""
 
-    def __init__(self, store: JobStore, hold_s: float) -> None:
+    def __init__(self, store: Store, hold_s: float) -> None:
         self._store = store
         self._hold_s = hold_s
 
@@ -349,7 +350,7 @@ class SlowToReturnCommit:
 
 
 async def test_a_heartbeat_racing_a_successful_commit_does_not_drop_the_job(
-    store: JobStore, router: Router, caplog: pytest.LogCaptureFixture
+    store: Store, router: Router, caplog: pytest.LogCaptureFixture
 ) -> None:
     settings = worker_settings()
     slow = SlowToReturnCommit(store, hold_s=3 * settings.heartbeat_ms / 1000)

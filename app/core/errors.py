@@ -1,11 +1,17 @@
 """reprompt's one error tree.
 
-Every error carries the envelope code it becomes, whether an orchestrator may
-retry it, and the HTTP status it is rendered with::
+Every error carries its stable code (the envelope's error constant where one applies),
+whether it is transient, the HTTP status it is rendered with and, for some, how long to
+wait before trying again (``retry_after_s``, rendered as ``Retry-After``). One handler in
+``app.api.problems`` renders them all as problem+json from these attributes::
 
     RepromptError              500 internal-error
     ├── InvalidInput           422 invalid-input    bad job, signature, schema, option
-    │   └── SignatureError     422                  with position and what was expected
+    │   ├── SignatureError     422                  with position and what was expected
+    │   └── (store) IdempotencyConflict             same Idempotency-Key, different body
+    ├── (store) QueueFull      503 queue-full       retry after retry_after_s
+    ├── (store) StoreUnavailable 503 store-unavailable  Redis did not answer; Retry-After
+    ├── (api) NotFound, Unauthorized, UnsupportedMediaType, ContentTooLarge, NotReady
     └── ProviderError          502                  a model call failed, classified at the edge
         ├── ProviderTimeout        llm-timeout      retryable
         ├── ProviderRateLimited    llm-rate-limit   retryable, carries Retry-After
@@ -21,17 +27,17 @@ Provider error text is for operators; it is never shown to the model.
 
 from __future__ import annotations
 
-from typing import ClassVar
-
 from app.core import codes
 
 
 class RepromptError(Exception):
-    """Base of every error reprompt raises on purpose."""
+    """Base of every error reprompt raises on purpose. Subclasses set the class attributes;
+    an instance may narrow ``code`` (``NotReady`` says which dependency is missing)."""
 
-    code: ClassVar[str] = codes.INTERNAL_ERROR
-    status: ClassVar[int] = 500
-    retryable: ClassVar[bool] = False
+    code: str = codes.INTERNAL_ERROR
+    status: int = 500
+    retryable: bool = False
+    retry_after_s: float | None = None
 
     def __init__(self, detail: str) -> None:
         super().__init__(detail)

@@ -1,0 +1,283 @@
+"""The one place that assembles a process from ``Settings``: Redis, the store's two roles,
+the httpx client, the providers and their router, the worker, the API.
+
+    app = api_app(settings)                          # reprompt api: workers run elsewhere
+    app = api_app(settings, embedded_worker=True)    # reprompt serve: one process does all
+    exit_code = run_worker(settings)                 # reprompt worker
+
+Start-up, in order: the embedded redis-server when no Redis URL is set (``serve`` only; AOF
+in the data dir, so queued jobs survive a restart); one Redis pool and the store; one
+``httpx.AsyncClient``; the providers configuration, read once (``REPROMPT_PROVIDERS`` and
+the provider variables); the router (the configured providers, else the supervised local
+model); the worker. Shutdown runs the same list backwards: the worker drains first, Redis
+stops last.
+
+When no provider can be configured an API still starts, so operators can see why:
+``/readyz`` answers 503 naming what to configure, and submissions get the same 503. A
+worker without a provider exits with status 2. A providers file that is present but wrong
+stops either: a typo should not turn into a running service that refuses every job.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+from collections.abc import AsyncIterator, Mapping
+from contextlib import AsyncExitStack, asynccontextmanager
+from dataclasses import dataclass
+
+from fastapi import FastAPI
+from pydantic import ValidationError
+from redis.asyncio import Redis
+
+from app import metrics
+from app.api.app import create_app
+from app.api.resources import Resources
+from app.core.errors import ProviderConfigError, RepromptError
+from app.providers.config import ProvidersConfig, load_providers
+from app.providers.embedded import LOCAL_PROVIDER, open_router
+from app.providers.http import DEFAULT_MAX_CONNECTIONS, make_client
+from app.providers.router import Router
+from app.redis_server import EmbeddedRedis
+from app.settings import Settings, invalid_settings
+from app.store import JobStore, Leases, StoreOptions, connect
+from app.worker import Worker
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Parts:
+    """What one process runs on, built once and closed on exit."""
+
+    settings: Settings
+    redis: Redis
+    jobs: JobStore
+    leases: Leases
+    router: Router | None  # None: no provider could be configured (``provider_problem``)
+    provider_problem: str | None
+    model_providers: Mapping[str, str]  # model name → provider name
+
+
+def store_options(settings: Settings) -> StoreOptions:
+    """The store's options these settings imply (API and workers alike)."""
+    return StoreOptions(
+        prefix=settings.key_prefix,
+        lease_ms=settings.lease_ms,
+        max_attempts=settings.max_attempts,
+        retention_s=settings.retention_s,
+        idempotency_ttl_s=settings.idempotency_ttl_s,
+        max_queued=settings.max_queued,
+    )
+
+
+def providers_config(
+    settings: Settings, environ: Mapping[str, str] = os.environ
+) -> ProvidersConfig:
+    """The providers file and the provider variables, read once for the process."""
+    path = None if settings.providers_file is None else str(settings.providers_file)
+    return load_providers(environ, path=path)
+
+
+@asynccontextmanager
+async def open_parts(
+    settings: Settings,
+    *,
+    providers: ProvidersConfig | None = None,
+    embedded_redis: bool = False,
+    provider_required: bool = False,
+) -> AsyncIterator[Parts]:
+    """Build every resource of a process; ``providers`` replaces the configuration (tests).
+
+    ``embedded_redis``: start a managed redis-server when no Redis URL is set (the API
+    does; a worker must be given a URL).
+    ``provider_required``: a missing provider raises instead of being reported.
+    """
+    async with AsyncExitStack() as stack:
+        if settings.redis_url is not None:
+            url = settings.redis_url.get_secret_value()
+        elif embedded_redis:
+            server = EmbeddedRedis(settings.data_dir)
+            await server.astart()
+            stack.push_async_callback(server.astop)
+            url = server.url
+            log.info("embedded redis-server on %s (data in %s)", url, server.dir)
+        else:
+            raise ValueError("no Redis URL and no embedded redis-server")
+        redis = connect(url)
+        stack.push_async_callback(redis.aclose)
+        options = store_options(settings)
+        # One connection per job a worker may hold: a smaller pool queues model calls.
+        pool = max(DEFAULT_MAX_CONNECTIONS, settings.worker_concurrency)
+        http = await stack.enter_async_context(make_client(max_connections=pool))
+        config = providers_config(settings) if providers is None else providers
+        router: Router | None = None
+        problem: str | None = None
+        try:
+            router = await stack.enter_async_context(
+                open_router(
+                    http,
+                    data_dir=settings.data_dir,
+                    config=config,
+                    on_retry=metrics.record_transport_retry,
+                )
+            )
+        except ProviderConfigError as exc:
+            if provider_required:
+                raise
+            log.error("no model provider: %s", exc.detail)
+            problem = exc.detail
+        yield Parts(
+            settings=settings,
+            redis=redis,
+            jobs=JobStore(redis, options),
+            leases=Leases(redis, options),
+            router=router,
+            provider_problem=problem,
+            model_providers=_model_providers(config, router),
+        )
+
+
+def api_app(
+    settings: Settings,
+    *,
+    embedded_worker: bool = False,
+    providers: ProvidersConfig | None = None,
+) -> FastAPI:
+    """The API; with ``embedded_worker``, a worker in the same process (``reprompt serve``)."""
+
+    @asynccontextmanager
+    async def resources() -> AsyncIterator[Resources]:
+        async with (
+            open_parts(settings, providers=providers, embedded_redis=True) as parts,
+            AsyncExitStack() as stack,
+        ):
+            if embedded_worker:
+                if parts.router is None:
+                    log.warning("no model provider: the in-process worker is not started")
+                else:
+                    worker = Worker(parts.leases, parts.router, settings)
+                    await stack.enter_async_context(_running(worker))
+            yield Resources(
+                settings=settings,
+                keys=settings.keys,
+                store=parts.jobs,
+                router=parts.router,
+                provider_problem=parts.provider_problem,
+                model_providers=parts.model_providers,
+            )
+
+    return create_app(settings, resources)
+
+
+def run_api(settings: Settings, *, embedded_worker: bool) -> int:
+    """``reprompt api`` / ``reprompt serve``: uvicorn until SIGTERM or SIGINT."""
+    import uvicorn
+
+    app = api_app(settings, embedded_worker=embedded_worker)
+    uvicorn.run(app, host=settings.host, port=settings.port, log_level="info", access_log=False)
+    return 0
+
+
+def run_worker(settings: Settings | None = None) -> int:
+    """``reprompt worker``: one worker process until SIGTERM or SIGINT; 0 after a clean drain.
+
+    The first signal stops claiming and drains (``drain_timeout_s``); a second one
+    releases whatever is still running at once.
+    """
+    if not logging.getLogger().handlers:
+        logging.basicConfig(
+            level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+        )
+    # One line per model call at INFO (with its URL) is noise here: the job lines say it.
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+    if settings is None:
+        try:
+            settings = Settings()
+        except ValidationError as exc:
+            log.error("invalid configuration: %s", invalid_settings(exc))
+            return 2
+    if settings.redis_url is None or not settings.redis_url.get_secret_value():
+        log.error(
+            "REPROMPT_REDIS_URL is not set: a worker joins an existing Redis "
+            "(only `reprompt serve` starts an embedded one)"
+        )
+        return 2
+    try:
+        return asyncio.run(_worker_process(settings))
+    except RepromptError as exc:  # a configuration problem, e.g. no provider
+        log.error("%s", exc.detail)
+        return 2
+
+
+async def _worker_process(settings: Settings) -> int:
+    stop = asyncio.Event()
+    worker: Worker | None = None
+
+    def on_signal(sig: signal.Signals) -> None:
+        if not stop.is_set():
+            log.info("%s: stopping, draining running jobs", sig.name)
+            stop.set()
+        elif worker is not None:
+            log.info("%s again: releasing running jobs now", sig.name)
+            worker.hurry()
+
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, on_signal, sig)
+    async with (
+        open_parts(settings, provider_required=True) as parts,
+        AsyncExitStack() as stack,
+    ):
+        if settings.worker_metrics_port:
+            try:
+                stack.callback(metrics.serve(settings.host, settings.worker_metrics_port))
+                log.info(
+                    "metrics on http://%s:%d/metrics", settings.host, settings.worker_metrics_port
+                )
+            except OSError as exc:
+                log.error(
+                    "cannot serve metrics on %s:%d: %s",
+                    settings.host,
+                    settings.worker_metrics_port,
+                    exc,
+                )
+                return 2
+        assert parts.router is not None  # provider_required
+        worker = Worker(parts.leases, parts.router, settings)
+        await worker.run(stop)
+    return 0
+
+
+@asynccontextmanager
+async def _running(worker: Worker) -> AsyncIterator[None]:
+    """Run ``worker`` in a task for the block; on exit stop claiming and let running jobs
+    finish (``drain_timeout_s``) or go back to the queue."""
+    stop = asyncio.Event()
+    task = asyncio.create_task(worker.run(stop), name="worker")
+    task.add_done_callback(_worker_ended)
+    try:
+        yield
+    finally:
+        stop.set()
+        with contextlib.suppress(Exception):  # already logged by _worker_ended
+            await task
+
+
+def _worker_ended(task: asyncio.Task[None]) -> None:
+    # Said at once: a worker that died would otherwise go unnoticed until shutdown.
+    if not task.cancelled() and task.exception() is not None:
+        log.error("the in-process worker stopped", exc_info=task.exception())
+
+
+def _model_providers(config: ProvidersConfig, router: Router | None) -> dict[str, str]:
+    out = {name: model.provider for name, model in config.models.items()}
+    if router is not None:
+        # Whatever the router has beyond the configuration is the embedded local model.
+        for name in router.names():
+            if router.resolve(name) == (name,):
+                out.setdefault(name, LOCAL_PROVIDER)
+    return out

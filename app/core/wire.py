@@ -1,0 +1,28 @@
+"""The base of every shape reprompt writes out: camelCase on the wire, frozen, typed.
+
+The envelope, the turn records, the loop's events and the API's responses are pydantic
+models built on ``Wire``; each shape is declared once and serialised from its model
+(``model_dump_json()``), in Redis and on the wire alike::
+
+    class Usage(Wire):
+        input_tokens: int          # "inputTokens" in JSON
+
+Unknown fields are ignored when reading, so a record written by a newer version of the
+service still reads during a rolling upgrade.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict
+from pydantic.alias_generators import to_camel
+
+
+class Wire(BaseModel):
+    model_config = ConfigDict(
+        alias_generator=to_camel,
+        validate_by_name=True,
+        validate_by_alias=True,
+        serialize_by_alias=True,
+        frozen=True,
+        extra="ignore",
+    )

@@ -1,0 +1,74 @@
+"""The store's errors (part of ``app.core.errors``' tree) and the edge that maps redis-py's
+transport failures to ``StoreUnavailable``::
+
+    InvalidInput
+    └── IdempotencyConflict   422 invalid-input   same Idempotency-Key, different body
+    RepromptError
+    ├── QueueFull             503 queue-full      retry after retry_after_s
+    └── StoreUnavailable      503 store-unavailable  Redis did not answer; retry after 5 s
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Awaitable, Callable
+from typing import ParamSpec, TypeVar
+
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from app.core.errors import InvalidInput, RepromptError
+
+STORE_UNAVAILABLE = "store-unavailable"
+QUEUE_FULL = "queue-full"
+
+
+class StoreUnavailable(RepromptError):
+    """Redis did not answer (connection refused, reset or timed out). Retry later."""
+
+    code = STORE_UNAVAILABLE
+    status = 503
+    retryable = True
+    retry_after_s = 5.0
+
+
+class IdempotencyConflict(InvalidInput):
+    """The ``Idempotency-Key`` was already used by this tenant with a different body."""
+
+    def __init__(self, detail: str | None = None) -> None:
+        super().__init__(
+            detail
+            or "this Idempotency-Key was already used with a different request body; "
+            "use a new key for a new job",
+            field="Idempotency-Key",
+        )
+
+
+class QueueFull(RepromptError):
+    """The queue holds ``max_queued`` jobs; the client should retry after ``retry_after_s``."""
+
+    code = QUEUE_FULL
+    status = 503
+    retryable = True
+
+    def __init__(self, depth: int, *, retry_after_s: float = 5.0) -> None:
+        super().__init__(f"the job queue is full ({depth} jobs waiting); retry later")
+        self.depth = depth
+        self.retry_after_s = retry_after_s
+
+
+_P = ParamSpec("_P")
+_T = TypeVar("_T")
+
+
+def edge(method: Callable[_P, Awaitable[_T]]) -> Callable[_P, Awaitable[_T]]:
+    """Map redis-py's transport failures to ``StoreUnavailable`` here, at the edge."""
+
+    @functools.wraps(method)
+    async def mapped(*args: _P.args, **kwargs: _P.kwargs) -> _T:
+        try:
+            return await method(*args, **kwargs)
+        except (RedisConnectionError, RedisTimeoutError) as exc:
+            raise StoreUnavailable(f"Redis is not reachable ({type(exc).__name__})") from exc
+
+    return mapped

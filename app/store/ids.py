@@ -1,0 +1,58 @@
+"""Job ids: ``job_`` + 26 base32 characters, sortable by creation time, not guessable.
+
+job_id = new_job_id()      # "job_01jd8x..."
+is_job_id(job_id)          # True
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+import threading
+import time
+from typing import Final
+
+JOB_ID_PATTERN: Final = re.compile(r"^job_[0-7][0-9a-hjkmnp-tv-z]{25}$")
+# Crockford's base32, lower case: its characters sort in the order of their values.
+_ALPHABET: Final = "0123456789abcdefghjkmnpqrstvwxyz"
+
+
+class _JobIds:
+    """48 bits of ms time, then 80 random bits (ULID-like).
+
+    Ids sort by creation time (the list index relies on it) and cannot be guessed. Within one
+    millisecond of one process they still increase: the random part grows by a random step
+    (up to 2**40) instead of being drawn afresh, so it stays unpredictable.
+    """
+
+    _RANDOM_BITS: Final = 80
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._last_ms = -1
+        self._last_random = 0
+
+    def __call__(self, now_ms: int | None = None) -> str:
+        ms = (int(time.time() * 1000) if now_ms is None else now_ms) & (2**48 - 1)
+        with self._lock:
+            if ms <= self._last_ms:
+                ms = self._last_ms
+                random = self._last_random + 1 + secrets.randbits(40)
+                if random >= 2**self._RANDOM_BITS:  # practically never: borrow the next ms
+                    ms, random = ms + 1, secrets.randbits(self._RANDOM_BITS)
+            else:
+                random = secrets.randbits(self._RANDOM_BITS)
+            self._last_ms, self._last_random = ms, random
+        n = (ms << self._RANDOM_BITS) | random
+        chars = []
+        for _ in range(26):
+            chars.append(_ALPHABET[n & 31])
+            n >>= 5
+        return "job_" + "".join(reversed(chars))
+
+
+new_job_id = _JobIds()
+
+
+def is_job_id(value: str) -> bool:
+    return bool(JOB_ID_PATTERN.match(value))
