@@ -62,9 +62,7 @@ async def test_broken_json_then_missing_field_then_valid(sim_url: str, tmp_path:
     assert env["execution"]["model"] == "sim-model"
     assert env["execution"]["wastedTokens"] > 0
     # the simulator's usage is what we count
-    assert env["execution"]["tokensUsed"] == sum(
-        t.tokens for t in result.turns
-    )
+    assert env["execution"]["tokensUsed"] == sum(t.tokens for t in result.turns)
     assert "line" in (result.turns[0].diagnosis or "")
 
 
