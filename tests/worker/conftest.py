@@ -17,8 +17,8 @@ import pytest
 from redis.asyncio import Redis
 
 from app.redis_server import EmbeddedRedis
-from app.sim.server import SimConfig, serve_in_background
 from app.store import JobStore
+from reprompt_sim.server import SimConfig, serve_in_background
 from tests.worker.harness import HEARTBEAT_MS, LEASE_MS, REAP_INTERVAL_MS, SLOW_MS, WorkerProcess
 
 
