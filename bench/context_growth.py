@@ -19,7 +19,7 @@ from app.core.spec import JobSpec
 from app.providers.config import ModelConfig, ProviderConfig, ProvidersConfig
 from app.providers.embedded import open_router
 from app.providers.http import make_client
-from app.sim.server import SimConfig, serve_in_background
+from reprompt_sim.server import SimConfig, serve_in_background
 
 SCRIPT = ["missing_field", "wrong_type", "broken_json", "missing_field", "extra_field", "ok"]
 

@@ -84,7 +84,7 @@ class Run:
 
 
 def sim_config() -> Any:
-    from app.sim.server import SimConfig
+    from reprompt_sim.server import SimConfig
 
     return SimConfig(
         seed=SIM_SEED,
@@ -561,7 +561,7 @@ def plot(results: dict[str, list[Run]], out_dir: Path, prefix: str) -> list[str]
 
 
 def main(argv: list[str] | None = None) -> int:
-    from app.sim.server import serve_in_background
+    from reprompt_sim.server import serve_in_background
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="1 task per cell (30), < 60 s")

@@ -3,7 +3,7 @@
     .venv/bin/python bench/overhead.py            # full run (a few minutes)
     .venv/bin/python bench/overhead.py --quick    # smoke check (< 60 s)
 
-The same simulator process (``python -m app.sim``, a perfect model: every answer is
+The same simulator process (``python -m reprompt_sim``, a perfect model: every answer is
 valid, so every job is one turn) at zero latency and at 300 ms ± 50, called
 
 - **direct**: ``POST /v1/chat/completions`` with exactly the messages reprompt sends
@@ -371,7 +371,7 @@ def write_report(
         "",
         "## Setup",
         "",
-        "- Simulator: `python -m app.sim --seed 1` in its own process, default config (a"
+        "- Simulator: `python -m reprompt_sim --seed 1` in its own process, default config (a"
         " perfect model, so every job is exactly one model call), at 0 ms and at 300 ms ± 50"
         " (`--latency-ms 300 --jitter-ms 50`).",
         "- Task: `" + json.dumps(job_body(0)) + "`",

@@ -16,9 +16,9 @@ from app.providers.embedded import open_router
 from app.providers.http import make_client
 from app.redis_server import EmbeddedRedis
 from app.settings import Settings
-from app.sim.server import SimConfig, serve_in_background
 from app.store import JobStore, Leases, connect
 from app.worker import Worker
+from reprompt_sim.server import SimConfig, serve_in_background
 
 
 async def main(url, sim):

@@ -30,7 +30,7 @@ from app.loopback import serve_in_thread
 from app.providers.config import ModelConfig, ProviderConfig, ProvidersConfig, RouteConfig
 from app.redis_server import EmbeddedRedis
 from app.settings import Settings
-from app.sim.server import SimConfig, serve_in_background
+from reprompt_sim.server import SimConfig, serve_in_background
 
 KEYS = {"alice": "alice-secret-key", "bob": "bob-secret-key"}
 SLOW_MS = 2000  # what a "slow" script entry adds to a simulated call

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from app.sim.server import SimConfig, serve_in_background
+from reprompt_sim.server import SimConfig, serve_in_background
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -1,4 +1,4 @@
-"""Both adapters against the simulator (app.sim), which speaks both wire formats."""
+"""Both adapters against the simulator (reprompt_sim), which speaks both wire formats."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from app.core.errors import ProviderRateLimited
 from app.core.model import LLMRequest, Message
 from app.providers.config import ProvidersConfig
 from app.providers.router import build_router
-from app.sim.server import SimConfig, serve_in_background
+from reprompt_sim.server import SimConfig, serve_in_background
 from tests.providers.upstream import one_model
 
 SCHEMA: dict[str, Any] = {

@@ -5,7 +5,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from app.sim.server import SimConfig, serve_in_background
+from reprompt_sim.server import SimConfig, serve_in_background
 
 
 @pytest.fixture(scope="module")

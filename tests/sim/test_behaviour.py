@@ -11,7 +11,7 @@ import httpx
 import jsonschema
 import pytest
 
-from app.sim.server import SimConfig, serve_in_background
+from reprompt_sim.server import SimConfig, serve_in_background
 from tests.sim.bodies import ORDER_SCHEMA, directive, msg, openai, openai_echo, openai_text
 
 EXPECTED = {

@@ -1,4 +1,4 @@
-"""``python -m app.sim``: flags, validation and a real start-up."""
+"""``python -m reprompt_sim``: flags, validation and a real start-up."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import time
 import httpx
 import pytest
 
-from app.sim.__main__ import main
-from app.sim.config import SimConfig, parse_rates
+from reprompt_sim.__main__ import main
+from reprompt_sim.config import SimConfig, parse_rates
 
 FLAGS = (
     "--host", "--port", "--seed", "--fail", "--fix", "--blind-fix", "--rate-limit",
@@ -64,7 +64,7 @@ def test_module_serves_until_interrupted() -> None:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    argv = [sys.executable, "-m", "app.sim", "--port", str(port), "--seed", "3", "--log-level",
+    argv = [sys.executable, "-m", "reprompt_sim", "--port", str(port), "--seed", "3", "--log-level",
             "warning", "--fail", "prose=1"]  # fmt: skip
     proc = subprocess.Popen(argv, stderr=subprocess.PIPE, text=True, env={**os.environ})
     try:

@@ -9,11 +9,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.sim.config import ANSWER_MODES
-from app.sim.conversation import Turn
-from app.sim.defect import inject
-from app.sim.diagnosis import examine
-from app.sim.instance import valid_instance
+from reprompt_sim.config import ANSWER_MODES
+from reprompt_sim.conversation import Turn
+from reprompt_sim.defect import inject
+from reprompt_sim.diagnosis import examine
+from reprompt_sim.instance import valid_instance
 from tests.sim.schemas import RICH_SCHEMA, json_schemas
 
 TEXT_AND_STRUCTURE = [m for m in ANSWER_MODES if m not in ("refusal", "truncation")]

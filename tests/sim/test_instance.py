@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.sim.instance import valid_instance
+from reprompt_sim.instance import valid_instance
 from tests.sim.schemas import RICH_SCHEMA, json_schemas
 
 

@@ -10,8 +10,8 @@ import httpx
 import jsonschema
 import pytest
 
-from app.sim.defect import leaves
-from app.sim.server import SimConfig, serve_in_background
+from reprompt_sim.defect import leaves
+from reprompt_sim.server import SimConfig, serve_in_background
 from tests.sim.bodies import (
     ORDER_SCHEMA,
     anthropic,

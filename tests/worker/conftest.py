@@ -17,7 +17,7 @@ import pytest
 from redis.asyncio import Redis
 
 from app.redis_server import EmbeddedRedis
-from app.sim.server import SimConfig, serve_in_background
+from reprompt_sim.server import SimConfig, serve_in_background
 from tests.both import Store
 from tests.worker.harness import HEARTBEAT_MS, LEASE_MS, REAP_INTERVAL_MS, SLOW_MS, WorkerProcess
 

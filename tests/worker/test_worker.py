@@ -16,8 +16,8 @@ from app import metrics
 from app.core import codes
 from app.core.model import LLMRequest, LLMResponse, StructuredMode, StructuredOutput
 from app.providers.router import Router
-from app.sim.server import SimConfig, serve_in_background
 from app.worker import Worker
+from reprompt_sim.server import SimConfig, serve_in_background
 from tests.both import Store
 from tests.worker.harness import (
     TENANT,

@@ -12,12 +12,12 @@ from __future__ import annotations
 import json
 from typing import Any, Final
 
-from app.sim import chance
-from app.sim.behaviour import Reply
-from app.sim.config import DEFAULT_MODEL
-from app.sim.conversation import Conversation, Role, Turn
-from app.sim.errors import InvalidRequest
-from app.sim.scenario import Scenario
+from reprompt_sim import chance
+from reprompt_sim.behaviour import Reply
+from reprompt_sim.config import DEFAULT_MODEL
+from reprompt_sim.conversation import Conversation, Role, Turn
+from reprompt_sim.errors import InvalidRequest
+from reprompt_sim.scenario import Scenario
 
 _ROLES: Final[dict[str, Role]] = {
     "system": "system",

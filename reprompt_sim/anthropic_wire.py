@@ -16,13 +16,13 @@ import json
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
-from app.sim import chance
-from app.sim.behaviour import Reply
-from app.sim.config import DEFAULT_MODEL
-from app.sim.conversation import Conversation, Turn
-from app.sim.errors import InvalidRequest
-from app.sim.openai_wire import model_name
-from app.sim.scenario import Scenario
+from reprompt_sim import chance
+from reprompt_sim.behaviour import Reply
+from reprompt_sim.config import DEFAULT_MODEL
+from reprompt_sim.conversation import Conversation, Turn
+from reprompt_sim.errors import InvalidRequest
+from reprompt_sim.openai_wire import model_name
+from reprompt_sim.scenario import Scenario
 
 _STOP: Final = {"stop": "end_turn", "length": "max_tokens", "tool_use": "tool_use"}
 _ERRORS: Final = {

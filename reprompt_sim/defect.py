@@ -6,7 +6,7 @@
     draft.text    # '{\\n  "qty": "12 units"\\n}'
     draft.mode    # "wrong_type" (or the mode it fell back to when the schema left no room)
 
-Refusal and truncation are not text edits; ``app.sim.behaviour`` composes those.
+Refusal and truncation are not text edits; ``reprompt_sim.behaviour`` composes those.
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
-from app.sim import schema as js
-from app.sim.instance import Generator
+from reprompt_sim import schema as js
+from reprompt_sim.instance import Generator
 
 _NO_VALUE: Final = object()
 _EXTRA_KEYS: Final = ("notes", "confidence", "comment", "source", "explanation")

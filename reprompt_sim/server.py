@@ -3,7 +3,7 @@
 The only state it keeps is how many times it has seen each conversation, so that a
 transport retry of the same body gets the next scripted fault. In tests::
 
-    from app.sim.server import SimConfig, serve_in_background
+    from reprompt_sim.server import SimConfig, serve_in_background
 
     with serve_in_background(SimConfig(seed=1)) as base_url:
         httpx.post(f"{base_url}/v1/chat/completions", json={...})
@@ -26,12 +26,12 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
 from app.loopback import serve_in_thread
-from app.sim import anthropic_wire, behaviour, chance, openai_wire
-from app.sim.behaviour import Reply
-from app.sim.config import SimConfig
-from app.sim.directive import OPENER
-from app.sim.errors import InvalidRequest
-from app.sim.scenario import Scenario
+from reprompt_sim import anthropic_wire, behaviour, chance, openai_wire
+from reprompt_sim.behaviour import Reply
+from reprompt_sim.config import SimConfig
+from reprompt_sim.directive import OPENER
+from reprompt_sim.errors import InvalidRequest
+from reprompt_sim.scenario import Scenario
 
 __all__ = ["SimConfig", "create_app", "serve_in_background"]
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Literal
 
-from app.sim import chance
+from reprompt_sim import chance
 
 Role = Literal["system", "user", "assistant", "tool"]
 

@@ -1,8 +1,8 @@
-"""``python -m app.sim`` (and ``reprompt sim``): run the flaky-model simulator.
+"""``python -m reprompt_sim`` (and ``reprompt sim``): run the flaky-model simulator.
 
 ::
 
-    python -m app.sim --port 8099 --seed 7 --fail broken_json=0.2,wrong_type=0.2 --fix 0.8
+    python -m reprompt_sim --port 8099 --seed 7 --fail broken_json=0.2,wrong_type=0.2 --fix 0.8
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import contextlib
 import sys
 
 from app.loopback import uvicorn_server
-from app.sim.config import ANSWER_MODES, SimConfig, parse_rates
-from app.sim.server import create_app
+from reprompt_sim.config import ANSWER_MODES, SimConfig, parse_rates
+from reprompt_sim.server import create_app
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -13,11 +13,11 @@ import math
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
-from app.sim import chance, defect
-from app.sim.config import ANSWER_MODES, OK, SimConfig
-from app.sim.diagnosis import REFUSAL_TEXT, Diagnosis, examine
-from app.sim.instance import valid_instance
-from app.sim.scenario import Scenario
+from reprompt_sim import chance, defect
+from reprompt_sim.config import ANSWER_MODES, OK, SimConfig
+from reprompt_sim.diagnosis import REFUSAL_TEXT, Diagnosis, examine
+from reprompt_sim.instance import valid_instance
+from reprompt_sim.scenario import Scenario
 
 Finish = Literal["stop", "length", "tool_use", "refusal"]
 FaultKind = Literal["rate_limit", "server_error", "overloaded", "slow"]

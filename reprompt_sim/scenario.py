@@ -14,11 +14,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from app.sim import directive as directives
-from app.sim import schema as js
-from app.sim.conversation import Conversation
-from app.sim.directive import Directive
-from app.sim.errors import InvalidRequest
+from reprompt_sim import directive as directives
+from reprompt_sim import schema as js
+from reprompt_sim.conversation import Conversation
+from reprompt_sim.directive import Directive
+from reprompt_sim.errors import InvalidRequest
 
 SchemaSource = Literal["response_format", "tool", "text"]
 

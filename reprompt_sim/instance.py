@@ -13,8 +13,8 @@ import random
 import uuid
 from typing import Any, Final
 
-from app.sim import chance, pattern
-from app.sim.schema import Schema, is_valid, properties, required, resolve, types
+from reprompt_sim import chance, pattern
+from reprompt_sim.schema import Schema, is_valid, properties, required, resolve, types
 
 _WORDS: Final = (
     "amber", "basalt", "cedar", "delta", "ember", "fjord", "garnet", "harbor", "indigo",

@@ -15,8 +15,8 @@ import re
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
-from app.sim import schema as js
-from app.sim.conversation import Turn
+from reprompt_sim import schema as js
+from reprompt_sim.conversation import Turn
 
 REFUSAL_TEXT: Final = "I'm sorry, but I can't help with that request."
 

@@ -16,8 +16,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
-from app.sim.config import ANSWER_MODES, OK, SCRIPT_ENTRIES, TRANSPORT_MODES, check_rates
-from app.sim.errors import InvalidRequest
+from reprompt_sim.config import ANSWER_MODES, OK, SCRIPT_ENTRIES, TRANSPORT_MODES, check_rates
+from reprompt_sim.errors import InvalidRequest
 
 OPENER: Final = "[[sim"
 _KEYS: Final = frozenset({"script", "expect", "fix", "blind", "fail", "retry_after", "counter"})

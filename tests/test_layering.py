@@ -1,0 +1,100 @@
+"""The simulator (reprompt_sim) sits outside the product: it may import app, app never
+imports it, and ``reprompt sim`` runs it as its own process."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+APP = ROOT / "app"
+SIM = "reprompt_sim"
+IMPORTERS = {"import_module", "__import__"}
+
+
+def _modules() -> list[Path]:
+    return sorted(APP.rglob("*.py"))
+
+
+def _imports_sim(name: str | None) -> bool:
+    return name is not None and (name == SIM or name.startswith(f"{SIM}."))
+
+
+def test_the_product_never_imports_the_simulator() -> None:
+    imports: list[str] = []
+    mentions: list[str] = []
+    for path in _modules():
+        text = path.read_text(encoding="utf-8")
+        where = path.relative_to(ROOT).as_posix()
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                names = [node.module or ""]
+            else:
+                continue
+            imports += [f"{where}:{node.lineno}" for name in names if _imports_sim(name)]
+        mentions += [f"{where}:{n}" for n, line in enumerate(text.splitlines(), 1) if SIM in line]
+    assert imports == []
+
+    # By name, too: the one mention is cli.py's constant, and nothing imports by that name.
+    cli = ast.parse((APP / "cli.py").read_text(encoding="utf-8"))
+    (constant,) = [
+        node
+        for node in cli.body
+        if isinstance(node, ast.Assign)
+        and [ast.unparse(t) for t in node.targets] == ["SIM_MODULE"]
+        and isinstance(node.value, ast.Constant)
+        and node.value.value == SIM
+    ]
+    assert mentions == [f"app/cli.py:{constant.lineno}"]
+    for node in ast.walk(cli):
+        if isinstance(node, ast.Call) and ast.unparse(node.func).split(".")[-1] in IMPORTERS:
+            assert "SIM_MODULE" not in ast.unparse(node), ast.unparse(node)
+
+
+def test_importing_every_product_module_loads_no_simulator_module() -> None:
+    code = (
+        "import importlib, pkgutil, sys, app\n"
+        "for info in pkgutil.walk_packages(app.__path__, 'app.'):\n"
+        "    importlib.import_module(info.name)\n"
+        f"print(sorted(m for m in sys.modules if m.split('.')[0] == {SIM!r}))\n"
+    )
+    proc = _python("-c", code)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[]"
+
+
+def test_reprompt_sim_help_is_the_simulators_help() -> None:
+    proc = _python("-m", "app.cli", "sim", "--help")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("usage: reprompt sim")
+    for text in ("--fail", "--fix", "broken_json", "[[sim {...}]]"):
+        assert text in proc.stdout
+
+
+def test_reprompt_sim_without_the_package_says_how_to_get_it() -> None:
+    # A None entry in sys.modules makes find_spec report the package as missing.
+    code = (
+        f"import sys; sys.modules[{SIM!r}] = None\n"
+        "from app.cli import main\n"
+        "raise SystemExit(main(['sim', '--help']))\n"
+    )
+    proc = _python("-c", code)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert proc.stdout == ""
+    assert "pip install 'reprompt[sim]'" in proc.stderr
+    assert SIM in proc.stderr
+
+
+def _python(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
