@@ -6,10 +6,14 @@ things every one needs, written once.
     describe_exit(process.returncode)        # "exited with signal 11 (SIGSEGV)"
     log_tail(log_path, lines=5)              # what it said last
     terminate(process, grace_s=10)           # SIGTERM to its group, SIGKILL after grace_s
+
+``ManagedServer`` is the shape both managed servers share: ``start()``/``stop()``, the
+same in a thread (``astart``/``astop``), and ``with`` / ``async with``.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import signal
@@ -17,7 +21,8 @@ import socket
 import subprocess
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Final
+from types import TracebackType
+from typing import Final, Self
 
 TAIL_BYTES: Final = 4000
 
@@ -104,3 +109,44 @@ def terminate(process: subprocess.Popen[bytes], grace_s: float) -> None:
 def _signal_group(process: subprocess.Popen[bytes], sig: signal.Signals) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.killpg(process.pid, sig)
+
+
+class ManagedServer:
+    """A child server with blocking ``start()``/``stop()``; the rest is derived here."""
+
+    def start(self) -> object:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        raise NotImplementedError
+
+    async def astart(self) -> Self:
+        """``start()`` in a worker thread: servers take seconds to come up."""
+        await asyncio.to_thread(self.start)
+        return self
+
+    async def astop(self) -> None:
+        await asyncio.to_thread(self.stop)
+
+    def __enter__(self) -> Self:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    async def __aenter__(self) -> Self:
+        return await self.astart()
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.astop()

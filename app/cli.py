@@ -19,7 +19,6 @@ import json
 import logging
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -31,6 +30,7 @@ from typing import Any, TextIO
 import httpx
 from pydantic import ValidationError
 
+from app.child import free_loopback_port
 from app.client import ApiClient, ApiError
 from app.core.conversation import TranscriptEntry
 from app.core.errors import RepromptError
@@ -248,7 +248,7 @@ def _demo(*, sim: bool, port: int) -> int:
     """Start ``reprompt serve`` on the embedded defaults, submit the example, follow it, stop."""
     example = SIM_EXAMPLE if sim else EXAMPLE
     spec = json.loads(example.read_text(encoding="utf-8"))
-    port = port or _free_port()
+    port = port or free_loopback_port()
     env = dict(os.environ)
     with contextlib.ExitStack() as stack:
         if sim:
@@ -293,7 +293,7 @@ def _start_sim(stack: contextlib.ExitStack, *flags: str) -> str | None:
     if importlib.util.find_spec(SIM_MODULE) is None:
         print(SIM_MISSING, file=sys.stderr)
         return None
-    port = _free_port()
+    port = free_loopback_port()
     argv = [sys.executable, "-m", SIM_MODULE, "--port", str(port), "--log-level", "warning"]
     process = subprocess.Popen([*argv, *flags])
     stack.callback(_stop, process)
@@ -315,12 +315,6 @@ def _stop(process: subprocess.Popen[bytes]) -> None:
     except subprocess.TimeoutExpired:
         process.kill()
         process.wait()
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _execute(spec: JobSpec, *, full: bool) -> int:

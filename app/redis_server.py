@@ -16,7 +16,6 @@ one (or an orphan left by a killed parent) is reported instead of corrupting the
 
 from __future__ import annotations
 
-import asyncio
 import atexit
 import contextlib
 import fcntl
@@ -27,8 +26,9 @@ import socket
 import subprocess
 import time
 from pathlib import Path
-from types import TracebackType
 from typing import Final, Self
+
+from app.child import ManagedServer, free_loopback_port, log_tail, spawn
 
 _INFO_SERVER: Final = b"*2\r\n$4\r\nINFO\r\n$6\r\nserver\r\n"
 _PING: Final = b"*1\r\n$4\r\nPING\r\n"
@@ -56,12 +56,6 @@ def find_redis_server() -> Path:
     )
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def _command(port: int, payload: bytes, timeout_s: float = 2.0) -> bytes:
     """Send one RESP command and return its whole reply (b"" if the server hung up)."""
     with socket.create_connection(("127.0.0.1", port), timeout=timeout_s) as sock:
@@ -84,7 +78,7 @@ def _command(port: int, payload: bytes, timeout_s: float = 2.0) -> bytes:
         return reply
 
 
-class EmbeddedRedis:
+class EmbeddedRedis(ManagedServer):
     """One redis-server process on ``127.0.0.1``, its data in ``data_dir/redis``."""
 
     def __init__(
@@ -120,7 +114,7 @@ class EmbeddedRedis:
         self.dir.mkdir(parents=True, exist_ok=True)
         attempts = 1 if self._requested_port else _PORT_ATTEMPTS
         for attempt in range(attempts):
-            port = self._requested_port or _free_port()
+            port = self._requested_port or free_loopback_port()
             process = self._spawn(binary, port)
             if self._wait_ready(process, port):
                 self._process, self._port = process, port
@@ -131,7 +125,7 @@ class EmbeddedRedis:
                 break
         raise EmbeddedRedisError(
             f"redis-server ({binary}) did not start in {self.dir}; "
-            f"last lines of {self.log_path}:\n{self._log_tail()}"
+            f"last lines of {self.log_path}:\n{log_tail(self.log_path, lines=30)}"
         )
 
     def stop(self) -> None:
@@ -153,34 +147,6 @@ class EmbeddedRedis:
                 process.kill()
                 process.wait()
         self._port = None
-
-    async def astart(self) -> Self:
-        return await asyncio.to_thread(self.start)
-
-    async def astop(self) -> None:
-        await asyncio.to_thread(self.stop)
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.stop()
-
-    async def __aenter__(self) -> Self:
-        return await self.astart()
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        await self.astop()
 
     def _spawn(self, binary: Path, port: int) -> subprocess.Popen[bytes]:
         lock_fd = os.open(self.dir / "lock", os.O_RDWR | os.O_CREAT, 0o600)
@@ -205,16 +171,8 @@ class EmbeddedRedis:
                 "--logfile", str(self.log_path),
                 "--pidfile", str(self.dir / "redis.pid"),
             ]  # fmt: skip
-            with open(self.log_path, "ab") as log:
-                # The server inherits the locked descriptor: the lock lives as long as it does.
-                return subprocess.Popen(
-                    args,
-                    stdin=subprocess.DEVNULL,
-                    stdout=log,
-                    stderr=log,
-                    pass_fds=(lock_fd,),
-                    start_new_session=True,  # a Ctrl-C meant for the parent must not kill it
-                )
+            # The server inherits the locked descriptor: the lock lives as long as it does.
+            return spawn(args, self.log_path, append=True, pass_fds=(lock_fd,))
         finally:
             os.close(lock_fd)
 
@@ -237,11 +195,4 @@ class EmbeddedRedis:
         return False
 
     def _lost_port_race(self) -> bool:
-        return "Address already in use" in self._log_tail(5)
-
-    def _log_tail(self, lines: int = 30) -> str:
-        try:
-            text = self.log_path.read_text(errors="replace")
-        except OSError:
-            return "(no log)"
-        return "\n".join(text.splitlines()[-lines:]) or "(empty log)"
+        return "Address already in use" in log_tail(self.log_path, lines=5)

@@ -14,7 +14,6 @@ import os
 import platform
 import resource
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -26,6 +25,7 @@ from typing import Any
 
 import httpx
 
+from app.child import free_loopback_port as free_port
 from app.redis_server import EmbeddedRedis
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -45,12 +45,6 @@ def raise_fd_limit() -> int:
     if soft < hard:
         resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 # ---------------------------------------------------------------- /proc readings

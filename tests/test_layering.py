@@ -98,3 +98,66 @@ def _python(*args: str) -> subprocess.CompletedProcess[str]:
         timeout=60,
         check=False,
     )
+
+
+# -- the product's own layers ----------------------------------------------------------------
+
+# Who may import whom: the pure core at the bottom, the edges (providers over httpx, the
+# store over Redis) on it, the worker and the API side by side on those, the assembly of
+# a process above both, the command line at the top. Small leaf modules ("base") serve all.
+LAYERS: dict[str, set[str]] = {
+    "core": set(),
+    "base": {"core"},
+    "providers": {"core", "base"},
+    "store": {"core", "base"},
+    "worker": {"core", "base", "providers", "store"},
+    "api": {"core", "base", "providers", "store"},
+    "assembly": {"core", "base", "providers", "store", "worker", "api"},
+    "cli": {"core", "base", "providers", "store", "worker", "api", "assembly"},
+}
+# Read once by the assembly and passed down: the edges never read the settings themselves.
+SETTINGS_READERS = {"api", "worker", "assembly", "cli"}
+
+
+def _layer(module: str) -> str:
+    parts = module.split(".")
+    if len(parts) == 1:
+        return "cli"
+    if parts[1] in ("core", "providers", "store", "api"):
+        return parts[1]
+    return {"worker": "worker", "assembly": "assembly", "cli": "cli"}.get(parts[1], "base")
+
+
+def _app_imports(path: Path) -> list[tuple[int, str]]:
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            if node.module == "app":  # from app import metrics
+                found += [(node.lineno, f"app.{alias.name}") for alias in node.names]
+            else:
+                found.append((node.lineno, node.module))
+    return [(line, name) for line, name in found if name.startswith("app.")]
+
+
+def test_no_module_imports_upward() -> None:
+    wrong: list[str] = []
+    for path in _modules():
+        module = ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
+        mine = _layer(module)
+        for line, name in _app_imports(path):
+            theirs = _layer(name)
+            where = f"{path.relative_to(ROOT)}:{line} ({mine}) imports {name} ({theirs})"
+            if theirs != mine and theirs not in LAYERS[mine]:
+                wrong.append(where)
+            elif name == "app.settings" and mine not in SETTINGS_READERS and module != name:
+                wrong.append(where + ": settings are passed down, not read")
+    assert wrong == []
+
+
+def test_the_api_package_does_not_import_the_worker() -> None:
+    api = [p for p in _modules() if p.parent.name == "api"]
+    assert api
+    for path in api:
+        assert all(name != "app.worker" for _, name in _app_imports(path)), path

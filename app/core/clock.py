@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Protocol
+
+# Seconds from a monotonic clock: what retries, deadlines and circuit cool-downs read.
+Monotonic = Callable[[], float]
 
 
 class Clock(Protocol):

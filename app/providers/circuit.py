@@ -22,11 +22,11 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
 from typing import Final, Literal, TypedDict
 
+from app.core.clock import Monotonic
+
 State = Literal["closed", "open", "half_open"]
-Clock = Callable[[], float]
 
 DEFAULT_FAILURE_THRESHOLD: Final = 5
 DEFAULT_COOLDOWN_S: Final = 30.0
@@ -45,7 +45,7 @@ class CircuitState(TypedDict):
 class Breaker:
     """The state of one (provider, model)."""
 
-    def __init__(self, key: str, *, failure_threshold: int, cooldown_s: float, clock: Clock):
+    def __init__(self, key: str, *, failure_threshold: int, cooldown_s: float, clock: Monotonic):
         self.key = key
         self._threshold = failure_threshold
         self._cooldown_s = cooldown_s
@@ -113,7 +113,7 @@ class Circuits:
         *,
         failure_threshold: int = DEFAULT_FAILURE_THRESHOLD,
         cooldown_s: float = DEFAULT_COOLDOWN_S,
-        clock: Clock = time.monotonic,
+        clock: Monotonic = time.monotonic,
     ) -> None:
         if failure_threshold < 1:
             raise ValueError("failure_threshold must be >= 1")

@@ -20,7 +20,6 @@ here: it runs in its own process, so its native library stays out of ours.
 
 from __future__ import annotations
 
-import asyncio
 import atexit
 import contextlib
 import hashlib
@@ -38,12 +37,19 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from types import ModuleType, TracebackType
-from typing import Final, Literal, Self
+from types import ModuleType
+from typing import Final, Literal
 
 import httpx
 
-from app.child import describe_exit, free_loopback_port, log_tail, spawn, terminate
+from app.child import (
+    ManagedServer,
+    describe_exit,
+    free_loopback_port,
+    log_tail,
+    spawn,
+    terminate,
+)
 from app.core.errors import ProviderConfigError
 
 PROVIDER: Final = "local"
@@ -275,7 +281,7 @@ def build_info(python: str = sys.executable, timeout_s: float = 60.0) -> dict[st
     return info
 
 
-class LocalModelServer:
+class LocalModelServer(ManagedServer):
     """``llama_cpp.server`` as a child process in its own process group.
 
     ``start()`` returns once ``GET /v1/models`` answers (the model is loaded by then);
@@ -400,37 +406,6 @@ class LocalModelServer:
             atexit.unregister(self.stop)
             if process is not None:
                 terminate(process, self._stop_grace_s)
-
-    async def astart(self) -> None:
-        """``start()`` in a worker thread: loading the model takes seconds."""
-        await asyncio.to_thread(self.start)
-
-    async def astop(self) -> None:
-        await asyncio.to_thread(self.stop)
-
-    def __enter__(self) -> Self:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
-
-    async def __aenter__(self) -> Self:
-        await self.astart()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.astop()
 
     def _command(self, model_path: Path, port: int) -> list[str]:
         return [

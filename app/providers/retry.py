@@ -34,11 +34,11 @@ from typing import Final, Literal, TypeVar
 
 import tenacity
 
+from app.core.clock import Monotonic
 from app.core.codes import MAX_BACKOFF_MS, backoff_delay_ms
 from app.core.errors import ProviderError
 
 T = TypeVar("T")
-Clock = Callable[[], float]
 Sleep = Callable[[float], Awaitable[None]]
 # (error code, 1-based number of the attempt that just failed, seconds until the next one)
 OnRetry = Callable[[str, int, float], None]
@@ -65,7 +65,7 @@ def is_testing() -> bool:
 class Deadline:
     """The time one ``complete`` may take, measured from its start; ``None`` is unbounded."""
 
-    def __init__(self, budget_s: float | None, *, clock: Clock = time.monotonic) -> None:
+    def __init__(self, budget_s: float | None, *, clock: Monotonic = time.monotonic) -> None:
         self._clock = clock
         self._start = clock()
         self._budget_s = budget_s

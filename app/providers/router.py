@@ -24,12 +24,13 @@ from typing import Protocol
 
 import httpx
 
+from app.core.clock import Monotonic
 from app.core.codes import is_retryable
 from app.core.errors import InvalidInput, ProviderError, ProviderUnavailable
 from app.core.model import LLMRequest, LLMResponse, StructuredMode, StructuredOutput
 from app.providers import structured
 from app.providers.anthropic import AnthropicAdapter
-from app.providers.circuit import Breaker, Circuits, CircuitState, Clock
+from app.providers.circuit import Breaker, Circuits, CircuitState
 from app.providers.config import ModelConfig, ProvidersConfig
 from app.providers.openai import OpenAIAdapter
 from app.providers.pricing import cost_of
@@ -85,7 +86,7 @@ class Router:
         default: str | None,
         circuits: Circuits,
         retrier: Retrier,
-        clock: Clock = time.monotonic,
+        clock: Monotonic = time.monotonic,
         health: Mapping[str, Health] | None = None,
     ) -> None:
         self._targets = dict(targets)
@@ -239,7 +240,7 @@ def build_router(
     config: ProvidersConfig,
     http: httpx.AsyncClient,
     *,
-    clock: Clock = time.monotonic,
+    clock: Monotonic = time.monotonic,
     sleep: Sleep = asyncio.sleep,
     on_retry: OnRetry | None = None,
     rng: random.Random | None = None,

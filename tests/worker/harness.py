@@ -267,11 +267,3 @@ def scrape(port: int, name: str, **labels: str) -> float | None:
             if sample.name == name and sample.labels == labels:
                 return float(sample.value)
     return None
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
