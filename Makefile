@@ -6,7 +6,7 @@ EXTRAS ?= dev,local,sim
 # Every dependency at the version CI and the images use; pyproject.toml keeps ranges.
 LOCK := requirements.lock
 
-.PHONY: install test lint typecheck fmt demo serve sim openapi lock bench bench-quick clean
+.PHONY: install test test-fast lint typecheck fmt demo serve sim openapi lock bench bench-quick clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -23,6 +23,10 @@ endif
 ## test: everything CI runs: lint, types, and the whole suite (slow and llama suites included)
 test: install lint typecheck
 	$(BIN)/pytest -q
+
+## test-fast: lint, types, and the suite without the slow and llama-marked tests (CI runs `make test`)
+test-fast: lint typecheck
+	$(BIN)/pytest -q -m "not slow and not llama"
 
 lint:
 	$(BIN)/ruff check .
