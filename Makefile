@@ -52,10 +52,12 @@ sim: install
 openapi: install
 	$(BIN)/python -m app.api.openapi > openapi/openapi.json
 
-## lock: re-resolve requirements.lock to the newest releases pyproject.toml allows
+## lock: resolve requirements.lock from pyproject.toml, keeping current pins where they
+## still fit; `make lock UPGRADE=1` moves every pin to the newest release allowed
 lock: $(BIN)/python
 	$(BIN)/pip install --quiet uv
-	$(BIN)/uv pip compile pyproject.toml --extra dev --extra local --extra bench \
+	$(BIN)/uv pip compile pyproject.toml --extra dev --extra local --extra bench --extra sim \
+	  $(if $(UPGRADE),--upgrade,) \
 	  --python-version 3.11 --python-platform x86_64-unknown-linux-gnu \
 	  --custom-compile-command "make lock" --annotation-style line --output-file $(LOCK)
 

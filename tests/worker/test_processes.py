@@ -15,6 +15,7 @@ from collections.abc import Callable
 
 import pytest
 
+from app.child import free_loopback_port
 from app.core import codes
 from tests.both import Store
 from tests.worker.harness import (
@@ -23,7 +24,6 @@ from tests.worker.harness import (
     WorkerProcess,
     eventually,
     finished,
-    free_port,
     holder,
     job,
     job_ends,
@@ -45,7 +45,7 @@ async def test_a_job_whose_worker_is_killed_finishes_on_another_worker(
     await first.wait_log(rf"job {job_id} started: attempt 1\b")
     first.send(signal.SIGKILL)
     assert await first.exit_code() == -signal.SIGKILL
-    port = free_port()
+    port = free_loopback_port()
     second = spawn(worker_metrics_port=port)
 
     view = await finished(store, job_id)
