@@ -15,6 +15,7 @@ from collections.abc import Callable
 
 import pytest
 
+from app.child import free_loopback_port as free_port
 from app.core import codes
 from tests.both import Store
 from tests.worker.harness import (
@@ -23,7 +24,6 @@ from tests.worker.harness import (
     WorkerProcess,
     eventually,
     finished,
-    free_port,
     holder,
     job,
     job_ends,
@@ -72,7 +72,8 @@ async def test_a_paused_worker_resumed_after_its_lease_expired_cannot_commit(
     won = await finished(store, job_id)
     assert won.status == "succeeded"
     assert won.attempts == 2
-    assert won.result.execution.model  # type: ignore[union-attr] == "gpt-4o-mini"  # the healthy worker's model
+    assert won.result.execution is not None
+    assert won.result.execution.model == "gpt-4o-mini"  # the healthy worker's model
     assert healthy.logged(rf"job {job_id} succeeded")
 
     # Let the zombie's slow answer arrive, then wake it up: it finds the lease gone.
