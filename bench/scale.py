@@ -33,9 +33,9 @@ from typing import Any
 
 import httpx
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from common import (
+from bench.common import (
     DOCS,
     Proc,
     Stack,
@@ -218,7 +218,7 @@ def hold(p: dict[str, Any], profile: bool) -> dict[str, Any]:
     if spy is not None:
         spy.wait(timeout=60)
         if folded.exists():
-            from overhead import compress, summarize_profile
+            from bench.overhead import compress, summarize_profile
 
             prof = summarize_profile(compress(folded))
     s = sampler.samples

@@ -122,7 +122,7 @@ class Task:
 
 def _invoice(rnd: random.Random) -> tuple[str, dict[str, Any], list[dict[str, Any]]]:
     vendor = rnd.choice(VENDORS)
-    lines = [
+    lines: list[dict[str, Any]] = [
         {"sku": f"SKU-{rnd.randint(100, 999)}", "amount": round(rnd.randint(100, 9999) / 100, 2)}
         for _ in range(rnd.randint(1, 3))
     ]
@@ -131,7 +131,7 @@ def _invoice(rnd: random.Random) -> tuple[str, dict[str, Any], list[dict[str, An
         f"{line['sku']} {line['amount']:.2f}" for line in lines
     )
     text += f". Total {total:.2f}."
-    validators = [
+    validators: list[dict[str, Any]] = [
         {"kind": "sum", "items": "$.lines[*].amount", "equals": "$.total", "tolerance": 0.01},
         {"kind": "compare", "left": "$.vendor", "op": "==", "right": json.dumps(vendor)},
         {"kind": "regex", "path": "$.lines[*].sku", "pattern": "^SKU-[0-9]{3}$"},
@@ -268,7 +268,7 @@ def is_correct(task: Task, value: Any) -> bool:
             return {k: norm(x) for k, x in v.items()}
         return v
 
-    return norm(value) == norm(task.expect)
+    return bool(norm(value) == norm(task.expect))
 
 
 # ---- pydantic models equivalent to the schemas (for instructor) ----

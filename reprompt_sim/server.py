@@ -27,7 +27,7 @@ from starlette.exceptions import HTTPException
 
 from app.loopback import serve_in_thread
 from reprompt_sim import anthropic_wire, behaviour, chance, openai_wire
-from reprompt_sim.behaviour import Reply
+from reprompt_sim.behaviour import Fault, Reply
 from reprompt_sim.config import SimConfig
 from reprompt_sim.directive import OPENER
 from reprompt_sim.errors import InvalidRequest
@@ -88,64 +88,86 @@ class _Tally:
         return before
 
 
-def create_app(config: SimConfig | None = None) -> FastAPI:
-    """The simulator as an ASGI app (a fresh one per call: its counters start at zero)."""
-    config = config or SimConfig()
-    seen = _Tally()
-    answered = _Tally()
-    app = FastAPI(title="reprompt sim", docs_url=None, redoc_url=None, openapi_url=None)
-    app.state.sim_config = config
+class _Simulator:
+    """One app's behaviour and memory: how often it saw each conversation, answered each task."""
 
-    async def serve(request: Request, wire: _Wire) -> JSONResponse:
-        try:
-            body = await request.json()
-        except ValueError:
-            return JSONResponse(wire.error(400, "the request body is not valid JSON"), 400)
-        try:
-            scenario = wire.parse(body)
-        except InvalidRequest as exc:
-            return JSONResponse(wire.error(exc.status, exc.message), exc.status)
+    def __init__(self, config: SimConfig) -> None:
+        self.config = config
+        self.seen = _Tally()
+        self.answered = _Tally()
+
+    async def serve(self, request: Request, wire: _Wire) -> JSONResponse:
+        """One chat request: the scripted fault, after the simulated latency, or the answer."""
+        scenario = await _read_scenario(request, wire)
+        if isinstance(scenario, JSONResponse):
+            return scenario
         convo = scenario.conversation
-        hits = seen.bump(convo.digest)
+        hits = self.seen.bump(convo.digest)
         task_key = chance.digest("task", _stable_task(convo.task))
-        attempt = behaviour.attempt_of(scenario, answered.get(task_key))
-        fault = behaviour.fault_for(config, scenario, hits=hits, attempt=attempt)
-        delay = behaviour.latency_s(config, scenario, hits=hits)
+        attempt = behaviour.attempt_of(scenario, self.answered.get(task_key))
+        fault = behaviour.fault_for(self.config, scenario, hits=hits, attempt=attempt)
+        delay = behaviour.latency_s(self.config, scenario, hits=hits)
         if fault is not None and fault.kind == "slow":
             delay += fault.delay_s
         if delay > 0:
             await asyncio.sleep(delay)
         headers = {"x-sim-attempt": str(attempt)}
-        if fault is not None and fault.kind == "rate_limit":
-            headers |= wire.rate_limit_headers(fault.retry_after_s) | {
-                "x-sim-outcome": "rate_limit"
-            }
-            return JSONResponse(wire.error(429, _RATE_LIMITED), 429, headers=headers)
-        if fault is not None and fault.kind == "overloaded":
-            headers |= {"retry-after": f"{fault.retry_after_s:g}", "x-sim-outcome": "overloaded"}
-            status = wire.overloaded_status
-            return JSONResponse(wire.error(status, _OVERLOADED), status, headers=headers)
-        if fault is not None and fault.kind == "server_error":
-            headers["x-sim-outcome"] = "server_error"
-            return JSONResponse(wire.error(500, _SERVER_ERROR), 500, headers=headers)
+        failure = _fault_response(wire, fault, headers) if fault is not None else None
+        if failure is not None:
+            return failure
         try:
-            reply = behaviour.answer(config, scenario, attempt=attempt)
+            reply = behaviour.answer(self.config, scenario, attempt=attempt)
         except Exception as exc:  # a simulator bug must not look like a simulated fault
             log.exception("reprompt sim failed to answer")
             headers["x-sim-outcome"] = "sim_bug"
             message = f"reprompt sim bug: {type(exc).__name__}: {exc}"
             return JSONResponse(wire.error(500, message), 500, headers=headers)
-        answered.bump(task_key)
+        self.answered.bump(task_key)
         headers["x-sim-outcome"] = reply.outcome
         return JSONResponse(wire.reply(reply, scenario), headers=headers)
 
+
+async def _read_scenario(request: Request, wire: _Wire) -> Scenario | JSONResponse:
+    """The request's scenario, or the provider's error response for a malformed request."""
+    try:
+        body = await request.json()
+    except ValueError:
+        return JSONResponse(wire.error(400, "the request body is not valid JSON"), 400)
+    try:
+        return wire.parse(body)
+    except InvalidRequest as exc:
+        return JSONResponse(wire.error(exc.status, exc.message), exc.status)
+
+
+def _fault_response(wire: _Wire, fault: Fault, headers: dict[str, str]) -> JSONResponse | None:
+    """The error response a fault replaces the answer with; ``None`` when it only delays it."""
+    if fault.kind == "rate_limit":
+        headers |= wire.rate_limit_headers(fault.retry_after_s) | {"x-sim-outcome": "rate_limit"}
+        return JSONResponse(wire.error(429, _RATE_LIMITED), 429, headers=headers)
+    if fault.kind == "overloaded":
+        headers |= {"retry-after": f"{fault.retry_after_s:g}", "x-sim-outcome": "overloaded"}
+        status = wire.overloaded_status
+        return JSONResponse(wire.error(status, _OVERLOADED), status, headers=headers)
+    if fault.kind == "server_error":
+        headers["x-sim-outcome"] = "server_error"
+        return JSONResponse(wire.error(500, _SERVER_ERROR), 500, headers=headers)
+    return None
+
+
+def create_app(config: SimConfig | None = None) -> FastAPI:
+    """The simulator as an ASGI app (a fresh one per call: its counters start at zero)."""
+    config = config or SimConfig()
+    sim = _Simulator(config)
+    app = FastAPI(title="reprompt sim", docs_url=None, redoc_url=None, openapi_url=None)
+    app.state.sim_config = config
+
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request) -> JSONResponse:
-        return await serve(request, _OPENAI)
+        return await sim.serve(request, _OPENAI)
 
     @app.post("/v1/messages")
     async def messages(request: Request) -> JSONResponse:
-        return await serve(request, _ANTHROPIC)
+        return await sim.serve(request, _ANTHROPIC)
 
     @app.get("/v1/models")
     async def models(request: Request) -> JSONResponse:

@@ -218,6 +218,16 @@ def _collect_node(
     shape: _Shape, scope: Scope, node: Mapping[str, Any], decided: frozenset[int]
 ) -> None:
     shape.keywords.update(node)
+    _collect_values(shape, scope, node, decided)
+    _collect_object(shape, scope, node)
+    _collect_array(shape, scope, node)
+    _collect_bounds(shape, node)
+
+
+def _collect_values(
+    shape: _Shape, scope: Scope, node: Mapping[str, Any], decided: frozenset[int]
+) -> None:
+    """``type``, ``const``, ``enum``, and the ``anyOf``/``oneOf`` unions not yet decided."""
     declared = node.get("type")
     if declared is not None:
         kinds = [declared] if isinstance(declared, str) else list(declared)
@@ -231,6 +241,10 @@ def _collect_node(
         branches = node.get(keyword)
         if isinstance(branches, list) and branches and id(branches) not in decided:
             shape.unions.append((id(branches), [scope.enter(b) for b in branches]))
+
+
+def _collect_object(shape: _Shape, scope: Scope, node: Mapping[str, Any]) -> None:
+    """The object keywords: properties, required fields, extra fields, dependencies."""
     for name, sub in _mapping(node.get("properties")).items():
         shape.properties.setdefault(name, []).append(scope.enter(sub))
     for name in node.get("required", ()) if isinstance(node.get("required"), list) else ():
@@ -242,6 +256,10 @@ def _collect_node(
         shape.additional.append(scope.enter(node["additionalProperties"]))
     for name, needs in _mapping(node.get("dependentRequired")).items():
         shape.dependent_required.setdefault(name, []).extend(needs)
+
+
+def _collect_array(shape: _Shape, scope: Scope, node: Mapping[str, Any]) -> None:
+    """The array keywords: ``prefixItems`` position by position, ``items``, ``contains``."""
     prefix = node.get("prefixItems")
     for index, sub in enumerate(prefix if isinstance(prefix, list) else []):
         while len(shape.prefix) <= index:
@@ -251,6 +269,10 @@ def _collect_node(
         shape.items.append(scope.enter(node["items"]))
     if "contains" in node:
         shape.contains.append(scope.enter(node["contains"]))
+
+
+def _collect_bounds(shape: _Shape, node: Mapping[str, Any]) -> None:
+    """Numeric and size bounds (the tightest wins), ``multipleOf``, ``pattern``, ``format``."""
     for keyword in ("minimum", "exclusiveMinimum", "minLength", "minItems", "minProperties"):
         if isinstance(node.get(keyword), int | float) and not isinstance(node[keyword], bool):
             shape.numbers[keyword] = max(shape.numbers.get(keyword, -math.inf), node[keyword])

@@ -204,65 +204,90 @@ class _Writer:
 def repair_syntax(text: str) -> Repaired:
     """Apply every unambiguous syntax repair to ``text``; warnings say what changed and where."""
     pieces = list(tokens(text))
+    following = _following(pieces)
+    walk = _SyntaxWalk(text)
+    for index, token in enumerate(pieces):
+        nxt = following.get(index)
+        walk.step(token, text[nxt.start : nxt.end] if nxt is not None else "")
+    return walk.out.result()
+
+
+def _following(pieces: list[Token]) -> dict[int, Token | None]:
+    """For each significant token (not whitespace or a comment), the next significant one."""
     significant = [i for i, t in enumerate(pieces) if t.kind not in ("ws", "comment")]
     following: dict[int, Token | None] = {}
     for rank, index in enumerate(significant):
         later = significant[rank + 1] if rank + 1 < len(significant) else None
         following[index] = pieces[later] if later is not None else None
+    return following
 
-    out = _Writer(text)
-    stack: list[str] = []
-    expect_key = False
-    last_raw = raw_before = ""  # significant tokens as written: the latest, the one before
-    for index, token in enumerate(pieces):
-        raw = text[token.start : token.end]
-        nxt = following.get(index)
-        nxt_raw = text[nxt.start : nxt.end] if nxt is not None else ""
+
+class _SyntaxWalk:
+    """The state of ``repair_syntax`` between tokens: open brackets, and whether a key is due."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.out = _Writer(text)
+        self.stack: list[str] = []
+        self.expect_key = False
+        self.last_raw = self.raw_before = ""  # significant tokens as written: latest, one before
+
+    def step(self, token: Token, nxt_raw: str) -> None:
+        """Copy or repair one token; ``nxt_raw`` is the next significant token as written."""
+        raw = self.text[token.start : token.end]
         if token.kind not in ("ws", "comment"):
-            last_raw, raw_before = raw, last_raw
+            self.last_raw, self.raw_before = raw, self.last_raw
         if token.kind == "ws":
-            out.copy(token)
+            self.out.copy(token)
         elif token.kind == "comment":
-            if not token.closed:  # an unclosed /* swallows the rest: not unambiguous
-                out.copy(token)
-                continue
-            out.note("comment", token.start)
-            if raw.startswith("/*"):
-                out.emit(" ", token.start)  # keeps the tokens on either side apart
+            self._comment(token, raw)
         elif token.kind == "punct":
-            # ",}" is a trailing comma; ",,}" or "[,]" is a missing value: not ours to fill.
-            if raw == "," and nxt_raw in ("}", "]") and raw_before not in ("", ",", "{", "["):
-                out.note("trailing_comma", token.start)
-                continue
-            out.copy(token)
-            if raw in "{[":
-                stack.append(raw)
-                expect_key = raw == "{"
-            elif raw in "}]":
-                if stack:
-                    stack.pop()
-                expect_key = False
-            elif raw == ",":
-                expect_key = bool(stack) and stack[-1] == "{"
-            else:
-                expect_key = False
+            self._punct(token, raw, nxt_raw)
         elif token.kind == "string":
-            _repair_string(out, text, token)
-            expect_key = False
+            _repair_string(self.out, self.text, token)
+            self.expect_key = False
         elif token.kind == "word":
-            if expect_key and nxt_raw == ":":
-                out.note("unquoted_key", token.start)
-                out.emit(f'"{raw}"', token.start)
-            elif raw in _PYTHON_LITERALS:
-                out.note("python_literal", token.start)
-                out.emit(_PYTHON_LITERALS[raw], token.start, verbatim=True)
-            else:
-                out.copy(token)
-            expect_key = False
+            self._word(token, raw, nxt_raw)
         else:
-            out.copy(token)
-            expect_key = False
-    return out.result()
+            self.out.copy(token)
+            self.expect_key = False
+
+    def _comment(self, token: Token, raw: str) -> None:
+        if not token.closed:  # an unclosed /* swallows the rest: not unambiguous
+            self.out.copy(token)
+            return
+        self.out.note("comment", token.start)
+        if raw.startswith("/*"):
+            self.out.emit(" ", token.start)  # keeps the tokens on either side apart
+
+    def _punct(self, token: Token, raw: str, nxt_raw: str) -> None:
+        # ",}" is a trailing comma; ",,}" or "[,]" is a missing value: not ours to fill.
+        if raw == "," and nxt_raw in ("}", "]") and self.raw_before not in ("", ",", "{", "["):
+            self.out.note("trailing_comma", token.start)
+            return
+        self.out.copy(token)
+        if raw in "{[":
+            self.stack.append(raw)
+            self.expect_key = raw == "{"
+        elif raw in "}]":
+            if self.stack:
+                self.stack.pop()
+            self.expect_key = False
+        elif raw == ",":
+            self.expect_key = bool(self.stack) and self.stack[-1] == "{"
+        else:
+            self.expect_key = False
+
+    def _word(self, token: Token, raw: str, nxt_raw: str) -> None:
+        if self.expect_key and nxt_raw == ":":
+            self.out.note("unquoted_key", token.start)
+            self.out.emit(f'"{raw}"', token.start)
+        elif raw in _PYTHON_LITERALS:
+            self.out.note("python_literal", token.start)
+            self.out.emit(_PYTHON_LITERALS[raw], token.start, verbatim=True)
+        else:
+            self.out.copy(token)
+        self.expect_key = False
 
 
 def _repair_string(out: _Writer, text: str, token: Token) -> None:

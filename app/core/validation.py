@@ -16,7 +16,7 @@ from __future__ import annotations
 import itertools
 import json
 import re
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -317,65 +317,83 @@ def _describe_keyword(
     return [(path, _message(keyword, error.validator_value, error.instance, error))]
 
 
+# A message from the keyword's value in the schema and the instance that fails it.
+_Message = Callable[[Any, Any], str]
+
+
+def _bound(relation: str) -> _Message:
+    return lambda value, instance: (
+        f"expected a number {relation} {_num(value)}, got {_brief(instance)}"
+    )
+
+
+def _length(extent: str) -> _Message:
+    return lambda value, instance: (
+        f"expected {extent} {_plural(value, 'character')}, got {len(instance)}: {_brief(instance)}"
+    )
+
+
+def _count(extent: str, noun: str) -> _Message:
+    return lambda value, instance: f"expected {extent} {_plural(value, noun)}, got {len(instance)}"
+
+
+def _format(value: Any, instance: Any) -> str:
+    wanted = FORMAT_DESCRIPTIONS.get(value, f"a valid {value}")
+    return f'expected {wanted} (format "{value}"), got {_brief(instance)}'
+
+
+# The keywords whose message needs only the schema value and the instance; see _message.
+_MESSAGES: dict[str, _Message] = {
+    "type": lambda value, instance: f"expected {_types(value)}, got {_show(instance)}",
+    "enum": lambda value, instance: f"expected one of {_choices(value)}, got {_brief(instance)}",
+    "const": lambda value, instance: f"expected {_brief(value)}, got {_brief(instance)}",
+    "minimum": _bound(">="),
+    "maximum": _bound("<="),
+    "exclusiveMinimum": _bound(">"),
+    "exclusiveMaximum": _bound("<"),
+    "multipleOf": lambda value, instance: (
+        f"expected a multiple of {_num(value)}, got {_brief(instance)}"
+    ),
+    "minLength": _length("at least"),
+    "maxLength": _length("at most"),
+    "pattern": lambda value, instance: (
+        f"expected a string matching {_clip(str(value), 60)}, got {_brief(instance)}"
+    ),
+    "format": _format,
+    "minItems": _count("at least", "item"),
+    "maxItems": _count("at most", "item"),
+    "uniqueItems": lambda value, instance: (
+        f"expected unique items, but {_duplicate(instance)} appears more than once"
+    ),
+    "minProperties": _count("at least", "field"),
+    "maxProperties": _count("at most", "field"),
+    "not": lambda value, instance: f"{_brief(instance)} is not allowed here",
+}
+
+
 def _message(keyword: str | None, value: Any, instance: Any, error: Any) -> str:
-    plural = _plural
+    simple = _MESSAGES.get(keyword) if keyword is not None else None
+    if simple is not None:
+        return simple(value, instance)
+    return _special_message(keyword, value, instance, error)
+
+
+def _special_message(keyword: str | None, value: Any, instance: Any, error: Any) -> str:
+    """The messages that need more than the schema value and the instance."""
     match keyword:
         case None:  # a `false` subschema; jsonschema drops the path step below the keyword
             parent = error.absolute_schema_path[-1] if error.absolute_schema_path else None
             if parent in ("properties", "patternProperties", "additionalProperties"):
                 return f"a field with value {_brief(instance)} is not allowed here"
             return f"{_brief(instance)} is not allowed here"
-        case "type":
-            return f"expected {_types(value)}, got {_show(instance)}"
-        case "enum":
-            return f"expected one of {_choices(value)}, got {_brief(instance)}"
-        case "const":
-            return f"expected {_brief(value)}, got {_brief(instance)}"
-        case "minimum":
-            return f"expected a number >= {_num(value)}, got {_brief(instance)}"
-        case "maximum":
-            return f"expected a number <= {_num(value)}, got {_brief(instance)}"
-        case "exclusiveMinimum":
-            return f"expected a number > {_num(value)}, got {_brief(instance)}"
-        case "exclusiveMaximum":
-            return f"expected a number < {_num(value)}, got {_brief(instance)}"
-        case "multipleOf":
-            return f"expected a multiple of {_num(value)}, got {_brief(instance)}"
-        case "minLength":
-            return (
-                f"expected at least {plural(value, 'character')}, "
-                f"got {len(instance)}: {_brief(instance)}"
-            )
-        case "maxLength":
-            return (
-                f"expected at most {plural(value, 'character')}, "
-                f"got {len(instance)}: {_brief(instance)}"
-            )
-        case "pattern":
-            return f"expected a string matching {_clip(str(value), 60)}, got {_brief(instance)}"
-        case "format":
-            wanted = FORMAT_DESCRIPTIONS.get(value, f"a valid {value}")
-            return f'expected {wanted} (format "{value}"), got {_brief(instance)}'
-        case "minItems":
-            return f"expected at least {plural(value, 'item')}, got {len(instance)}"
-        case "maxItems":
-            return f"expected at most {plural(value, 'item')}, got {len(instance)}"
         case "items" if value is False:
             schema = error.schema if isinstance(error.schema, Mapping) else {}
             prefix = len(schema.get("prefixItems", ()))
-            return f"expected at most {plural(prefix, 'item')}, got {len(instance)}"
-        case "uniqueItems":
-            return f"expected unique items, but {_duplicate(instance)} appears more than once"
-        case "minProperties":
-            return f"expected at least {plural(value, 'field')}, got {len(instance)}"
-        case "maxProperties":
-            return f"expected at most {plural(value, 'field')}, got {len(instance)}"
+            return f"expected at most {_plural(prefix, 'item')}, got {len(instance)}"
         case "contains":
             if error.message.startswith("Too "):
                 return _clip(error.message, 120)
             return 'expected at least one item matching the "contains" schema'
-        case "not":
-            return f"{_brief(instance)} is not allowed here"
         case "unevaluatedProperties" | "unevaluatedItems":
             return _clip(error.message, 120)
         case _:

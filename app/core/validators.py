@@ -49,101 +49,123 @@ async def first_failure(validators: Sequence[Validator], value: Any) -> str | No
 
 def build(spec: ValidatorSpec, index: int) -> Validator:
     """A validator from its declarative spec; a malformed spec names its field."""
-    where = f"validators[{index}]"
+    return _BUILDERS[spec.kind](spec, f"validators[{index}]")
 
-    def need(name: str) -> str:
-        value = getattr(spec, name)
-        if value is None:
-            raise InvalidInput(f"{where}.{name}: required for kind {spec.kind!r}", field=where)
-        jsonpath_field = f"{where}.{name}"
-        if name in {"path", "items", "equals", "left"} or (
-            name == "right" and str(value).startswith("$")
-        ):
-            jsonpath.parse(str(value), field=jsonpath_field)
-        return str(value)
 
-    def explain(detail: str) -> str:
-        return f"{spec.message} ({detail})" if spec.message else detail
+def _need(spec: ValidatorSpec, where: str, name: str) -> str:
+    """Field ``name`` of the spec, which its kind requires; a path there must parse."""
+    value = getattr(spec, name)
+    if value is None:
+        raise InvalidInput(f"{where}.{name}: required for kind {spec.kind!r}", field=where)
+    jsonpath_field = f"{where}.{name}"
+    if name in {"path", "items", "equals", "left"} or (
+        name == "right" and str(value).startswith("$")
+    ):
+        jsonpath.parse(str(value), field=jsonpath_field)
+    return str(value)
 
-    if spec.kind == "sum":
-        items, equals, tol = need("items"), need("equals"), float(spec.tolerance)
 
-        def check_sum(value: Any) -> Verdict:
-            numbers = [v for v in jsonpath.select(value, items) if _is_number(v)]
-            targets = [v for v in jsonpath.select(value, equals) if _is_number(v)]
-            if len(targets) != 1:
-                return False, explain(f"{equals} must be a single number")
-            total = math.fsum(numbers)
-            if abs(total - targets[0]) <= tol:
-                return True, None
-            return False, explain(
-                f"{equals} is {_show(targets[0])} but the sum of {items} is {_show(total)}"
-            )
+def _explain(spec: ValidatorSpec, detail: str) -> str:
+    """The diagnosis: the spec's own message, when it has one, with the detail after it."""
+    return f"{spec.message} ({detail})" if spec.message else detail
 
-        return check_sum
 
-    if spec.kind == "unique":
-        path = need("path")
+def _build_sum(spec: ValidatorSpec, where: str) -> Validator:
+    items, equals = _need(spec, where, "items"), _need(spec, where, "equals")
+    tol = float(spec.tolerance)
 
-        def check_unique(value: Any) -> Verdict:
-            counts = Counter(json.dumps(v, sort_keys=True) for v in jsonpath.select(value, path))
-            dupes = [f"{k} ({n} times)" for k, n in counts.items() if n > 1]
-            if not dupes:
-                return True, None
-            return False, explain(f"{path} must be unique; repeated: {', '.join(dupes[:5])}")
+    def check_sum(value: Any) -> Verdict:
+        numbers = [v for v in jsonpath.select(value, items) if _is_number(v)]
+        targets = [v for v in jsonpath.select(value, equals) if _is_number(v)]
+        if len(targets) != 1:
+            return False, _explain(spec, f"{equals} must be a single number")
+        total = math.fsum(numbers)
+        if abs(total - targets[0]) <= tol:
+            return True, None
+        return False, _explain(
+            spec, f"{equals} is {_show(targets[0])} but the sum of {items} is {_show(total)}"
+        )
 
-        return check_unique
+    return check_sum
 
-    if spec.kind == "compare":
-        left, right = need("left"), need("right")
-        if spec.op is None:
-            raise InvalidInput(f"{where}.op: required for kind 'compare'", field=where)
-        op_name = spec.op
-        compare = _OPS[op_name]
-        right_literal = None if right.startswith("$") else _literal(right, f"{where}.right")
 
-        def check_compare(value: Any) -> Verdict:
-            lefts = jsonpath.select(value, left)
-            rights = jsonpath.select(value, right) if right_literal is None else [right_literal[0]]
-            if len(lefts) != 1 or len(rights) != 1:
-                return False, explain(f"{left} and {right} must each name one value")
-            try:
-                ok = compare(lefts[0], rights[0])
-            except TypeError:
-                ok = False
-            if ok:
-                return True, None
-            return False, explain(
-                f"expected {left} {op_name} {right}, but {left} is {_show(lefts[0])}"
-                + ("" if right_literal is not None else f" and {right} is {_show(rights[0])}")
-            )
+def _build_unique(spec: ValidatorSpec, where: str) -> Validator:
+    path = _need(spec, where, "path")
 
-        return check_compare
+    def check_unique(value: Any) -> Verdict:
+        counts = Counter(json.dumps(v, sort_keys=True) for v in jsonpath.select(value, path))
+        dupes = [f"{k} ({n} times)" for k, n in counts.items() if n > 1]
+        if not dupes:
+            return True, None
+        return False, _explain(spec, f"{path} must be unique; repeated: {', '.join(dupes[:5])}")
 
-    if spec.kind == "regex":
-        path, pattern_text = need("path"), need("pattern")
+    return check_unique
+
+
+def _build_compare(spec: ValidatorSpec, where: str) -> Validator:
+    left, right = _need(spec, where, "left"), _need(spec, where, "right")
+    if spec.op is None:
+        raise InvalidInput(f"{where}.op: required for kind 'compare'", field=where)
+    op_name = spec.op
+    compare = _OPS[op_name]
+    right_literal = None if right.startswith("$") else _literal(right, f"{where}.right")
+
+    def check_compare(value: Any) -> Verdict:
+        lefts = jsonpath.select(value, left)
+        rights = jsonpath.select(value, right) if right_literal is None else [right_literal[0]]
+        if len(lefts) != 1 or len(rights) != 1:
+            return False, _explain(spec, f"{left} and {right} must each name one value")
         try:
-            pattern = re.compile(pattern_text)
-        except re.error as exc:
-            raise InvalidInput(f"{where}.pattern: not a valid regex: {exc}", field=where) from exc
+            ok = compare(lefts[0], rights[0])
+        except TypeError:
+            ok = False
+        if ok:
+            return True, None
+        return False, _explain(
+            spec,
+            f"expected {left} {op_name} {right}, but {left} is {_show(lefts[0])}"
+            + ("" if right_literal is not None else f" and {right} is {_show(rights[0])}"),
+        )
 
-        def check_regex(value: Any) -> Verdict:
-            bad = [v for v in jsonpath.select(value, path) if not _matches(pattern, v)]
-            if not bad:
-                return True, None
-            return False, explain(f"{path}: {_show(bad[0])} does not match /{pattern_text}/")
+    return check_compare
 
-        return check_regex
 
-    path = need("path")
+def _build_regex(spec: ValidatorSpec, where: str) -> Validator:
+    path, pattern_text = _need(spec, where, "path"), _need(spec, where, "pattern")
+    try:
+        pattern = re.compile(pattern_text)
+    except re.error as exc:
+        raise InvalidInput(f"{where}.pattern: not a valid regex: {exc}", field=where) from exc
+
+    def check_regex(value: Any) -> Verdict:
+        bad = [v for v in jsonpath.select(value, path) if not _matches(pattern, v)]
+        if not bad:
+            return True, None
+        return False, _explain(spec, f"{path}: {_show(bad[0])} does not match /{pattern_text}/")
+
+    return check_regex
+
+
+def _build_nonempty(spec: ValidatorSpec, where: str) -> Validator:
+    path = _need(spec, where, "path")
 
     def check_nonempty(value: Any) -> Verdict:
         found = jsonpath.select(value, path)
         if found and all(v not in (None, "", [], {}) for v in found):
             return True, None
-        return False, explain(f"{path} must not be empty")
+        return False, _explain(spec, f"{path} must not be empty")
 
     return check_nonempty
+
+
+# kind → builder, given the spec and where it sits in the job (``validators[i]``) for errors
+_BUILDERS: dict[str, Callable[[ValidatorSpec, str], Validator]] = {
+    "sum": _build_sum,
+    "unique": _build_unique,
+    "compare": _build_compare,
+    "regex": _build_regex,
+    "nonempty": _build_nonempty,
+}
 
 
 def _is_number(value: Any) -> bool:

@@ -146,9 +146,14 @@ async def test_single_shot_without_retries_makes_one_call() -> None:
 
 async def test_multi_turn_with_retry_makes_four_calls() -> None:
     looked: list[dict[str, Any]] = []
+
+    def look_up(args: dict[str, Any]) -> dict[str, Any]:
+        looked.append(args)
+        return {"x": 42}
+
     lookup = Tool(
         ToolSpec("lookup", "find x", {"type": "object", "properties": {"q": {"type": "string"}}}),
-        lambda args: looked.append(args) or {"x": 42},
+        look_up,
     )
     client = ScriptedClient(
         [

@@ -13,6 +13,7 @@ from typing import Any
 
 import httpx
 import pytest
+from pydantic import SecretStr
 
 from app.assembly import api_app as create_app
 from app.providers.local import local_available
@@ -47,7 +48,7 @@ def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Pat
     data_dir = tmp_path_factory.mktemp("crash-data")
     with EmbeddedRedis(tmp_path_factory.mktemp("crash-redis")) as redis:
         settings = Settings(
-            redis_url=redis.url,
+            redis_url=SecretStr(redis.url),
             data_dir=data_dir,
             key_prefix="crash",
             heartbeat_ms=1000,

@@ -34,6 +34,11 @@ def _die() -> None:
     time.sleep(60)  # the signal may land on another thread: answer nothing meanwhile
 
 
+def _die_soon() -> None:
+    time.sleep(0.3)  # the first answer goes out before the crash
+    _die()
+
+
 class Handler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:
         print(format % args, file=sys.stderr, flush=True)
@@ -86,7 +91,7 @@ class Handler(BaseHTTPRequestHandler):
             }
         )
         if MODE == "die-after-first" and _served == 1:
-            threading.Thread(target=lambda: (time.sleep(0.3), _die()), daemon=True).start()
+            threading.Thread(target=_die_soon, daemon=True).start()
 
 
 def main() -> None:

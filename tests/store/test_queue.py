@@ -12,7 +12,8 @@ from app.core import codes
 from app.core.conversation import TranscriptEntry
 from app.core.envelope import Envelope, Progress
 from app.core.turn import Rejection
-from tests.store.conftest import Store, StoreFactory
+from tests.both import Store
+from tests.store.conftest import StoreFactory
 from tests.store.helpers import SUCCESS, after_lease, all_events, claim, names, submit, turn
 
 PROGRESS = Progress(phase="turn-done", turn=1)
@@ -313,7 +314,7 @@ async def test_release_puts_the_job_back_at_the_front_without_counting_the_attem
 
 
 async def test_wait_for_work_wakes_on_submit(store: Store) -> None:
-    waiter = asyncio.create_task(store.wait_for_work(timeout_s=10))
+    waiter = asyncio.ensure_future(store.wait_for_work(timeout_s=10))
     await asyncio.sleep(0.1)
     started = time.monotonic()
 
@@ -328,7 +329,7 @@ async def test_wait_for_work_wakes_on_requeue(redis: Redis, store: Store) -> Non
     await claim(store)
     while await redis.lpop(store.keys.wake):  # tokens left by the submit
         pass
-    waiter = asyncio.create_task(store.wait_for_work(timeout_s=10))
+    waiter = asyncio.ensure_future(store.wait_for_work(timeout_s=10))
     await asyncio.sleep(0.1)
 
     await store.reap(now_ms=await after_lease(redis, store))

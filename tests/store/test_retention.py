@@ -5,7 +5,8 @@ from __future__ import annotations
 from redis.asyncio import Redis
 
 from app.core.envelope import Progress
-from tests.store.conftest import Store, StoreFactory
+from tests.both import Store
+from tests.store.conftest import StoreFactory
 from tests.store.helpers import SUCCESS, after_lease, claim, submit, turn
 
 

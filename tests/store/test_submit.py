@@ -9,7 +9,8 @@ from app.core.envelope import Progress
 from app.core.errors import InvalidInput
 from app.redis_server import EmbeddedRedis
 from app.store import IdempotencyConflict, QueueFull, is_job_id, new_job_id
-from tests.store.conftest import Store, StoreFactory
+from tests.both import Store
+from tests.store.conftest import StoreFactory
 from tests.store.helpers import SPEC, names, submit, turn
 
 
@@ -122,6 +123,7 @@ async def test_a_full_queue_refuses_new_jobs_with_a_503_and_retry_after(
         await submit(store)
 
     assert caught.value.status == 503
+    assert caught.value.retry_after_s is not None
     assert caught.value.retry_after_s > 0
     assert caught.value.depth == 3
     # A replay is not a new job: it is answered even when the queue is full.

@@ -72,7 +72,8 @@ async def test_a_paused_worker_resumed_after_its_lease_expired_cannot_commit(
     won = await finished(store, job_id)
     assert won.status == "succeeded"
     assert won.attempts == 2
-    assert won.result.execution.model  # type: ignore[union-attr] == "gpt-4o-mini"  # the healthy worker's model
+    assert won.result.execution is not None
+    assert won.result.execution.model == "gpt-4o-mini"  # the healthy worker's model
     assert healthy.logged(rf"job {job_id} succeeded")
 
     # Let the zombie's slow answer arrive, then wake it up: it finds the lease gone.

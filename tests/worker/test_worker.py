@@ -74,6 +74,7 @@ async def test_a_stored_spec_that_no_longer_validates_fails_with_invalid_input(
         view = await finished(store, job_id)
     assert view.status == "failed"
     assert view.result.error == codes.INVALID_INPUT
+    assert view.result.detail is not None
     assert "signature" in view.result.detail
     assert gate.calls == 0
 
@@ -92,6 +93,7 @@ async def test_an_unexpected_error_fails_the_job_with_internal_error_and_the_wor
     async with running(Worker(store, Broken(router), worker_settings(worker_concurrency=1))):
         views = [await finished(store, job_id) for job_id in ids]
     assert [(v.status, v.result.error) for v in views] == [("failed", codes.INTERNAL_ERROR)] * 2
+    assert views[0].result.detail is not None
     assert "bug" not in views[0].result.detail  # no internals leak into the result
 
 

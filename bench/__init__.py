@@ -1,0 +1,1 @@
+"""Benchmarks of docs/benchmarks.md, run as scripts: ``python bench/<name>.py``."""
