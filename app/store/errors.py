@@ -11,8 +11,8 @@ transport failures to ``StoreUnavailable``::
 from __future__ import annotations
 
 import functools
-from collections.abc import Awaitable, Callable
-from typing import ParamSpec, TypeVar
+from collections.abc import Callable, Coroutine
+from typing import Any, ParamSpec, TypeVar
 
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
@@ -61,7 +61,9 @@ _P = ParamSpec("_P")
 _T = TypeVar("_T")
 
 
-def edge(method: Callable[_P, Awaitable[_T]]) -> Callable[_P, Awaitable[_T]]:
+def edge(
+    method: Callable[_P, Coroutine[Any, Any, _T]],
+) -> Callable[_P, Coroutine[Any, Any, _T]]:
     """Map redis-py's transport failures to ``StoreUnavailable`` here, at the edge."""
 
     @functools.wraps(method)
