@@ -1,0 +1,7 @@
+"""Hostile input, one test per way it was seen to hurt the service (issue #10).
+
+Each test states a wall-clock bound on what the service does with the hostile thing (a
+hostile request is answered in well under a second, a hostile answer is rejected in
+milliseconds); the bounds are generous for a busy 2-core machine and still catch the
+minutes that backtracking took. Fixtures live in the modules that need them.
+"""
