@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import os
 import signal
 from collections.abc import AsyncIterator, Mapping
@@ -31,7 +32,6 @@ from dataclasses import dataclass
 
 from fastapi import FastAPI
 from pydantic import ValidationError
-from redis.asyncio import Redis
 
 from app import metrics
 from app.api.app import create_app
@@ -44,6 +44,7 @@ from app.providers.router import Router
 from app.redis_server import EmbeddedRedis
 from app.settings import Settings, invalid_settings
 from app.store import JobStore, Leases, StoreOptions, connect
+from app.store.connection import RedisClient
 from app.worker import Worker
 
 log = logging.getLogger(__name__)
@@ -54,7 +55,6 @@ class Parts:
     """What one process runs on, built once and closed on exit."""
 
     settings: Settings
-    redis: Redis
     jobs: JobStore
     leases: Leases
     router: Router | None  # None: no provider could be configured (``provider_problem``)
@@ -63,14 +63,19 @@ class Parts:
 
 
 def store_options(settings: Settings) -> StoreOptions:
-    """The store's options these settings imply (API and workers alike)."""
+    """The store's options these settings imply (API and workers alike). Per-tenant caps
+    are kept per shard (a tenant's jobs spread evenly), so each shard gets its share."""
+    shards = settings.shards
     return StoreOptions(
         prefix=settings.key_prefix,
+        shards=shards,
         lease_ms=settings.lease_ms,
         max_attempts=settings.max_attempts,
         retention_s=settings.retention_s,
         idempotency_ttl_s=settings.idempotency_ttl_s,
-        max_queued=settings.max_queued,
+        max_queued=math.ceil(settings.max_queued / shards),
+        max_tenant_bytes=math.ceil(settings.max_tenant_bytes / shards),
+        max_job_s=math.ceil(settings.max_deadline_ms / 1000),
     )
 
 
@@ -107,9 +112,15 @@ async def open_parts(
             log.info("embedded redis-server on %s (data in %s)", url, server.dir)
         else:
             raise ValueError("no Redis URL and no embedded redis-server")
-        redis = connect(url)
-        stack.push_async_callback(redis.aclose)
         options = store_options(settings)
+        # Two pools: however many requests the API serves, the worker's claims, heartbeats
+        # and commits always find a connection.
+        api_redis, worker_redis = _connect(url, settings), _connect(url, settings)
+        for client in (api_redis, worker_redis):
+            stack.push_async_callback(client.aclose)
+        jobs, leases = JobStore(api_redis, options), Leases(worker_redis, options)
+        stack.push_async_callback(jobs.aclose)
+        stack.push_async_callback(leases.aclose)
         # One connection per job a worker may hold: a smaller pool queues model calls.
         pool = max(DEFAULT_MAX_CONNECTIONS, settings.worker_concurrency)
         http = await stack.enter_async_context(make_client(max_connections=pool))
@@ -132,9 +143,8 @@ async def open_parts(
             problem = exc.detail
         yield Parts(
             settings=settings,
-            redis=redis,
-            jobs=JobStore(redis, options),
-            leases=Leases(redis, options),
+            jobs=jobs,
+            leases=leases,
             router=router,
             provider_problem=problem,
             model_providers=_model_providers(config, router),
@@ -265,6 +275,10 @@ async def _running(worker: Worker) -> AsyncIterator[None]:
         stop.set()
         with contextlib.suppress(Exception):  # already logged by _worker_ended
             await task
+
+
+def _connect(url: str, settings: Settings) -> RedisClient:
+    return connect(url, cluster=settings.redis_cluster)
 
 
 def _worker_ended(task: asyncio.Task[None]) -> None:

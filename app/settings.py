@@ -64,6 +64,16 @@ class Settings(BaseSettings):
         description="The providers file (TOML or YAML): models, routes, prices, circuits.",
     )
     key_prefix: str = Field(default="rp", pattern=r"^[A-Za-z0-9_-]{1,32}$")
+    redis_cluster: bool = Field(
+        default=False, description="The Redis URL names a Redis Cluster node (any one)."
+    )
+    shards: int = Field(
+        default=1,
+        ge=1,
+        le=256,
+        description="Queue shards, each on its own hash slot: more than one spreads jobs over "
+        "a cluster's masters. May grow, never shrink.",
+    )
 
     # The HTTP API.
     host: str = "127.0.0.1"
@@ -88,7 +98,12 @@ class Settings(BaseSettings):
     drain_timeout_s: float = Field(default=30.0, ge=0)
 
     # Caps on what a client may ask for.
-    max_queued: int = Field(default=10_000, ge=1)
+    max_queued: int = Field(default=10_000, ge=1, description="Queued jobs per tenant.")
+    max_tenant_bytes: int = Field(
+        default=1 << 30,
+        ge=0,
+        description="Bytes of jobs one tenant may submit within the retention window (0: no cap).",
+    )
     max_body_bytes: int = Field(default=1_048_576, ge=1024)
     max_schema_bytes: int = Field(default=65_536, ge=256)
     max_schema_depth: int = Field(default=32, ge=2, le=128)

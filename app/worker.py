@@ -40,9 +40,10 @@ from app.core.events import LoopEvent, TurnEnded
 from app.core.loop import Runtime, run_job
 from app.core.model import ModelClient
 from app.core.spec import JobSpec
-from app.core.turn import Rejection
+from app.core.turn import Rejection, TurnRecord
+from app.core.wire import Wire
 from app.settings import Settings
-from app.store import Claim, Leases
+from app.store import Claim, Leases, StoreUnavailable, Written
 
 # Not __name__: run as ``python -m app.worker`` this module is ``__main__``.
 log = logging.getLogger("app.worker")
@@ -50,8 +51,12 @@ log = logging.getLogger("app.worker")
 # How long an idle worker blocks in ``wait_for_work`` before looking at the queue again:
 # a wake-up lost between an empty claim and the wait costs at most this much latency.
 IDLE_WAIT_S: Final = 1.0
-# Store writes that fail for a transport reason are tried this many times in all.
+# Progress writes that fail for a transport reason are tried this many times in all.
 WRITE_TRIES: Final = 3
+# A job's progress (turn started, turn done, its record) waits this long before it is
+# written, and goes with the next write or the commit if that comes first: a fast call
+# costs one Redis round trip, not three.
+FLUSH_AFTER_S: Final = 0.1
 # How long a cancelled job may take to unwind and release its claim on shutdown.
 UNWIND_TIMEOUT_S: Final = 10.0
 # How often a stopped job's task is cancelled again until the cancellation lands.
@@ -75,10 +80,20 @@ class _Job:
     stopped: StopReason | None = None  # why the worker stopped it, if it did
     unwinding: bool = False  # the stop reached the task
     committing: bool = False
+    # What is not written yet: events, the last turn's record, the latest progress.
+    events: list[tuple[str, Wire]] = field(default_factory=list)
+    turn: TurnRecord | None = None
+    progress: Progress | None = None
+    flush: asyncio.TimerHandle | None = None
+    flushing: asyncio.Task[None] | None = None
 
     @property
     def id(self) -> str:
         return self.claim.job_id
+
+    @property
+    def pending(self) -> bool:
+        return bool(self.events) or self.turn is not None
 
 
 class Worker:
@@ -101,7 +116,8 @@ class Worker:
         self.settings = settings
         self.worker_id = worker_id or default_worker_id()
         self._jobs: dict[str, _Job] = {}
-        self._slots = asyncio.Semaphore(settings.worker_concurrency)
+        self._capacity = settings.worker_concurrency
+        self._slots = asyncio.Semaphore(self._capacity)
         self._hurry = asyncio.Event()
 
     @property
@@ -141,23 +157,33 @@ class Worker:
 
     async def _claim_loop(self, stop: asyncio.Event) -> None:
         failures = 0
+        hint: int | None = None
         while not stop.is_set():
             if not await self._take_slot(stop):
                 return
+            # Every free slot, in one round trip: a busy worker claims in batches.
+            free = 1 + self._free_slots()
             try:
-                claim = await self.store.claim(self.worker_id)
+                claims = await self.store.claim(self.worker_id, free, first=hint)
             except Exception:
                 self._slots.release()
                 failures += 1
                 log.warning("claim failed (%d in a row)", failures, exc_info=failures == 1)
                 await _wait(stop, min(0.1 * 2**failures, 5.0))
                 continue
-            failures = 0
-            if claim is None:
+            failures, hint = 0, None
+            if not claims:
                 self._slots.release()
-                await self._idle(stop)
+                hint = await self._idle(stop)
                 continue
-            self._start(claim)
+            self._start(claims[0])
+            for claim in claims[1:]:
+                await self._slots.acquire()  # free by construction: returns at once
+                self._start(claim)
+
+    def _free_slots(self) -> int:
+        """Slots free beyond the one just taken (taken later, one per extra claim)."""
+        return max(0, self._capacity - len(self._jobs) - 1)
 
     async def _take_slot(self, stop: asyncio.Event) -> bool:
         """Wait for a free slot; False (and no slot held) if ``stop`` came first."""
@@ -169,12 +195,17 @@ class Worker:
             return False
         return True
 
-    async def _idle(self, stop: asyncio.Event) -> None:
-        """Block until work may be there (a submit or requeue) or ``stop``; never spin."""
+    async def _idle(self, stop: asyncio.Event) -> int | None:
+        """Block until work may be there (a submit or requeue) or ``stop``; never spin.
+        The shard the work was queued on, when the wake-up said."""
         waiting = asyncio.ensure_future(self.store.wait_for_work(IDLE_WAIT_S))
-        if await _before_stop(waiting, stop) and waiting.exception() is not None:
+        if not await _before_stop(waiting, stop):
+            return None
+        if waiting.exception() is not None:
             log.warning("waiting for work failed: %r", waiting.exception())
             await _wait(stop, IDLE_WAIT_S)
+            return None
+        return waiting.result()
 
     def _start(self, claim: Claim) -> None:
         job = _Job(claim)
@@ -251,13 +282,17 @@ class Worker:
         return result.envelope, result.history, transcript
 
     async def _trace(self, job: _Job, event: LoopEvent) -> None:
-        """Mirror the loop's events into the job (fenced) and the metrics."""
-        claim = job.claim
+        """Mirror the loop's events into the job's outbox and the metrics; the outbox is
+        written after ``FLUSH_AFTER_S``, with the next write, or with the commit."""
         if isinstance(event, TurnEnded):
             record = event.record
             # The call was made and paid for, whoever owns the job now.
             metrics.record_turn(record, calls_left=event.calls_left)
-            progress = Progress(
+            if job.turn is not None:  # one record per write: flush the one before
+                await self._flush(job)
+            job.turn = record.model_copy(update={"job_attempt": job.claim.attempt})
+            job.events.append((event.name, event.summary()))
+            job.progress = Progress(
                 phase="turn-done",
                 turn=record.index,
                 type=record.type,
@@ -267,23 +302,9 @@ class Worker:
                 last_outcome=record.outcome,
                 last_error=record.error_code,
             )
-            # The record goes to the job's turns; the event stream gets the summary only.
-            turn = record.model_copy(update={"job_attempt": claim.attempt})
-            held = await self._progress(
-                job,
-                "record_turn",
-                lambda: self.store.record_turn(claim.job_id, claim.token, turn, progress),
-            )
-            if held:
-                held = await self._progress(
-                    job,
-                    "record_event",
-                    lambda: self.store.record_event(
-                        claim.job_id, claim.token, event.name, event.summary()
-                    ),
-                )
         else:
-            now = Progress(
+            job.events.append((event.name, event))
+            job.progress = Progress(
                 phase="model-call",
                 turn=event.turn,
                 type=event.type,
@@ -291,37 +312,52 @@ class Worker:
                 remaining=event.remaining,
                 model=event.model,
             )
-            held = await self._progress(
-                job,
-                "record_event",
-                lambda: self.store.record_event(
-                    claim.job_id, claim.token, event.name, event, progress=now
-                ),
-            )
-        if not held:
-            if job.stopped is None:  # else we already know why, and stop anyway
-                metrics.STALE_COMMITS.inc()
-                log.warning(
-                    "job %s: stale write refused (lease lost or job cancelled); dropping the job",
-                    job.id,
-                )
-                job.stopped = "lease-lost"
+        if job.flush is None:
+            job.flush = asyncio.get_running_loop().call_later(FLUSH_AFTER_S, self._flush_soon, job)
+        if job.stopped is not None:
             raise _LeaseLost(job.id)
 
-    async def _progress(self, job: _Job, what: str, call: Callable[[], Awaitable[bool]]) -> bool:
-        """A progress write, retried; given up (True) if transport errors persist.
+    def _flush_soon(self, job: _Job) -> None:
+        job.flush = None
+        if job.pending and not job.committing and job.flushing is None:
+            job.flushing = asyncio.create_task(self._flush_in_background(job))
 
-        Progress is best effort; the final commit decides the job. Only a refusal
-        (False: the lease is not ours) stops the job.
-        """
-        held, _ = await self._retrying(job, what, call)
-        return True if held is None else held
+    async def _flush_in_background(self, job: _Job) -> None:
+        try:
+            await self._flush(job)
+        finally:
+            job.flushing = None
+
+    async def _flush(self, job: _Job) -> None:
+        """Write the outbox: the pending turn record, events and progress, in one script."""
+        if job.flush is not None:
+            job.flush.cancel()
+            job.flush = None
+        if not job.pending or job.progress is None:
+            return
+        turn, events, progress = job.turn, job.events, job.progress
+        job.turn, job.events = None, []
+        claim = job.claim
+        written, _ = await self._retrying(
+            job,
+            "progress",
+            lambda: self.store.write(claim, progress=progress, turn=turn, events=events),
+        )
+        if written is None or written is Written.OURS:
+            return  # given up on a transport error: progress is best effort
+        if job.stopped is None:  # else we already know why, and stop anyway
+            metrics.STALE_COMMITS.inc()
+            log.warning(
+                "job %s: stale write refused (lease lost or job cancelled); dropping the job",
+                job.id,
+            )
+            self._stop(job, "lease-lost")
 
     async def _retrying(
-        self, job: _Job, what: str, call: Callable[[], Awaitable[bool]]
-    ) -> tuple[bool | None, int]:
-        """The one retry loop for the worker's writes: ``(reply, tries)``, the reply being
-        None when every try failed for a transport reason."""
+        self, job: _Job, what: str, call: Callable[[], Awaitable[Written]]
+    ) -> tuple[Written | None, int]:
+        """The one retry loop for the worker's progress writes: ``(reply, tries)``, the
+        reply being None when every try failed for a transport reason."""
         for attempt in range(1, WRITE_TRIES + 1):
             try:
                 return await call(), attempt
@@ -339,23 +375,46 @@ class Worker:
         history: tuple[Rejection, ...],
         transcript: tuple[TranscriptEntry, ...],
     ) -> None:
+        """Commit the end, with whatever the outbox still holds, in one fenced script.
+
+        A Redis blip does not discard a paid answer: the commit is retried with backoff
+        while heartbeats go on, until Redis answers or the lease is long gone (then the
+        reaper runs the job again, and the late commit still records the paid turn).
+        """
         claim = job.claim
         job.committing = True
-        committed, tries = await self._retrying(
-            job,
-            "commit",
-            lambda: self.store.complete(
-                claim.job_id,
-                claim.token,
-                envelope=envelope,
-                history=history,
-                transcript=transcript,
-            ),
-        )
-        if committed is None:
-            # The lease runs out and the reaper requeues the job: it is not lost.
-            log.error("job %s: commit failed, the job will be retried", job.id)
-            return
+        if job.flush is not None:
+            job.flush.cancel()
+            job.flush = None
+        if job.flushing is not None:
+            await asyncio.gather(job.flushing, return_exceptions=True)
+        envelope = envelope.with_earlier(claim.earlier)
+        turn, events = job.turn, job.events
+        job.turn, job.events = None, []
+        give_up = time.monotonic() + 2 * self.settings.lease_ms / 1000
+        wait_s = 0.1
+        tries = 0
+        while True:
+            tries += 1
+            try:
+                written = await self.store.complete(
+                    claim,
+                    envelope=envelope,
+                    history=history,
+                    transcript=transcript,
+                    turn=turn,
+                    events=events,
+                )
+                break
+            except (StoreUnavailable, OSError) as exc:
+                if time.monotonic() + wait_s > give_up:
+                    # The lease runs out and the reaper requeues the job: it is not lost.
+                    log.error("job %s: commit failed, the job will be run again: %r", job.id, exc)
+                    return
+                log.warning("job %s: commit failed (%r), retrying in %.1fs", job.id, exc, wait_s)
+                await asyncio.sleep(wait_s)
+                wait_s = min(wait_s * 2, 2.0)
+        committed = written is Written.OURS
         if not committed and tries > 1:
             # An earlier try may have committed and lost only its reply.
             committed = await self._committed(job, envelope)
@@ -390,7 +449,7 @@ class Worker:
 
     async def _release(self, job: _Job) -> None:
         try:
-            released = await self.store.release(job.id, job.claim.token)
+            released = await self.store.release(job.claim)
         except Exception as exc:
             # The lease runs out and the reaper requeues it (counting an attempt).
             log.warning("job %s: release failed: %r", job.id, exc)

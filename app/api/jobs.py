@@ -93,7 +93,7 @@ router = APIRouter(tags=["jobs"])
                 },
             },
         },
-        **problems(401, 413, 415, 422, 503),
+        **problems(401, 413, 415, 422, 429, 503),
     },
 )
 async def submit_job(
@@ -190,7 +190,7 @@ async def cancel_job(job_id: str, res: Res, tenant: Tenant) -> Response:
             "description": "Still running after waitMs: poll the Location.",
             "headers": {**_LOCATION, **_RETRY_AFTER},
         },
-        **problems(401, 413, 415, 422, 503),
+        **problems(401, 413, 415, 422, 429, 503),
     },
 )
 async def generate(

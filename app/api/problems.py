@@ -19,7 +19,8 @@ errors, Starlette's 404/405, anything unexpected) are mapped in ``install``::
     ├── UnsupportedMediaType          415 unsupported-media-type
     ├── ContentTooLarge               413 content-too-large
     ├── NotReady                      503 llm-config or not-ready, names what to configure
-    ├── (app.store) QueueFull         503 queue-full, Retry-After
+    ├── (app.store) QueueFull         429 queue-full, Retry-After (per tenant)
+    ├── (app.store) TenantQuota       429 quota-exceeded, Retry-After (per tenant)
     └── (app.store) StoreUnavailable  503 store-unavailable, Retry-After: Redis is down
     anything else                     500 internal-error, logged, no details in the answer
 
@@ -42,7 +43,7 @@ from starlette.responses import JSONResponse, Response
 
 from app.core import codes
 from app.core.errors import InvalidInput, RepromptError, SignatureError
-from app.store.errors import QUEUE_FULL, STORE_UNAVAILABLE
+from app.store.errors import QUEUE_FULL, QUOTA_EXCEEDED, STORE_UNAVAILABLE
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +70,7 @@ TITLES: Final[dict[str, str]] = {
     UNSUPPORTED_MEDIA_TYPE: "Unsupported media type",
     CONTENT_TOO_LARGE: "Content too large",
     QUEUE_FULL: "Queue full",
+    QUOTA_EXCEEDED: "Quota exceeded",
     STORE_UNAVAILABLE: "Job store unavailable",
     NOT_READY: "Not ready",
     BAD_REQUEST: "Bad request",

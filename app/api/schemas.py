@@ -331,6 +331,8 @@ _DESCRIPTIONS: Final[dict[int, str]] = {
     413: "The request body is over REPROMPT_MAX_BODY_BYTES.",
     415: "The body is not application/json.",
     422: "The job (or a parameter) is invalid; `errors` names each field.",
-    503: "Not now: the queue is full or Redis is unreachable (both with Retry-After), or "
+    429: "Not now, for you: your queue is full, your jobs stored here reach your byte quota, or "
+    "you send too fast (each with Retry-After; other callers are not affected).",
+    503: "Not now: Redis is unreachable (with Retry-After), or "
     "no model provider is configured (`code` llm-config, `detail` says what to set).",
 }

@@ -17,7 +17,7 @@ from pydantic import Field, SerializerFunctionWrapHandler, model_serializer
 
 from app.core import codes
 from app.core.codes import ErrorCode, ResultStatus
-from app.core.turn import Outcome, TurnType
+from app.core.turn import Outcome, Spend, TurnType
 from app.core.wire import Wire
 
 JobStatus = Literal["queued", "in_progress", "succeeded", "failed", "cancelled"]
@@ -96,6 +96,36 @@ class Envelope(Wire):
     @classmethod
     def in_progress(cls, progress: Progress | None = None) -> Envelope:
         return cls(status=codes.RESULT_IN_PROGRESS, progress=progress or Progress())
+
+    def with_earlier(self, earlier: Spend | None) -> Envelope:
+        """This envelope counting what earlier attempts of the job spent (their workers were
+        lost mid-job): their calls are in ``llmCalls``, tokens and cost, and all wasted."""
+        if earlier is None or earlier.calls == 0 or self.execution is None:
+            return self
+        ex = self.execution
+        tokens = earlier.input_tokens + earlier.output_tokens
+        cost = None if ex.cost is None or not earlier.cost_known else ex.cost + earlier.cost
+        wasted = (
+            None
+            if ex.wasted_cost is None or not earlier.cost_known
+            else ex.wasted_cost + earlier.cost
+        )
+        execution = ex.model_copy(
+            update={
+                "llm_calls": ex.llm_calls + earlier.calls,
+                "input_tokens": ex.input_tokens + earlier.input_tokens,
+                "output_tokens": ex.output_tokens + earlier.output_tokens,
+                "tokens_used": ex.tokens_used + tokens,
+                "cost": None if cost is None else round(cost, 10),
+                "wasted_tokens": ex.wasted_tokens + tokens,
+                "wasted_cost": None if wasted is None else round(wasted, 10),
+            }
+        )
+        note = (
+            f"{earlier.calls} model call(s) of an earlier attempt (its worker was lost) are "
+            "counted in execution"
+        )
+        return self.model_copy(update={"execution": execution, "warnings": (*self.warnings, note)})
 
     @property
     def job_status(self) -> JobStatus:

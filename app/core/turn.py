@@ -77,3 +77,24 @@ class Rejection(Wire):
     outcome: Outcome
     error_code: str | None
     diagnosis: str
+
+
+class Spend(Wire):
+    """What a job's calls cost over all its attempts (kept by the store as turns land)."""
+
+    calls: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost: float = 0.0
+    cost_known: bool = True
+
+    @classmethod
+    def of(cls, record: TurnRecord) -> Spend:
+        """One call's spend (what the store adds to the running total)."""
+        return cls(
+            calls=1,
+            input_tokens=record.usage.input_tokens,
+            output_tokens=record.usage.output_tokens,
+            cost=record.cost_usd or 0.0,
+            cost_known=record.cost_usd is not None,
+        )

@@ -1,8 +1,12 @@
-"""What both store roles share: the Redis client, the key layout, the Lua scripts, options.
+"""What both store roles share: the Redis client, the key layout, the Lua scripts, options,
+and the process's one pub/sub subscription.
 
-redis = connect(url)                        # one pool per process, closed on shutdown
-options = StoreOptions(prefix="rp", lease_ms=30_000)
-jobs, leases = JobStore(redis, options), Leases(redis, options)
+    redis = connect(url)                        # one pool per process and role
+    redis = connect(url, cluster=True)          # Redis Cluster: shards spread over masters
+    options = StoreOptions(prefix="rp", lease_ms=30_000, shards=4)
+    jobs, leases = JobStore(redis, options), Leases(redis, options)
+    ...
+    await jobs.aclose()                         # stops the pub/sub task (not the client)
 """
 
 from __future__ import annotations
@@ -16,37 +20,42 @@ from importlib import resources
 from typing import Any, Final
 
 from redis.asyncio import Redis
+from redis.asyncio.cluster import RedisCluster
 from redis.commands.core import AsyncScript
 
 from app.core.envelope import Envelope
-from app.store.keys import Keys
+from app.store.hub import Hub
+from app.store.ids import is_job_id, shard_of
+from app.store.keys import Keys, ShardKeys
 from app.store.records import JobView, job_view
 
-# Wake tokens kept at most; more would only wake workers for nothing.
-WAKE_CAP: Final = 1024
 SCRIPTS: Final = (
     "submit",
     "claim",
-    "heartbeat",
-    "event",
-    "turn",
+    "write",
     "complete",
+    "heartbeat",
     "release",
     "cancel",
     "reap",
-    "queue_stats",
+    "stats",
 )
+CHANNELS: Final = ("work", "done", "events", "cancel")
+
+RedisClient = Redis | RedisCluster
 
 
 @dataclass(frozen=True, slots=True)
 class StoreOptions:
     prefix: str = "rp"
+    shards: int = 1
     lease_ms: int = 30_000
     max_attempts: int = 3
     retention_s: int = 604_800
     idempotency_ttl_s: int = 86_400
-    max_queued: int = 10_000
-    events_maxlen: int = 10_000
+    max_queued: int = 10_000  # per tenant, per shard
+    max_tenant_bytes: int = 0  # per tenant, shard and window (retention); 0: no cap
+    max_job_s: int = 3_600  # how long a job can run at most (its deadline cap)
 
     def __post_init__(self) -> None:
         if (
@@ -58,59 +67,78 @@ class StoreOptions:
             raise ValueError("lease_ms, max_attempts, retention_s, idempotency_ttl_s must be > 0")
 
 
-def connect(url: str, *, max_connections: int = 1_000, socket_timeout_s: float = 30.0) -> Redis:
-    """The one Redis client (and pool) of a process, sized for the store's blocking calls.
+def connect(
+    url: str,
+    *,
+    cluster: bool = False,
+    max_connections: int = 200,
+    socket_timeout_s: float = 30.0,
+) -> RedisClient:
+    """The Redis client (and pool) of one process role. Close it with ``aclose()``.
 
-    Every concurrent ``wait``, ``events`` and ``wait_for_work`` holds a connection while it
-    blocks, so the pool must be larger than redis-py's default of 100. Close it with
-    ``await redis.aclose()`` on shutdown.
+    No call holds a connection while it waits (waits go through one pub/sub subscription),
+    so the pool is sized for concurrent commands, not for waiting clients.
     """
-    return Redis.from_url(
-        url,
-        max_connections=max_connections,
-        socket_timeout=socket_timeout_s,
-        socket_connect_timeout=5.0,
-        socket_keepalive=True,
-        health_check_interval=30,
-    )
+    options: dict[str, Any] = {
+        "socket_timeout": socket_timeout_s,
+        "socket_connect_timeout": 5.0,
+        "socket_keepalive": True,
+        "health_check_interval": 30,
+        "max_connections": max_connections,
+    }
+    if cluster:
+        return RedisCluster.from_url(url, **options)
+    return Redis.from_url(url, **options)
 
 
 class Role:
     """The base of ``JobStore`` (API side) and ``Leases`` (worker side).
 
-    ``redis`` is injected and owned by the caller (who closes it). Blocking calls are cut to
-    80 % of the connections' ``socket_timeout`` (they return early, never time out).
+    ``redis`` is injected and owned by the caller (who closes it); the role owns its pub/sub
+    subscription (``aclose()``).
     """
 
-    def __init__(self, redis: Redis, options: StoreOptions | None = None, **fields: Any) -> None:
+    def __init__(
+        self, redis: RedisClient, options: StoreOptions | None = None, **fields: Any
+    ) -> None:
         self.options = options or StoreOptions(**fields)
         self._redis = redis
-        self.keys = Keys(self.options.prefix)
+        self.keys = Keys(self.options.prefix, shards=self.options.shards)
         self._scripts = {name: redis.register_script(_script_source(name)) for name in SCRIPTS}
         self._queued_result = Envelope.in_progress().model_dump_json()
+        self.channels = {name: self.keys.channel(name) for name in CHANNELS}
+        self.hub = Hub(_pubsub_client(redis), list(self.channels.values()))
 
-    async def _run(self, name: str, keys: Sequence[str], args: Sequence[str | int]) -> Any:
+    async def aclose(self) -> None:
+        await self.hub.close()
+
+    def shard_of(self, job_id: str) -> ShardKeys:
+        return self.keys.shard(shard_of(job_id))
+
+    async def _run(self, name: str, keys: Sequence[str], args: Sequence[str | int | float]) -> Any:
         script: AsyncScript = self._scripts[name]
         return await script(keys=keys, args=args)
 
-    def _block_ms(self, wanted_ms: int) -> int:
-        """``wanted_ms``, cut below the pool's socket timeout so a block never trips it."""
+    async def _read(self, job_ids: Sequence[str]) -> list[JobView | None]:
+        """Each job as stored (one hash each), in one round trip."""
+        valid = [job_id for job_id in job_ids if is_job_id(job_id)]
+        raws: dict[str, Any] = {}
+        if len(valid) == 1:
+            raws[valid[0]] = await self._redis.hgetall(self.shard_of(valid[0]).job(valid[0]))
+        elif valid:
+            async with self._redis.pipeline(transaction=False) as pipe:
+                for job_id in valid:
+                    pipe.hgetall(self.shard_of(job_id).job(job_id))
+                for job_id, raw in zip(valid, await pipe.execute(), strict=True):
+                    raws[job_id] = raw
+        return [job_view(raws[j]) if j in raws else None for j in job_ids]
+
+    def _block_s(self, wanted_s: float) -> float:
+        """``wanted_s``, cut below the pool's socket timeout so a block never trips it."""
         timeout = _socket_timeout(self._redis)
         if timeout:
-            return max(1, min(wanted_ms, int(timeout * 800)))
-        return wanted_ms
-
-    async def _read(self, job_ids: Sequence[str]) -> list[JobView | None]:
-        """Each job with its turns and newest event id, in one atomic round trip."""
-        async with self._redis.pipeline(transaction=True) as pipe:
-            for job_id in job_ids:
-                pipe.hgetall(self.keys.job(job_id))
-                pipe.lrange(self.keys.turns(job_id), 0, -1)
-                pipe.xrevrange(self.keys.events(job_id), count=1)
-            replies = await pipe.execute()
-        return [
-            job_view(replies[i], replies[i + 1], replies[i + 2]) for i in range(0, len(replies), 3)
-        ]
+            return max(0.001, min(wanted_s, timeout * 0.8))
+        return wanted_s
 
 
 @cache
@@ -119,10 +147,26 @@ def _script_source(name: str) -> str:
     return (lua / "common.lua").read_text() + "\n" + (lua / f"{name}.lua").read_text()
 
 
-def _socket_timeout(redis: Redis) -> float | None:
+def _pubsub_client(redis: RedisClient) -> Redis:
+    """A plain client for pub/sub. On a cluster, messages published on any node reach
+    subscribers on every node, so one node's connection hears them all."""
+    if isinstance(redis, RedisCluster):
+        node = redis.get_default_node() or redis.get_nodes()[0]
+        kwargs = dict(getattr(redis, "connection_kwargs", {}))
+        kwargs.pop("max_connections", None)
+        return Redis(host=node.host, port=int(node.port), **_plain(kwargs))
+    return redis
+
+
+def _plain(kwargs: dict[str, Any]) -> dict[str, Any]:
+    allowed = set(inspect.signature(Redis.__init__).parameters) - {"self", "host", "port"}
+    return {k: v for k, v in kwargs.items() if k in allowed}
+
+
+def _socket_timeout(redis: RedisClient) -> float | None:
     """The read timeout of the client's connections (redis-py 8 defaults it to 5 s)."""
     pool = getattr(redis, "connection_pool", None)
-    options = getattr(pool, "connection_kwargs", {})
+    options = getattr(pool, "connection_kwargs", None) or getattr(redis, "connection_kwargs", {})
     if "socket_timeout" in options:
         timeout = options["socket_timeout"]
     else:

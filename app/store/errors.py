@@ -4,7 +4,8 @@ transport failures to ``StoreUnavailable``::
     InvalidInput
     └── IdempotencyConflict   422 invalid-input   same Idempotency-Key, different body
     RepromptError
-    ├── QueueFull             503 queue-full      retry after retry_after_s
+    ├── QueueFull             429 queue-full      the tenant's queue is full; Retry-After
+    ├── TenantQuota           429 quota-exceeded  the tenant stored its bytes' worth; Retry-After
     └── StoreUnavailable      503 store-unavailable  Redis did not answer; retry after 5 s
 """
 
@@ -21,6 +22,7 @@ from app.core.errors import InvalidInput, RepromptError
 
 STORE_UNAVAILABLE = "store-unavailable"
 QUEUE_FULL = "queue-full"
+QUOTA_EXCEEDED = "quota-exceeded"
 
 
 class StoreUnavailable(RepromptError):
@@ -45,15 +47,33 @@ class IdempotencyConflict(InvalidInput):
 
 
 class QueueFull(RepromptError):
-    """The queue holds ``max_queued`` jobs; the client should retry after ``retry_after_s``."""
+    """The tenant has ``max_queued`` jobs waiting; retry after ``retry_after_s``."""
 
     code = QUEUE_FULL
-    status = 503
+    status = 429
     retryable = True
 
     def __init__(self, depth: int, *, retry_after_s: float = 5.0) -> None:
-        super().__init__(f"the job queue is full ({depth} jobs waiting); retry later")
+        super().__init__(
+            f"you have {depth} jobs waiting, the most this service queues for one caller; "
+            "retry when some have started"
+        )
         self.depth = depth
+        self.retry_after_s = retry_after_s
+
+
+class TenantQuota(RepromptError):
+    """The tenant submitted ``cap`` bytes of jobs within the retention window."""
+
+    code = QUOTA_EXCEEDED
+    status = 429
+    retryable = True
+
+    def __init__(self, used: int, cap: int, *, retry_after_s: float = 60.0) -> None:
+        super().__init__(
+            f"your jobs stored here add up to {used} bytes; this service keeps at most {cap} "
+            "per caller within its retention window"
+        )
         self.retry_after_s = retry_after_s
 
 

@@ -18,21 +18,22 @@ _ALPHABET: Final = "0123456789abcdefghjkmnpqrstvwxyz"
 
 
 class _JobIds:
-    """48 bits of ms time, then 80 random bits (ULID-like).
+    """48 bits of ms time, 72 random bits, 8 bits of shard number (ULID-like).
 
     Ids sort by creation time (the list index relies on it) and cannot be guessed. Within one
     millisecond of one process they still increase: the random part grows by a random step
     (up to 2**40) instead of being drawn afresh, so it stays unpredictable.
     """
 
-    _RANDOM_BITS: Final = 80
+    _RANDOM_BITS: Final = 72
+    _SHARD_BITS: Final = 8
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._last_ms = -1
         self._last_random = 0
 
-    def __call__(self, now_ms: int | None = None) -> str:
+    def __call__(self, now_ms: int | None = None, *, shard: int = 0) -> str:
         ms = (int(time.time() * 1000) if now_ms is None else now_ms) & (2**48 - 1)
         with self._lock:
             if ms <= self._last_ms:
@@ -43,7 +44,7 @@ class _JobIds:
             else:
                 random = secrets.randbits(self._RANDOM_BITS)
             self._last_ms, self._last_random = ms, random
-        n = (ms << self._RANDOM_BITS) | random
+        n = (((ms << self._RANDOM_BITS) | random) << self._SHARD_BITS) | (shard & 0xFF)
         chars = []
         for _ in range(26):
             chars.append(_ALPHABET[n & 31])
@@ -56,3 +57,21 @@ new_job_id = _JobIds()
 
 def is_job_id(value: str) -> bool:
     return bool(JOB_ID_PATTERN.match(value))
+
+
+def shard_of(job_id: str) -> int:
+    """The shard number a job id carries (its last 8 bits)."""
+    value = 0
+    for char in job_id[4:]:
+        value = value * 32 + _ALPHABET.index(char)
+    return value & 0xFF
+
+
+def id_floor(ms: int) -> str:
+    """The smallest job id of millisecond ``ms``: ids below it were created before."""
+    n = (ms & (2**48 - 1)) << 80
+    chars = []
+    for _ in range(26):
+        chars.append(_ALPHABET[n & 31])
+        n >>= 5
+    return "job_" + "".join(reversed(chars))

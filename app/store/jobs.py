@@ -3,7 +3,7 @@
 store = JobStore(redis, options)
 job, created = await store.submit(tenant="acme", spec=body, idempotency_key=key)
 job = await store.wait(job.id, tenant="acme", wait_ms=30_000)   # long-poll, no polling
-events = await store.events(job.id, after=last_event_id, block_ms=15_000)
+events = await store.events(job.id, after=None, block_ms=15_000)
 """
 
 from __future__ import annotations
@@ -12,37 +12,34 @@ import asyncio
 import base64
 import binascii
 import hashlib
+import itertools
 import json
 import re
+import time
 from collections.abc import Mapping
 from typing import Any, Final
 
 from redis.exceptions import RedisError
-from redis.typing import KeyT, StreamIdT
 
 from app.core import codes
-from app.core.envelope import TERMINAL, Envelope
+from app.core.envelope import Envelope
 from app.core.errors import InvalidInput
 from app.core.events import JobEnded
-from app.store.connection import WAKE_CAP, Role, dumps
-from app.store.errors import IdempotencyConflict, QueueFull, edge
-from app.store.ids import is_job_id, new_job_id
-from app.store.records import (
-    Event,
-    JobView,
-    event,
-    iso,
-    stream_entries,
-    text,
-)
+from app.store.connection import Role, dumps
+from app.store.errors import IdempotencyConflict, QueueFull, TenantQuota, edge
+from app.store.ids import id_floor, is_job_id, new_job_id
+from app.store.records import Event, JobView, events_of, iso, text
 
 STATUSES: Final[frozenset[str]] = frozenset(
     {"queued", "in_progress", "succeeded", "failed", "cancelled"}
 )
-_STREAM_ID: Final = re.compile(r"^\d{1,20}(-\d{1,20})?$")
+_EVENT_ID: Final = re.compile(r"^\d{1,9}$")
 # With a status filter, ids looked at per call before a (possibly short) page is returned.
 _LIST_SCAN_CAP: Final = 1000
 _MAX_LIST_LIMIT: Final = 1000
+_STATS_TENANTS: Final = 1000
+_EVENTS_POLL_S: Final = 1.0
+_QUEUED_EVENT: Final = '{"name":"job_queued","data":{"status":"queued"}}'
 
 
 def body_digest(spec: Mapping[str, Any], metadata: Mapping[str, str], model: str | None) -> str:
@@ -59,6 +56,8 @@ def body_digest(spec: Mapping[str, Any], metadata: Mapping[str, str], model: str
 class JobStore(Role):
     """Jobs as the API sees them. A job of another tenant does not exist for the caller."""
 
+    _spread = itertools.count()
+
     @edge
     async def submit(
         self,
@@ -69,19 +68,28 @@ class JobStore(Role):
         metadata: dict[str, str] | None = None,
         model: str | None = None,
     ) -> tuple[JobView, bool]:
-        """Queue a job; ``(job, created)``. A replayed Idempotency-Key gives the first job."""
+        """Queue a job; ``(job, created)``. A replayed Idempotency-Key gives the first job.
+
+        Raises ``QueueFull`` when the tenant has ``max_queued`` jobs waiting on the shard,
+        ``TenantQuota`` when it has submitted ``max_tenant_bytes`` within the window.
+        """
         metadata = dict(metadata or {})
-        job_id = new_job_id()
+        options = self.options
+        index = self.keys.shard_for(tenant, idempotency_key, next(self._spread))
+        shard = self.keys.shard(index)
+        job_id = new_job_id(shard=index)
+        spec_json = dumps(spec)
+        now_ms = int(time.time() * 1000)
+        window = now_ms // (options.retention_s * 1000)
         keys = [
-            self.keys.job(job_id),
-            self.keys.queue,
-            self.keys.wake,
-            self.keys.tenant(tenant),
-            self.keys.events(job_id),
+            shard.job(job_id),
+            shard.tenant_queue(tenant),
+            shard.ring,
+            shard.tenant_index(tenant),
+            shard.tenant_bytes(tenant, window),
         ]
         if idempotency_key is not None:
-            keys.append(self.keys.idempotency(tenant, idempotency_key))
-        options = self.options
+            keys.append(shard.idempotency(tenant, idempotency_key))
         reply = await self._run(
             "submit",
             keys,
@@ -89,21 +97,30 @@ class JobStore(Role):
                 job_id,
                 tenant,
                 body_digest(spec, metadata, model),
-                dumps(spec),
+                spec_json,
                 dumps(metadata),
                 model or "",
                 idempotency_key or "",
                 self._queued_result,
                 options.max_queued,
                 options.idempotency_ttl_s,
-                options.events_maxlen,
-                WAKE_CAP,
-                self.keys.job_prefix,
+                len(spec_json.encode()),
+                options.max_tenant_bytes,
+                2 * options.retention_s,
+                self.channels["work"],
+                index,
+                now_ms,
+                shard.job_prefix,
+                _QUEUED_EVENT,
+                options.retention_s + options.max_job_s,
+                id_floor(now_ms - (options.retention_s + options.max_job_s) * 1000),
             ],
         )
         outcome, found = text(reply[0]), text(reply[1])
         if outcome == "full":
             raise QueueFull(int(found))
+        if outcome == "quota":
+            raise TenantQuota(int(found), options.max_tenant_bytes)
         if outcome == "conflict":
             raise IdempotencyConflict()
         if outcome == "existing":
@@ -118,13 +135,12 @@ class JobStore(Role):
                 metadata=metadata,
                 model=model,
             )
-        created_ms = int(reply[2])
         return (
             JobView(
                 id=job_id,
                 tenant=tenant,
                 status="queued",
-                created_at=iso(created_ms),
+                created_at=iso(now_ms),
                 started_at=None,
                 finished_at=None,
                 attempts=0,
@@ -135,7 +151,7 @@ class JobStore(Role):
                 metadata=metadata,
                 model=model,
                 idempotency_key=idempotency_key,
-                last_event_id=text(reply[3]),
+                events=1,
             ),
             True,
         )
@@ -154,80 +170,79 @@ class JobStore(Role):
     async def wait(self, job_id: str, *, tenant: str, wait_ms: int) -> JobView | None:
         """The job once it is terminal, or as it is when ``wait_ms`` has passed.
 
-        Blocks on the job's event stream (``XREAD BLOCK``) from the id read together with
-        the status, so an end that happens in between is never missed and nothing polls.
+        Watches the process's one subscription to job ends (registered before the read, so
+        an end in between is not missed); holds no Redis connection while it waits.
         """
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + max(wait_ms, 0) / 1000
-        peek = await self._peek(job_id)
-        if peek is None or peek[1] != tenant:
+        if not is_job_id(job_id):
             return None
-        status, _, last_id = peek
-        stream = self.keys.events(job_id)
-        # Every terminal transition writes job_end as the stream's last event, so the
-        # events read while waiting say when to stop: no re-read of the job per event.
-        while status not in TERMINAL:
-            remaining_ms = int((deadline - loop.time()) * 1000)
-            if remaining_ms <= 0:
-                break
-            reply = await self._redis.xread(
-                {stream: last_id}, count=100, block=self._block_ms(remaining_ms)
-            )
-            events = [event(entry) for entry in stream_entries(reply)]
-            if events:
-                last_id = events[-1].id
-                if any(e.name == "job_end" for e in events):
-                    break
-        return await self.get(job_id, tenant=tenant)
+        deadline = time.monotonic() + max(wait_ms, 0) / 1000
+        async with self.hub.watch(self.channels["done"], job_id) as watch:
+            while True:
+                view = await self.get(job_id, tenant=tenant)
+                left = deadline - time.monotonic()
+                if view is None or view.terminal or left <= 0:
+                    return view
+                await watch.wait(left)
 
     @edge
     async def events(
         self, job_id: str, *, after: str | None, block_ms: int, count: int = 100
     ) -> list[Event]:
-        """Events after the stream id ``after`` (``None``: from the start), oldest first.
+        """Events after number ``after`` (``None``: from the start), oldest first.
 
-        Blocks up to ``block_ms`` when there is nothing new (``0``: never blocks). The caller
+        Waits up to ``block_ms`` when there is nothing new (``0``: never waits). The caller
         checks the tenant with ``get`` first. A malformed ``after`` is an ``InvalidInput``
         naming ``Last-Event-ID``.
         """
-        if after is not None and not _STREAM_ID.match(after):
-            raise InvalidInput("not an event id (like 1732000000000-0)", field="Last-Event-ID")
+        if after is not None and not _EVENT_ID.match(after):
+            raise InvalidInput("not an event id of this job (like 7)", field="Last-Event-ID")
         if not is_job_id(job_id):
             return []
-        streams: dict[KeyT, StreamIdT] = {self.keys.events(job_id): after or "0-0"}
-        if block_ms > 0:
-            reply = await self._redis.xread(streams, count=count, block=self._block_ms(block_ms))
-        else:
-            reply = await self._redis.xread(streams, count=count)
-        return [event(entry) for entry in stream_entries(reply)]
+        start = int(after or 0)
+        key = self.shard_of(job_id).job(job_id)
+        deadline = time.monotonic() + max(block_ms, 0) / 1000
+        async with (
+            self.hub.watch(self.channels["events"], job_id) as news,
+            self.hub.watch(self.channels["done"], job_id) as ended,
+        ):
+            while True:
+                found = events_of(await self._redis.hget(key, "events"), after=start)[:count]
+                left = deadline - time.monotonic()
+                if found or left <= 0:
+                    return found
+                # Writes that matter publish; the queue's own events (a claim, a requeue)
+                # do not, to keep claims cheap: a stream sees those within a second.
+                slice_s = min(left, _EVENTS_POLL_S)
+                waits = [asyncio.ensure_future(w.wait(slice_s)) for w in (news, ended)]
+                _, pending = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+                for waiting in pending:
+                    waiting.cancel()
+                await asyncio.gather(*pending, return_exceptions=True)
 
     @edge
     async def cancel(self, job_id: str, *, tenant: str) -> JobView | None:
         """Cancel a queued or running job (terminal at once); a finished job stays as it is.
 
-        A running job's token is revoked (its worker's later writes are refused) and its id
-        is published to the workers (``Leases.cancellations``) so the turn loop stops.
+        A running job's claim is revoked (its worker's later writes are refused) and its id
+        is published to the workers so the turn loop stops.
         """
         if not is_job_id(job_id):
             return None
+        shard = self.shard_of(job_id)
         result = Envelope.failure(codes.CANCELLED, "the job was cancelled by the client")
+        ended = JobEnded(status="cancelled", result=result)
         outcome = await self._run(
             "cancel",
-            [
-                self.keys.job(job_id),
-                self.keys.queue,
-                self.keys.leases,
-                self.keys.turns(job_id),
-                self.keys.events(job_id),
-            ],
+            [shard.job(job_id), shard.tenant_queue(tenant), shard.ring, shard.leases],
             [
                 job_id,
                 tenant,
                 result.model_dump_json(),
-                JobEnded(status="cancelled", result=result).model_dump_json(),
+                _event("job_end", ended.model_dump_json()),
                 self.options.retention_s,
-                self.options.events_maxlen,
-                self.keys.cancel_channel,
+                self.channels["done"],
+                self.channels["cancel"],
+                int(time.time() * 1000),
             ],
         )
         if text(outcome) == "missing":
@@ -236,9 +251,15 @@ class JobStore(Role):
 
     @edge
     async def queue_stats(self) -> tuple[int, float]:
-        """``(depth, age in seconds of the oldest queued job)``, in one round trip."""
-        depth, age_ms = await self._run("queue_stats", [self.keys.queue], [self.keys.job_prefix])
-        return int(depth), int(age_ms) / 1000
+        """``(depth, age in seconds of the oldest queued job)`` over every shard."""
+        depth, oldest_ms = 0, 0
+        for shard in self.keys.all_shards():
+            queued, age_ms, _ = await self._run(
+                "stats", [shard.ring], [shard.queue_prefix, shard.job_prefix, _STATS_TENANTS]
+            )
+            depth += int(queued)
+            oldest_ms = max(oldest_ms, int(age_ms))
+        return depth, oldest_ms / 1000
 
     async def ping(self) -> bool:
         try:
@@ -246,17 +267,38 @@ class JobStore(Role):
         except (RedisError, OSError):
             return False
 
-    async def _peek(self, job_id: str) -> tuple[str, str, str] | None:
-        """``(status, tenant, newest event id)``, read atomically."""
-        if not is_job_id(job_id):
-            return None
-        async with self._redis.pipeline(transaction=True) as pipe:
-            pipe.hmget(self.keys.job(job_id), ["status", "tenant"])
-            pipe.xrevrange(self.keys.events(job_id), count=1)
-            (status, tenant), newest = await pipe.execute()
-        if status is None:
-            return None
-        return text(status), text(tenant), text(newest[0][0]) if newest else "0-0"
+    async def _newest(self, tenant: str, below: str | None, count: int) -> list[str]:
+        """Up to ``count`` of the tenant's ids older than ``below``, newest first, all shards.
+
+        Ids sort by creation time, and each shard's index holds them with one score, so a
+        lexicographic range is exactly "older than the cursor".
+        """
+        top = "+" if below is None else "(" + below
+        found: list[str] = []
+        for shard in self.keys.all_shards():
+            raw = await self._redis.zrevrangebylex(shard.tenant_index(tenant), top, "-", 0, count)
+            found.extend(text(job_id) for job_id in raw)
+        return sorted(found, reverse=True)[:count]
+
+    async def _keep(self, ids: list[str], tenant: str, status: str | None) -> set[str]:
+        """The ids still stored (expired ones leave the index) and in ``status``."""
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for job_id in ids:
+                pipe.hmget(self.shard_of(job_id).job(job_id), ["status", "tenant"])
+            replies = await pipe.execute()
+        gone = [job_id for job_id, (found, _) in zip(ids, replies, strict=True) if found is None]
+        for job_id in gone:
+            await self._redis.zrem(self.shard_of(job_id).tenant_index(tenant), job_id)
+        return {
+            job_id
+            for job_id, (found, owner) in zip(ids, replies, strict=True)
+            if found is not None
+            and text(owner) == tenant
+            and (status is None or text(found) == status)
+        }
+
+    async def _views(self, ids: list[str], tenant: str) -> list[JobView]:
+        return [v for v in await self._read(ids) if v is not None and v.tenant == tenant]
 
     # The last method: inside the class body below it, ``list`` would name this method.
     @edge
@@ -271,43 +313,42 @@ class JobStore(Role):
         """A page of the tenant's jobs, newest first, and the cursor of the next page.
 
         ``None`` as the cursor means there is no more. With a status filter a page may hold
-        fewer than ``limit`` jobs and still have a cursor. Ids of expired jobs are dropped
+        fewer than ``limit`` jobs and still have a cursor: the filter reads each job's
+        status only, and whole records only for the page. Ids of expired jobs are dropped
         from the index on the way.
         """
         if status is not None and status not in STATUSES:
             raise InvalidInput(f"status must be one of {sorted(STATUSES)}", field="status")
         if not 1 <= limit <= _MAX_LIST_LIMIT:
             raise InvalidInput(f"limit must be 1..{_MAX_LIST_LIMIT}", field="limit")
-        index = self.keys.tenant(tenant)
-        upper = "+" if cursor is None else "(" + _decode_cursor(cursor)
-        page: list[JobView] = []
-        scanned = 0
+        below = None if cursor is None else _decode_cursor(cursor)
         batch = limit + 1 if status is None else max(2 * limit, 50)
+        page: list[str] = []
+        scanned = 0
         while True:
-            ids = [text(i) for i in await self._redis.zrevrangebylex(index, upper, "-", 0, batch)]
+            ids = await self._newest(tenant, below, batch)
             if not ids:
-                return page, None
-            views = await self._read(ids)
-            gone = [job_id for job_id, view in zip(ids, views, strict=True) if view is None]
-            if gone:
-                await self._redis.zrem(index, *gone)
-            for position, view in enumerate(views):
-                if view is None or view.tenant != tenant:
+                return await self._views(page, tenant), None
+            kept = await self._keep(ids, tenant, status)
+            for position, job_id in enumerate(ids):
+                if job_id not in kept:
                     continue
-                if status is not None and view.status != status:
-                    continue
-                page.append(view)
+                page.append(job_id)
                 if len(page) == limit:
-                    more = position < len(ids) - 1 or bool(
-                        await self._redis.zrevrangebylex(index, "(" + ids[position], "-", 0, 1)
+                    more = position < len(ids) - 1 or bool(await self._newest(tenant, job_id, 1))
+                    return await self._views(page, tenant), (
+                        _encode_cursor(job_id) if more else None
                     )
-                    return page, _encode_cursor(ids[position]) if more else None
             scanned += len(ids)
             if len(ids) < batch:
-                return page, None
+                return await self._views(page, tenant), None
             if scanned >= _LIST_SCAN_CAP:
-                return page, _encode_cursor(ids[-1])
-            upper = "(" + ids[-1]
+                return await self._views(page, tenant), _encode_cursor(ids[-1])
+            below = ids[-1]
+
+
+def _event(name: str, data: str) -> str:
+    return '{"name":' + dumps(name) + ',"data":' + data + "}"
 
 
 def _encode_cursor(job_id: str) -> str:

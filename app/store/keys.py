@@ -1,77 +1,139 @@
-"""Every Redis key reprompt uses, built in this one module under one hash tag.
+"""Every Redis key reprompt uses, built in this one module.
 
-All keys share the hash tag ``{jobs}`` so that on Redis Cluster they live in one slot and
-the Lua scripts that touch several of them stay legal::
+Jobs are spread over ``shards`` (``REPROMPT_SHARDS``, default 1). Each shard's keys share
+one hash tag, so on Redis Cluster a shard lives in one slot and every Lua script, which
+only ever touches one shard, stays legal; different shards land on different slots,
+spread over the slot space so any number of masters shares them::
 
-    keys = Keys("rp")
-    keys.job("job_01j…")         # rp:{jobs}:job:job_01j…      hash: the job record
-    keys.turns("job_01j…")       # rp:{jobs}:turns:job_01j…    list: turn records, in order
-    keys.events("job_01j…")      # rp:{jobs}:events:job_01j…   stream: the job's events
-    keys.queue                   # rp:{jobs}:queue             list: queued ids, front = next
-    keys.leases                  # rp:{jobs}:leases            zset: running id → lease expiry (ms)
-    keys.wake                    # rp:{jobs}:wake              list: tokens that wake idle workers
-    keys.fence                   # rp:{jobs}:fence             counter: fencing tokens
-    keys.tenant("acme")          # rp:{jobs}:tenant:acme       zset (all scores 0): ids by id order
-    keys.idempotency("acme", k)  # rp:{jobs}:idem:acme:<sha256(k)>  string: "<id> <body sha256>"
-    keys.cancel_channel          # rp:{jobs}:cancel            pub/sub: cancelled running ids
+    keys = Keys("rp", shards=4)
+    shard = keys.shard(2)
+    shard.job("job_01j…")          # rp:{s2-…}:job:job_01j…  hash: the whole job
+    shard.tenant_queue("acme")     # rp:{s2-…}:q:acme        list: acme's queued job ids
+    shard.ring                     # rp:{s2-…}:ring          list: tenants with queued jobs
+    shard.leases                   # rp:{s2-…}:leases        zset: running id → lease end (ms)
+    shard.tenant_index("acme")     # rp:{s2-…}:t:acme        zset: acme's ids by created ms
+    shard.tenant_bytes("acme", w)  # rp:{s2-…}:b:acme:<w>    counter: bytes submitted in window w
+    shard.idempotency("acme", k)   # rp:{s2-…}:idem:acme:<sha256(k)>   "<id> <body sha256>"
+    keys.channel("work")           # rp:work                 pub/sub: a job was queued on shard n
 
-Scripts that discover a job id inside Redis (claim, reap, queue stats) cannot receive that
-job's keys up front; they get the prefixes ``job_prefix`` / ``turns_prefix`` /
-``events_prefix`` from here and append the id, so the layout is still defined only here.
+A job id carries its shard's number (``app.store.ids``), so any process finds a job's keys
+from its id alone; the Idempotency-Key picks the shard of the job it creates, so a replay
+lands where the first job is. The shard count may grow, never shrink: ids keep naming
+their shard.
 """
 
 from __future__ import annotations
 
 import hashlib
 import re
+from functools import cache
 from typing import Final
 
+from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
+
 PREFIX_PATTERN: Final = re.compile(r"^[A-Za-z0-9_-]{1,32}$")
-HASH_TAG: Final = "{jobs}"
+MAX_SHARDS: Final = 256
+
+
+@cache
+def shard_tag(index: int) -> str:
+    """The hash tag of shard ``index``: slots of the first n shards spread over the space.
+
+    Shard i aims at slot ``v(i) × 16384`` where v is the van der Corput sequence (0, 1/2,
+    1/4, 3/4, …), so every prefix of the shard list is spread evenly across the masters of
+    any cluster, whatever the shard count.
+    """
+    if not 0 <= index < MAX_SHARDS:
+        raise ValueError(f"shard index must be 0..{MAX_SHARDS - 1}")
+    fraction, denominator, n = 0.0, 1.0, index
+    while n:
+        denominator *= 2
+        fraction += (n % 2) / denominator
+        n //= 2
+    target = int(fraction * REDIS_CLUSTER_HASH_SLOTS)
+    best, best_distance = "", REDIS_CLUSTER_HASH_SLOTS
+    for attempt in range(20_000):
+        tag = f"s{index}-{attempt}"
+        distance = abs(key_slot(tag.encode()) - target)
+        if distance < best_distance:
+            best, best_distance = tag, distance
+            if distance <= 16:
+                break
+    return best
+
+
+class ShardKeys:
+    """The keys of one shard."""
+
+    __slots__ = ("base", "index", "job_prefix", "leases", "ring", "tag")
+
+    def __init__(self, prefix: str, index: int) -> None:
+        self.index = index
+        self.tag = shard_tag(index)
+        self.base = f"{prefix}:{{{self.tag}}}:"
+        self.job_prefix = f"{self.base}job:"
+        self.ring = f"{self.base}ring"
+        self.leases = f"{self.base}leases"
+
+    def job(self, job_id: str) -> str:
+        return self.job_prefix + job_id
+
+    def tenant_queue(self, tenant: str) -> str:
+        return f"{self.base}q:{tenant}"
+
+    @property
+    def queue_prefix(self) -> str:
+        return f"{self.base}q:"
+
+    def tenant_index(self, tenant: str) -> str:
+        return f"{self.base}t:{tenant}"
+
+    def tenant_bytes(self, tenant: str, window: int) -> str:
+        return f"{self.base}b:{tenant}:{window}"
+
+    def idempotency(self, tenant: str, key: str) -> str:
+        # Hashed: the client's key may be long or hold anything; the digest has a fixed shape.
+        return f"{self.base}idem:{tenant}:{idempotency_digest(key)}"
 
 
 class Keys:
     """The key layout for one ``prefix`` (``REPROMPT_KEY_PREFIX``, default ``rp``)."""
 
-    __slots__ = (
-        "base",
-        "cancel_channel",
-        "events_prefix",
-        "fence",
-        "job_prefix",
-        "leases",
-        "queue",
-        "turns_prefix",
-        "wake",
-    )
+    __slots__ = ("prefix", "shards")
 
-    def __init__(self, prefix: str = "rp") -> None:
-        # A brace in the prefix would move the hash tag and split the keys across slots.
+    def __init__(self, prefix: str = "rp", *, shards: int = 1) -> None:
         if not PREFIX_PATTERN.match(prefix):
             raise ValueError(f"key prefix must match {PREFIX_PATTERN.pattern}, got {prefix!r}")
-        self.base = f"{prefix}:{HASH_TAG}:"
-        self.job_prefix = f"{self.base}job:"
-        self.turns_prefix = f"{self.base}turns:"
-        self.events_prefix = f"{self.base}events:"
-        self.queue = f"{self.base}queue"
-        self.leases = f"{self.base}leases"
-        self.wake = f"{self.base}wake"
-        self.fence = f"{self.base}fence"
-        self.cancel_channel = f"{self.base}cancel"
+        if not 1 <= shards <= MAX_SHARDS:
+            raise ValueError(f"shards must be 1..{MAX_SHARDS}")
+        self.prefix = prefix
+        self.shards = shards
 
-    def job(self, job_id: str) -> str:
-        return self.job_prefix + job_id
+    def shard(self, index: int) -> ShardKeys:
+        return _shard_keys(self.prefix, index)
 
-    def turns(self, job_id: str) -> str:
-        return self.turns_prefix + job_id
+    def all_shards(self) -> list[ShardKeys]:
+        return [self.shard(i) for i in range(self.shards)]
 
-    def events(self, job_id: str) -> str:
-        return self.events_prefix + job_id
+    def channel(self, name: str) -> str:
+        """A pub/sub channel: ``work`` (a job was queued: the shard), ``done`` (a job ended:
+        its id), ``events`` (a job has a new event: its id), ``cancel`` (a running job was
+        cancelled: its id)."""
+        return f"{self.prefix}:{name}"
 
-    def tenant(self, tenant: str) -> str:
-        return f"{self.base}tenant:{tenant}"
+    def shard_for(self, tenant: str, idempotency_key: str | None, fallback: int) -> int:
+        """Where a new job goes: the Idempotency-Key's shard (so a replay finds the first
+        job), else ``fallback`` (spread by the caller)."""
+        if idempotency_key is None:
+            return fallback % self.shards
+        digest = hashlib.sha256(f"{tenant}\0{idempotency_key}".encode()).digest()
+        return int.from_bytes(digest[:4], "big") % self.shards
 
-    def idempotency(self, tenant: str, key: str) -> str:
-        # Hashed: the client's key may be long or hold anything; the digest has a fixed shape.
-        digest = hashlib.sha256(key.encode()).hexdigest()
-        return f"{self.base}idem:{tenant}:{digest}"
+
+def idempotency_digest(key: str) -> str:
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+@cache
+def _shard_keys(prefix: str, index: int) -> ShardKeys:
+    return ShardKeys(prefix, index)

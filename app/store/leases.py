@@ -1,189 +1,210 @@
 """The worker's side of the store: claim, heartbeat, fenced writes, commit, release, reap.
 
     leases = Leases(redis, options)
-    claim = await leases.claim("worker-1")            # None: queue empty
-    if claim is None:
+    claims = await leases.claim("worker-1", n=8)      # [] when every shard's queue is empty
+    if not claims:
         await leases.wait_for_work(timeout_s=5)
-    ok = await leases.record_turn(claim.job_id, claim.token, record, progress)
-    ok = await leases.complete(claim.job_id, claim.token, envelope=..., history=...,
-                               transcript=...)
-    # ok is False when the lease was lost (reaped, cancelled): nothing was written
+    ok = await leases.write(claim, turn=record, events=[...], progress=progress)
+    ok = await leases.complete(claim, envelope=..., history=..., transcript=...)
+    # ok is False when the claim is not ours any more (reaped, cancelled): nothing written
 
 Every write checks, in the same script, that the job is ``in_progress`` under the claim's
-fencing token: a paused worker that wakes after its lease was reaped (or the job
-cancelled) writes nothing.
+token (its attempt number): a paused worker that wakes after its lease was reaped (or the
+job cancelled) changes nothing. One exception, on purpose: a turn record is a paid call,
+so it is kept whoever writes it, as long as the job has not ended.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
+import itertools
 import json
+import time
 from collections.abc import AsyncGenerator, Sequence
+from enum import Enum
 from typing import Final
-
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import RedisError
-from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from app.core import codes
 from app.core.conversation import TranscriptEntry
 from app.core.envelope import Envelope, Progress
 from app.core.events import JobEnded
-from app.core.turn import Rejection, TurnRecord
+from app.core.turn import Rejection, Spend, TurnRecord
 from app.core.wire import Wire
-from app.store.connection import WAKE_CAP, Role, dumps
+from app.store.connection import Role, dumps
 from app.store.errors import edge
+from app.store.hub import ANY
 from app.store.ids import is_job_id
-from app.store.records import Claim, JobView, ReapResult, text
+from app.store.records import Claim, JobView, ReapResult, spend, text
 
 _REAP_BATCH: Final = 100
-_PUBSUB_POLL_S: Final = 10.0
+
+
+class Written(Enum):
+    """What a fenced write did."""
+
+    OURS = 1  # written
+    STALE = 0  # not ours any more (lease lost, or cancelled): only a turn record was kept
+    ENDED = -1  # the job had already ended: nothing was written
+
+    def __bool__(self) -> bool:
+        return self is Written.OURS
 
 
 class Leases(Role):
     """Jobs as workers see them: leased, written under a fencing token, committed once."""
 
-    @edge
-    async def claim(self, worker_id: str) -> Claim | None:
-        """Lease the oldest queued job to ``worker_id``; ``None`` when the queue is empty."""
-        reply = await self._run(
-            "claim",
-            [self.keys.queue, self.keys.leases, self.keys.fence],
-            [
-                self.keys.job_prefix,
-                self.keys.events_prefix,
-                worker_id,
-                self.options.lease_ms,
-                self.options.events_maxlen,
-            ],
-        )
-        if not reply:
-            return None
-        job_id, token, attempt, spec, tenant, created_ms, model = list(reply)
-        return Claim(
-            job_id=text(job_id),
-            token=int(token),
-            attempt=int(attempt),
-            spec=json.loads(spec),
-            tenant=text(tenant),
-            created_at_ms=int(created_ms),
-            model=None if model is None else text(model),
-        )
+    _turn = itertools.count()
 
     @edge
-    async def wait_for_work(self, timeout_s: float) -> None:
-        """Sleep until a job is queued or requeued, or ``timeout_s`` passes (BLPOP, no polling)."""
-        block_ms = self._block_ms(int(timeout_s * 1000))
-        if block_ms <= 0:
-            return
-        await self._redis.blpop([self.keys.wake], timeout=block_ms / 1000)
+    async def claim(self, worker_id: str, n: int = 1, *, first: int | None = None) -> list[Claim]:
+        """Lease up to ``n`` queued jobs, taking shards and, within one, tenants in turn.
+
+        ``first`` is the shard to look at first (a wake-up names where work was queued).
+        """
+        shards = self.keys.shards
+        start = next(self._turn) if first is None else first
+        claims: list[Claim] = []
+        for step in range(shards):
+            shard = self.keys.shard((start + step) % shards)
+            reply = await self._run(
+                "claim",
+                [shard.ring, shard.leases],
+                [
+                    shard.job_prefix,
+                    shard.queue_prefix,
+                    worker_id,
+                    self.options.lease_ms,
+                    n - len(claims),
+                ],
+            )
+            for i in range(0, len(reply), 7):
+                job_id, attempt, spec, tenant, created, model, earlier = reply[i : i + 7]
+                claims.append(
+                    Claim(
+                        job_id=text(job_id),
+                        token=int(attempt),
+                        attempt=int(attempt),
+                        spec=json.loads(spec),
+                        tenant=text(tenant),
+                        created_at_ms=int(created),
+                        model=text(model) or None,
+                        earlier=spend(earlier),
+                    )
+                )
+            if len(claims) >= n:
+                break
+        return claims
+
+    async def wait_for_work(self, timeout_s: float) -> int | None:
+        """Wait until a job is queued or requeued (a message on the ``work`` channel), or
+        ``timeout_s`` passes; the shard the work is on, when known."""
+        async with self.hub.watch(self.channels["work"], ANY) as watch:
+            if await watch.wait(timeout_s):
+                shards = [m for m in watch.drain() if m.isdigit()]
+                return int(shards[-1]) if shards else None
+        return None
 
     @edge
     async def heartbeat(self, job_id: str, token: int) -> bool:
         """Extend the lease by ``lease_ms``; ``False``: the lease is lost, stop working."""
+        shard = self.shard_of(job_id)
         reply = await self._run(
             "heartbeat",
-            [self.keys.job(job_id), self.keys.leases],
+            [shard.job(job_id), shard.leases],
             [job_id, token, self.options.lease_ms],
         )
         return bool(int(reply))
 
     @edge
-    async def record_event(
+    async def write(
         self,
-        job_id: str,
-        token: int,
-        name: str,
-        data: Wire,
+        claim: Claim,
         *,
-        progress: Progress | None = None,
-    ) -> bool:
-        """Append an event to the job's stream (trimmed to about ``events_maxlen``), fenced;
-        with ``progress``, the in-progress envelope shows it from now on."""
-        result = "" if progress is None else Envelope.in_progress(progress).model_dump_json()
+        progress: Progress,
+        turn: TurnRecord | None = None,
+        events: Sequence[tuple[str, Wire]] = (),
+    ) -> Written:
+        """Record a turn (paid: kept even if the claim is stale), append events and show
+        ``progress`` in the in-progress envelope (fenced), in one script."""
+        shard = self.shard_of(claim.job_id)
         reply = await self._run(
-            "event",
-            [self.keys.job(job_id), self.keys.events(job_id)],
-            [token, self.options.events_maxlen, name, data.model_dump_json(), result],
-        )
-        return reply is not None
-
-    @edge
-    async def record_turn(
-        self, job_id: str, token: int, turn: TurnRecord, progress: Progress
-    ) -> bool:
-        """Append a turn record and set ``result`` to the in-progress envelope, fenced."""
-        reply = await self._run(
-            "turn",
-            [self.keys.job(job_id), self.keys.turns(job_id)],
+            "write",
+            [shard.job(claim.job_id)],
             [
-                token,
-                turn.model_dump_json(),
+                claim.token,
+                "" if turn is None else turn.model_dump_json(),
+                "" if turn is None else Spend.of(turn).model_dump_json(),
+                ",".join(_event(name, data.model_dump_json()) for name, data in events),
                 Envelope.in_progress(progress).model_dump_json(),
+                self.channels["events"],
+                claim.job_id,
             ],
         )
-        return bool(int(reply))
+        return Written(int(reply))
 
     @edge
     async def complete(
         self,
-        job_id: str,
-        token: int,
+        claim: Claim,
         *,
         envelope: Envelope,
         history: Sequence[Rejection],
         transcript: Sequence[TranscriptEntry],
-    ) -> bool:
-        """Commit the final envelope, fenced; ``False``: stale, nothing was written.
+        turn: TurnRecord | None = None,
+        events: Sequence[tuple[str, Wire]] = (),
+    ) -> Written:
+        """Commit the final envelope (with the last turn and events not yet written), fenced.
 
-        The job's state follows from the envelope (``Envelope.job_status``). Emits
-        ``job_end`` and starts the retention clock on every key.
+        The job's state follows from the envelope (``Envelope.job_status``). Appends
+        ``job_end``, frees the lease, starts the retention clock and tells the waiters.
         """
         status = envelope.job_status
         if status == "in_progress":
             raise ValueError("complete() needs a final envelope")
+        shard = self.shard_of(claim.job_id)
+        ended = JobEnded(status=status, result=envelope).model_dump_json()
+        appended = [_event(name, data.model_dump_json()) for name, data in events]
+        appended.append(_event("job_end", ended))
         reply = await self._run(
             "complete",
+            [shard.job(claim.job_id), shard.leases],
             [
-                self.keys.job(job_id),
-                self.keys.leases,
-                self.keys.turns(job_id),
-                self.keys.events(job_id),
-            ],
-            [
-                job_id,
-                token,
+                claim.job_id,
+                claim.token,
                 status,
                 envelope.model_dump_json(),
                 dumps([h.model_dump(mode="json") for h in history]),
                 dumps([m.model_dump(mode="json") for m in transcript]),
-                JobEnded(status=status, result=envelope).model_dump_json(),
+                "" if turn is None else turn.model_dump_json(),
+                "" if turn is None else Spend.of(turn).model_dump_json(),
+                ",".join(appended),
                 self.options.retention_s,
-                self.options.events_maxlen,
+                self.channels["done"],
+                int(time.time() * 1000),
             ],
         )
-        return bool(int(reply))
+        return Written(int(reply))
 
     @edge
-    async def release(self, job_id: str, token: int) -> bool:
-        """Give a running job back (graceful drain): front of the queue, attempt not counted."""
+    async def release(self, claim: Claim) -> bool:
+        """Give a running job back (graceful drain): front of its tenant's queue, the
+        attempt not counted."""
+        shard = self.shard_of(claim.job_id)
         reply = await self._run(
             "release",
             [
-                self.keys.job(job_id),
-                self.keys.leases,
-                self.keys.queue,
-                self.keys.wake,
-                self.keys.events(job_id),
+                shard.job(claim.job_id),
+                shard.leases,
+                shard.tenant_queue(claim.tenant),
+                shard.ring,
             ],
-            [job_id, token, self._queued_result, self.options.events_maxlen, WAKE_CAP],
+            [claim.job_id, claim.token, self._queued_result, self.channels["work"], shard.index],
         )
         return bool(int(reply))
 
     @edge
     async def reap(self, now_ms: int | None = None) -> ReapResult:
-        """Requeue (front, attempt counted) or fail (``worker-lost``) jobs whose lease expired.
+        """Requeue (front, attempt counted) or fail (``worker-lost``) jobs whose lease expired,
+        on every shard.
 
         ``now_ms`` overrides the server clock for the expiry test only (tests). Each batch is
         one script, so any number of workers may reap at the same time.
@@ -194,31 +215,34 @@ class Leases(Role):
             f"the worker running this job was lost {options.max_attempts} times "
             "(its lease expired each time); the job is not tried again",
         )
+        failed_event = _event("job_end", JobEnded(status="failed", result=result).model_dump_json())
         requeued: list[str] = []
         failed: list[str] = []
-        while True:
-            again, dead, scanned = await self._run(
-                "reap",
-                [self.keys.leases, self.keys.queue, self.keys.wake],
-                [
-                    "" if now_ms is None else now_ms,
-                    options.max_attempts,
-                    self.keys.job_prefix,
-                    self.keys.turns_prefix,
-                    self.keys.events_prefix,
-                    result.model_dump_json(),
-                    JobEnded(status="failed", result=result).model_dump_json(),
-                    options.retention_s,
-                    options.events_maxlen,
-                    self._queued_result,
-                    _REAP_BATCH,
-                    WAKE_CAP,
-                ],
-            )
-            requeued.extend(text(i) for i in again)
-            failed.extend(text(i) for i in dead)
-            if int(scanned) < _REAP_BATCH:
-                return ReapResult(requeued=requeued, failed=failed)
+        for shard in self.keys.all_shards():
+            while True:
+                again, dead, scanned = await self._run(
+                    "reap",
+                    [shard.leases, shard.ring],
+                    [
+                        "" if now_ms is None else now_ms,
+                        options.max_attempts,
+                        shard.job_prefix,
+                        shard.queue_prefix,
+                        result.model_dump_json(),
+                        failed_event,
+                        options.retention_s,
+                        self._queued_result,
+                        _REAP_BATCH,
+                        self.channels["done"],
+                        self.channels["work"],
+                        shard.index,
+                    ],
+                )
+                requeued.extend(text(i) for i in again)
+                failed.extend(text(i) for i in dead)
+                if int(scanned) < _REAP_BATCH:
+                    break
+        return ReapResult(requeued=requeued, failed=failed)
 
     @edge
     async def result_of(self, job_id: str) -> JobView | None:
@@ -231,26 +255,16 @@ class Leases(Role):
     async def cancellations(self) -> AsyncGenerator[str, None]:
         """Ids of running jobs as they are cancelled (pub/sub), for workers; runs forever.
 
-        An async generator: close it (``contextlib.aclosing``) to unsubscribe. Pub/sub is the
-        fast path only: an id published while this subscriber reconnects is missed, and the
-        worker then learns of the cancel from its next fenced write (which returns False).
+        Pub/sub is the fast path only: an id published while the subscription reconnects is
+        missed, and the worker then learns of the cancel from its next fenced write.
         """
-        backoff = 0.1
-        while True:
-            pubsub = self._redis.pubsub(ignore_subscribe_messages=True)
-            try:
-                await pubsub.subscribe(self.keys.cancel_channel)
-                backoff = 0.1
-                while True:
-                    # A bounded wait lets redis-py run its health check on an idle connection.
-                    message = await pubsub.get_message(
-                        ignore_subscribe_messages=True, timeout=_PUBSUB_POLL_S
-                    )
-                    if message is not None and message.get("type") == "message":
-                        yield text(message["data"])
-            except (RedisConnectionError, RedisTimeoutError, OSError):
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, 5.0)
-            finally:
-                with contextlib.suppress(RedisError, OSError):
-                    await pubsub.aclose()  # type: ignore[no-untyped-call]  # untyped in redis-py
+        async with self.hub.watch(self.channels["cancel"], ANY) as watch:
+            while True:
+                await watch.wait(3600)
+                for job_id in watch.drain():
+                    if job_id:
+                        yield job_id
+
+
+def _event(name: str, data: str) -> str:
+    return '{"name":' + dumps(name) + ',"data":' + data + "}"

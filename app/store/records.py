@@ -1,5 +1,7 @@
 """What the store hands out, typed: a job as stored, an event, a claim, a reap's result.
 
+A job is one Redis hash: its spec, state, result, and its turns and events as JSON arrays.
+
 Records are kept in Redis as the JSON of their ``app.core`` models (the wire format), and
 read back into those models here, so nothing above the store handles raw dicts.
 """
@@ -7,14 +9,17 @@ read back into those models here, so nothing above the store handles raw dicts.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, cast
+from typing import Any, Final, cast
+
+from pydantic import TypeAdapter
 
 from app.core.conversation import TranscriptEntry
 from app.core.envelope import TERMINAL, Envelope, JobStatus
-from app.core.turn import Rejection, TurnRecord
+from app.core.turn import Rejection, Spend, TurnRecord
+from app.store.ids import shard_of
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,7 +40,7 @@ class JobView:
     metadata: dict[str, str]
     model: str | None
     idempotency_key: str | None
-    last_event_id: str
+    events: int  # how many events the job has (the id of the newest)
 
     @property
     def terminal(self) -> bool:
@@ -44,7 +49,7 @@ class JobView:
 
 @dataclass(frozen=True, slots=True)
 class Event:
-    """One entry of a job's event stream: ``id`` is the stream id (SSE ``id:``), ``data``
+    """One of a job's events: ``id`` is its number (1 = the first; SSE ``id:``), ``data``
     the event's JSON text as written (passed on to clients without re-encoding)."""
 
     id: str
@@ -57,7 +62,10 @@ class Event:
 
 @dataclass(frozen=True, slots=True)
 class Claim:
-    """A leased job: write with ``token``; ``attempt`` counts claims (1 = first)."""
+    """A leased job: write with ``token``; ``attempt`` counts claims (1 = first).
+
+    ``earlier`` is what the calls of earlier attempts (workers that were lost) spent.
+    """
 
     job_id: str
     token: int
@@ -66,6 +74,11 @@ class Claim:
     tenant: str
     created_at_ms: int
     model: str | None = None  # as given to ``submit``
+    earlier: Spend | None = None
+
+    @property
+    def shard(self) -> int:
+        return shard_of(self.job_id)
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,12 +96,8 @@ def iso(ms: int) -> str:
     return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{ms % 1000:03d}Z"
 
 
-def newest_id(entries: Sequence[Any]) -> str:
-    return text(entries[0][0]) if entries else "0-0"
-
-
-def job_view(raw: Mapping[Any, Any], turns: Sequence[Any], newest: Sequence[Any]) -> JobView | None:
-    """A job from its hash, its turn list and its newest stream entry; None if it is gone."""
+def job_view(raw: Mapping[Any, Any]) -> JobView | None:
+    """A job from its hash; None if it is gone."""
     if not raw:
         return None
     fields = {text(k): text(v) for k, v in raw.items()}
@@ -106,38 +115,42 @@ def job_view(raw: Mapping[Any, Any], turns: Sequence[Any], newest: Sequence[Any]
         finished_at=moment("finished_ms"),
         attempts=int(fields.get("attempts", "0")),
         result=Envelope.model_validate_json(fields["result"]),
-        turns=tuple(TurnRecord.model_validate_json(turn) for turn in turns),
-        history=tuple(Rejection.model_validate(h) for h in json.loads(fields.get("history", "[]"))),
-        transcript=tuple(
-            TranscriptEntry.model_validate(m) for m in json.loads(fields.get("transcript", "[]"))
-        ),
+        turns=_TURNS.validate_json(fields.get("turns") or "[]"),
+        history=_HISTORY.validate_json(fields.get("history") or "[]"),
+        transcript=_TRANSCRIPT.validate_json(fields.get("transcript") or "[]"),
         metadata=json.loads(fields.get("metadata", "{}")),
         model=fields.get("model"),
         idempotency_key=fields.get("idem"),
-        last_event_id=newest_id(newest),
+        events=_count(fields.get("events")),
     )
 
 
-def stream_entries(reply: Any) -> list[Any]:
-    """The entries of a one-stream XREAD reply, in RESP2 or RESP3 shape."""
-    if not reply:
+def events_of(raw: str | bytes | None, *, after: int) -> list[Event]:
+    """The events of a job's ``events`` field after number ``after``, oldest first."""
+    if not raw:
         return []
-    per_stream = list(reply.values()) if isinstance(reply, dict) else [item[1] for item in reply]
-    entries: list[Any] = []
-    for stream in per_stream:
-        # redis-py's RESP3 parsing wraps the entry list in one more list.
-        if (
-            stream
-            and isinstance(stream[0], list)
-            and stream[0]
-            and isinstance(stream[0][0], list | tuple)
-        ):
-            stream = stream[0]
-        entries.extend(stream)
-    return entries
+    entries = json.loads(raw)
+    return [
+        Event(id=str(number), name=entry["name"], data=_dumps(entry["data"]))
+        for number, entry in enumerate(entries, start=1)
+        if number > after
+    ]
 
 
-def event(entry: Sequence[Any]) -> Event:
-    event_id, raw = entry[0], entry[1]
-    fields = {text(k): text(v) for k, v in raw.items()}
-    return Event(id=text(event_id), name=fields["name"], data=fields["data"])
+def spend(raw: str | bytes | None) -> Spend | None:
+    return None if not raw else Spend.model_validate_json(raw)
+
+
+def _count(raw: str | None) -> int:
+    # Events are JSON objects in an array; counting their tops without parsing is not worth
+    # the risk: parse (a job has tens of events, not thousands).
+    return 0 if not raw else len(json.loads(raw))
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+_TURNS: Final = TypeAdapter(tuple[TurnRecord, ...])
+_HISTORY: Final = TypeAdapter(tuple[Rejection, ...])
+_TRANSCRIPT: Final = TypeAdapter(tuple[TranscriptEntry, ...])

@@ -256,12 +256,12 @@ def test_idempotency_keys_are_scoped_to_the_tenant(alice: httpx.Client, bob: htt
     finished(bob, second.json()["id"])
 
 
-def test_a_full_queue_answers_503_with_retry_after(start_api: StartApi) -> None:
+def test_a_tenant_with_a_full_queue_gets_429_with_retry_after(start_api: StartApi) -> None:
     url = start_api(max_queued=2)
     with httpx.Client(base_url=url, timeout=30) as http:
         for i in range(2):
             assert http.post("/v1/jobs", json=scripted(f"Fill {i}", ["ok"])).status_code == 202
         response = http.post("/v1/jobs", json=scripted("One too many", ["ok"]))
-    body = assert_problem(response, 503, "queue-full")
+    body = assert_problem(response, 429, "queue-full")
     assert int(response.headers["retry-after"]) >= 1
-    assert "full" in body["detail"]
+    assert "2 jobs waiting" in body["detail"]

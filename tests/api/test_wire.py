@@ -96,7 +96,7 @@ def test_a_stored_record_goes_through_the_response_model_unchanged() -> None:
         metadata={"k": "v"},
         model=None,
         idempotency_key=None,
-        last_event_id="0-0",
+        events=3,
     )
     body = json.loads(Job.of(view).model_dump_json())
     conforms(body, "Job")

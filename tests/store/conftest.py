@@ -10,7 +10,6 @@ import pytest
 from redis.asyncio import Redis
 
 from app.redis_server import EmbeddedRedis
-from app.store import connect
 from tests.both import Store
 
 StoreFactory = Callable[..., Store]
@@ -24,7 +23,7 @@ def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedR
 
 @pytest.fixture
 async def redis(redis_server: EmbeddedRedis) -> AsyncIterator[Redis]:
-    client = connect(redis_server.url)
+    client = Redis.from_url(redis_server.url, max_connections=1000)
     yield client
     await client.aclose()
 
@@ -36,11 +35,16 @@ def prefix() -> str:
 
 
 @pytest.fixture
-def make_store(redis: Redis, prefix: str) -> StoreFactory:
-    def make(**options: Any) -> Store:
-        return Store(redis, prefix=prefix, **options)
+async def make_store(redis: Redis, prefix: str) -> AsyncIterator[StoreFactory]:
+    made: list[Store] = []
 
-    return make
+    def make(**options: Any) -> Store:
+        made.append(Store(redis, prefix=prefix, **options))
+        return made[-1]
+
+    yield make
+    for store in made:
+        await store.aclose()  # its pub/sub subscription
 
 
 @pytest.fixture

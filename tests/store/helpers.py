@@ -7,7 +7,7 @@ from typing import Any
 
 from redis.asyncio import Redis
 
-from app.core.envelope import Envelope
+from app.core.envelope import Envelope, Progress
 from app.core.turn import TokenUsage, TurnRecord
 from app.store import Claim, Event, JobView
 from tests.both import Store
@@ -65,8 +65,28 @@ async def submit(store: Store, tenant: str = "acme", **spec: Any) -> JobView:
 
 async def claim(store: Store, worker: str = "w1") -> Claim:
     got = await store.claim(worker)
-    assert got is not None
-    return got
+    assert len(got) == 1
+    return got[0]
+
+
+def leases_key(store: Store, job_id: str) -> str:
+    return store.shard_of(job_id).leases
+
+
+def queue_key(store: Store, job_id: str, tenant: str = "acme") -> str:
+    return store.shard_of(job_id).tenant_queue(tenant)
+
+
+async def complete(store: Store, lease: Claim, envelope: Envelope = SUCCESS) -> bool:
+    return bool(await store.complete(lease, envelope=envelope, history=(), transcript=()))
+
+
+async def record(store: Store, lease: Claim, index: int = 1, **fields: Any) -> bool:
+    """A turn record written under ``lease`` (kept even when stale); True if it was ours."""
+    written = await store.write(
+        lease, progress=Progress(phase="turn-done", turn=index), turn=turn(index, **fields)
+    )
+    return bool(written)
 
 
 async def names(store: Store, job_id: str) -> list[str]:

@@ -8,7 +8,18 @@ from redis.asyncio import Redis
 from app.core import codes
 from app.core.envelope import Progress
 from tests.both import Store
-from tests.store.helpers import SUCCESS, all_events, claim, names, submit, subscribed, turn
+from tests.store.helpers import (
+    all_events,
+    claim,
+    complete,
+    leases_key,
+    names,
+    queue_key,
+    record,
+    submit,
+    subscribed,
+    turn,
+)
 
 
 async def first_cancellation(store: Store) -> str:
@@ -29,7 +40,7 @@ async def test_cancelling_a_queued_job_removes_it_from_the_queue(store: Store) -
     assert cancelled.result.status == "error"
     assert cancelled.result.error == codes.CANCELLED
     assert await store.queue_stats() == (0, 0.0)
-    assert await store.claim("w1") is None
+    assert await store.claim("w1") == []
     end = (await all_events(store, job.id))[-1]
     assert (end.name, end.decoded()) == (
         "job_end",
@@ -43,21 +54,19 @@ async def test_cancelling_a_running_job_ends_it_at_once_and_refuses_the_workers_
     job = await submit(store)
     lease = await claim(store)
     listener = asyncio.create_task(first_cancellation(store))
-    await subscribed(redis, store.keys.cancel_channel)
+    await subscribed(redis, store.channels["cancel"])
 
     cancelled = await store.cancel(job.id, tenant="acme")
 
     assert cancelled is not None
     assert cancelled.status == "cancelled"
     assert await asyncio.wait_for(listener, timeout=5) == job.id
-    assert await redis.zscore(store.keys.leases, job.id) is None
+    assert await redis.zscore(leases_key(store, job.id), job.id) is None
     assert not await store.heartbeat(job.id, lease.token)
-    assert not await store.record_turn(job.id, lease.token, turn(1), Progress())
-    assert not await store.record_event(job.id, lease.token, "turn_start", turn(1))
-    assert not await store.complete(
-        job.id, lease.token, envelope=SUCCESS, history=[], transcript=[]
-    )
-    assert not await store.release(job.id, lease.token)
+    assert not await record(store, lease)
+    assert not await store.write(lease, progress=Progress(), events=[("turn_start", turn(1))])
+    assert not await complete(store, lease)
+    assert not await store.release(lease)
     assert await store.get(job.id, tenant="acme") == cancelled
     assert (await names(store, job.id))[-1] == "job_end"
 
@@ -65,7 +74,7 @@ async def test_cancelling_a_running_job_ends_it_at_once_and_refuses_the_workers_
 async def test_cancelling_a_finished_job_changes_nothing(store: Store) -> None:
     job = await submit(store)
     lease = await claim(store)
-    await store.complete(job.id, lease.token, envelope=SUCCESS, history=[], transcript=[])
+    await complete(store, lease)
     done = await store.get(job.id, tenant="acme")
 
     assert await store.cancel(job.id, tenant="acme") == done
@@ -91,4 +100,4 @@ async def test_a_cancelled_job_is_not_requeued_by_the_reaper(redis: Redis, store
 
     assert reaped.requeued == []
     assert reaped.failed == []
-    assert await redis.llen(store.keys.queue) == 0
+    assert await redis.llen(queue_key(store, job.id)) == 0

@@ -1,37 +1,54 @@
 from __future__ import annotations
 
+import itertools
+
 import pytest
 from redis.crc import key_slot
 
-from app.store import new_job_id
-from app.store.keys import Keys
+from app.store import new_job_id, shard_of
+from app.store.keys import Keys, shard_tag
 
 
-def test_every_key_hashes_to_one_cluster_slot() -> None:
-    keys = Keys("rp")
-    job_id = new_job_id()
-    every = [
-        keys.job(job_id),
-        keys.turns(job_id),
-        keys.events(job_id),
-        keys.queue,
-        keys.leases,
-        keys.wake,
-        keys.fence,
-        keys.tenant("acme"),
-        keys.tenant("{odd}"),
-        keys.idempotency("acme", "order-1"),
-    ]
+def test_every_key_of_a_shard_hashes_to_one_cluster_slot() -> None:
+    keys = Keys("rp", shards=4)
+    for index in range(4):
+        shard = keys.shard(index)
+        job_id = new_job_id(shard=index)
+        every = [
+            shard.job(job_id),
+            shard.tenant_queue("acme"),
+            shard.tenant_queue("{odd}"),
+            shard.ring,
+            shard.leases,
+            shard.tenant_index("acme"),
+            shard.tenant_bytes("acme", 7),
+            shard.idempotency("acme", "order-1"),
+        ]
+        assert len({key_slot(key.encode()) for key in every}) == 1
+        assert shard_of(job_id) == index
 
-    assert len({key_slot(key.encode()) for key in every}) == 1
-    assert all(key.startswith("rp:{jobs}:") for key in every)
+
+def test_shards_spread_over_the_slot_space_whatever_their_number() -> None:
+    for count in range(2, 33):
+        slots = sorted(key_slot(shard_tag(i).encode()) for i in range(count))
+        ring = [*slots, slots[0] + 16384]
+        gaps = [after - before for before, after in itertools.pairwise(ring)]
+        # No gap wider than twice the even share: with at least twice as many shards as
+        # masters, every master's slot range holds a shard.
+        assert max(gaps) <= 2 * 16384 / count + 64, (count, slots)
 
 
 def test_idempotency_keys_hold_a_digest_not_the_clients_key() -> None:
-    key = Keys("rp").idempotency("acme", "secret order id")
+    key = Keys("rp").shard(0).idempotency("acme", "secret order id")
 
     assert "secret" not in key
     assert len(key.rsplit(":", 1)[1]) == 64
+
+
+def test_an_idempotency_key_always_picks_the_same_shard() -> None:
+    keys = Keys("rp", shards=8)
+    picks = {keys.shard_for("acme", "order-1", fallback) for fallback in range(20)}
+    assert len(picks) == 1
 
 
 @pytest.mark.parametrize("prefix", ["", "a{b}", "x:y", "a" * 33])

@@ -12,11 +12,22 @@ from app.core import codes
 from app.core.conversation import TranscriptEntry
 from app.core.envelope import Envelope, Progress
 from app.core.turn import Rejection
+from app.store import QueueFull, TenantQuota, shard_of
 from tests.both import Store
 from tests.store.conftest import StoreFactory
-from tests.store.helpers import SUCCESS, after_lease, all_events, claim, names, submit, turn
-
-PROGRESS = Progress(phase="turn-done", turn=1)
+from tests.store.helpers import (
+    SPEC,
+    after_lease,
+    all_events,
+    claim,
+    complete,
+    leases_key,
+    names,
+    queue_key,
+    record,
+    submit,
+    turn,
+)
 
 
 async def test_claim_takes_jobs_in_submission_order(store: Store) -> None:
@@ -25,7 +36,7 @@ async def test_claim_takes_jobs_in_submission_order(store: Store) -> None:
     claimed = [(await claim(store)).job_id for _ in jobs]
 
     assert claimed == [job.id for job in jobs]
-    assert await store.claim("w1") is None
+    assert await store.claim("w1") == []
 
 
 async def test_claim_leases_the_job_to_its_worker(redis: Redis, store: Store) -> None:
@@ -40,7 +51,7 @@ async def test_claim_leases_the_job_to_its_worker(redis: Redis, store: Store) ->
     assert view.status == "in_progress"
     assert view.attempts == 1
     assert view.started_at is not None
-    assert await redis.zscore(store.keys.leases, job.id) is not None
+    assert await redis.zscore(leases_key(store, job.id), job.id) is not None
     assert await names(store, job.id) == ["job_queued", "job_start"]
     assert (await store.queue_stats())[0] == 0
 
@@ -50,21 +61,21 @@ async def test_concurrent_claimers_get_each_job_exactly_once(store: Store) -> No
 
     claims = await asyncio.gather(*(store.claim(f"w{i}") for i in range(120)))
 
-    got = [c for c in claims if c is not None]
+    got = [c for batch in claims for c in batch]
     assert sorted(c.job_id for c in got) == sorted(jobs)
-    assert len({c.token for c in got}) == 40
+    assert {c.token for c in got} == {1}  # a token is per job: the claim's attempt
 
 
 async def test_heartbeat_extends_the_lease(redis: Redis, make_store: StoreFactory) -> None:
     store = make_store(lease_ms=2000)
     job = await submit(store)
     lease = await claim(store)
-    before = await redis.zscore(store.keys.leases, job.id)
+    before = await redis.zscore(leases_key(store, job.id), job.id)
     await asyncio.sleep(0.05)
 
     assert await store.heartbeat(job.id, lease.token)
 
-    after = await redis.zscore(store.keys.leases, job.id)
+    after = await redis.zscore(leases_key(store, job.id), job.id)
     assert before is not None
     assert after is not None
     assert after > before
@@ -101,7 +112,7 @@ async def test_reaper_requeues_an_expired_lease_at_the_front_counting_the_attemp
     view = await store.get(lost.id, tenant="acme")
     assert view is not None
     assert (view.status, view.attempts) == ("queued", 1)
-    assert await redis.zscore(store.keys.leases, lost.id) is None
+    assert await redis.zscore(leases_key(store, lost.id), lost.id) is None
     again = await claim(store)
     assert (again.job_id, again.attempt) == (lost.id, 2)
     assert again.token > first.token
@@ -154,7 +165,7 @@ async def test_concurrent_reapers_requeue_each_expired_job_once(redis: Redis, st
     requeued = [job_id for result in results for job_id in result.requeued]
     assert sorted(requeued) == sorted(job.id for job in jobs)
     assert (await store.queue_stats())[0] == 30
-    assert await redis.llen(store.keys.queue) == 30
+    assert await redis.llen(queue_key(store, jobs[0].id)) == 30
 
 
 async def test_a_zombie_worker_cannot_write_after_its_job_was_reaped_and_reclaimed(
@@ -162,30 +173,32 @@ async def test_a_zombie_worker_cannot_write_after_its_job_was_reaped_and_reclaim
 ) -> None:
     job = await submit(store)
     zombie = await claim(store, "zombie")
-    assert await store.record_turn(job.id, zombie.token, turn(1, model="zombie"), PROGRESS)
+    assert await record(store, zombie, 1, model="zombie")
     await store.reap(now_ms=await after_lease(redis, store))
     owner = await claim(store, "owner")
-    assert await store.record_turn(job.id, owner.token, turn(1, model="owner"), PROGRESS)
+    assert await record(store, owner, 1, model="owner")
     before = await store.get(job.id, tenant="acme")
     events_before = await all_events(store, job.id)
 
     refused = [
         await store.heartbeat(job.id, zombie.token),
-        await store.record_turn(job.id, zombie.token, turn(2, model="zombie"), PROGRESS),
-        await store.record_event(job.id, zombie.token, "turn_end", turn(2)),
-        await store.release(job.id, zombie.token),
-        await store.complete(job.id, zombie.token, envelope=SUCCESS, history=[], transcript=[]),
+        await store.write(zombie, progress=Progress(), events=[("turn_end", turn(2))]),
+        await store.release(zombie),
+        await complete(store, zombie),
     ]
 
-    assert refused == [False] * 5
+    assert [bool(r) for r in refused] == [False] * 4
     assert await store.get(job.id, tenant="acme") == before
     assert await all_events(store, job.id) == events_before
+    # The zombie's last call was paid for: its record is kept, nothing else it says.
+    assert not await record(store, zombie, 2, model="zombie")
+    kept = await store.get(job.id, tenant="acme")
+    assert kept is not None
+    assert [t.model for t in kept.turns] == ["zombie", "owner", "zombie"]
+    assert kept.result == before.result if before is not None else False
     assert await store.heartbeat(job.id, owner.token)
-    done = Envelope.success({"by": "owner"})
-    assert await store.complete(job.id, owner.token, envelope=done, history=[], transcript=[])
-    assert not await store.complete(
-        job.id, zombie.token, envelope=SUCCESS, history=[], transcript=[]
-    )
+    assert await complete(store, owner, Envelope.success({"by": "owner"}))
+    assert not await complete(store, zombie)
     view = await store.get(job.id, tenant="acme")
     assert view is not None
     assert view.result.data == {"by": "owner"}
@@ -200,14 +213,8 @@ async def test_exactly_one_of_racing_completes_commits(redis: Redis, store: Stor
 
     committed = await asyncio.gather(
         *(
-            store.complete(
-                job.id,
-                token,
-                envelope=Envelope.success({"token": token}),
-                history=[],
-                transcript=[],
-            )
-            for token in [old.token, new.token] * 5
+            complete(store, lease, Envelope.success({"token": lease.token}))
+            for lease in [old, new] * 5
         )
     )
 
@@ -235,9 +242,7 @@ async def test_complete_records_the_final_envelope_and_frees_the_lease(
     )
     transcript = (TranscriptEntry(role="user", content="hi"),)
 
-    assert await store.complete(
-        job.id, lease.token, envelope=failure, history=history, transcript=transcript
-    )
+    assert await store.complete(lease, envelope=failure, history=history, transcript=transcript)
 
     view = await store.get(job.id, tenant="acme")
     assert view is not None
@@ -248,7 +253,7 @@ async def test_complete_records_the_final_envelope_and_frees_the_lease(
         transcript,
     )
     assert view.finished_at is not None
-    assert await redis.zscore(store.keys.leases, job.id) is None
+    assert await redis.zscore(leases_key(store, job.id), job.id) is None
     end = (await all_events(store, job.id))[-1]
     assert (end.name, end.decoded()) == (
         "job_end",
@@ -257,17 +262,11 @@ async def test_complete_records_the_final_envelope_and_frees_the_lease(
 
 
 async def test_complete_needs_a_final_envelope(store: Store) -> None:
-    job = await submit(store)
+    await submit(store)
     lease = await claim(store)
 
     with pytest.raises(ValueError, match="final envelope"):
-        await store.complete(
-            job.id,
-            lease.token,
-            envelope=Envelope.in_progress(),
-            history=[],
-            transcript=[],
-        )
+        await complete(store, lease, Envelope.in_progress())
 
 
 async def test_record_turn_appends_turns_and_shows_progress(store: Store) -> None:
@@ -275,9 +274,7 @@ async def test_record_turn_appends_turns_and_shows_progress(store: Store) -> Non
     lease = await claim(store)
 
     for index in range(1, 4):
-        assert await store.record_turn(
-            job.id, lease.token, turn(index), Progress(phase="turn-done", turn=index)
-        )
+        assert await record(store, lease, index)
 
     view = await store.get(job.id, tenant="acme")
     assert view is not None
@@ -296,12 +293,12 @@ async def test_release_puts_the_job_back_at_the_front_without_counting_the_attem
     behind = await submit(store, task="behind")
     lease = await claim(store)
 
-    assert await store.release(held.id, lease.token)
+    assert await store.release(lease)
 
     view = await store.get(held.id, tenant="acme")
     assert view is not None
     assert (view.status, view.attempts) == ("queued", 0)
-    assert await redis.zscore(store.keys.leases, held.id) is None
+    assert await redis.zscore(leases_key(store, held.id), held.id) is None
     assert not await store.heartbeat(held.id, lease.token)
     again = await claim(store)
     assert (again.job_id, again.attempt) == (held.id, 1)
@@ -327,8 +324,6 @@ async def test_wait_for_work_wakes_on_submit(store: Store) -> None:
 async def test_wait_for_work_wakes_on_requeue(redis: Redis, store: Store) -> None:
     await submit(store)
     await claim(store)
-    while await redis.lpop(store.keys.wake):  # tokens left by the submit
-        pass
     waiter = asyncio.ensure_future(store.wait_for_work(timeout_s=10))
     await asyncio.sleep(0.1)
 
@@ -355,3 +350,105 @@ async def test_queue_stats_reports_depth_and_the_oldest_jobs_age(store: Store) -
 
     assert depth == 2
     assert 0.2 <= age < 5
+
+
+# -- fairness, batches, caps, accounting ---------------------------------------------------
+
+
+async def test_claims_take_tenants_in_turn_so_a_backlog_does_not_starve_others(
+    store: Store,
+) -> None:
+    flood = [await submit(store, tenant="flood", task=f"f{i}") for i in range(20)]
+    await submit(store, tenant="quiet", task="q")
+
+    first = [(await claim(store)).tenant for _ in range(4)]
+
+    # The quiet tenant's one job is the second claimed, not the 21st.
+    assert first == ["flood", "quiet", "flood", "flood"]
+    assert len(flood) == 20
+
+
+async def test_a_batch_claim_leases_several_jobs_in_one_call(store: Store) -> None:
+    jobs = [await submit(store, tenant=t) for t in ("a", "b", "a", "c")]
+
+    batch = await store.claim("w1", n=3)
+
+    assert len(batch) == 3
+    assert [c.tenant for c in batch] == ["a", "b", "c"]  # round robin inside the batch too
+    assert {c.job_id for c in batch} <= {j.id for j in jobs}
+    assert len(await store.claim("w1", n=10)) == 1
+
+
+async def test_a_tenant_over_its_queued_jobs_gets_queue_full_others_do_not(
+    make_store: StoreFactory,
+) -> None:
+    store = make_store(max_queued=3)
+    for _ in range(3):
+        await submit(store, tenant="flood")
+
+    with pytest.raises(QueueFull) as full:
+        await store.submit(tenant="flood", spec=SPEC)
+
+    assert full.value.status == 429
+    assert full.value.retry_after_s
+    await submit(store, tenant="quiet")  # another tenant is not affected
+    await claim(store)
+    await submit(store, tenant="flood")  # a claim made room
+
+
+async def test_a_tenant_over_its_stored_bytes_gets_a_quota_error(make_store: StoreFactory) -> None:
+    store = make_store(max_tenant_bytes=2_000)
+    big = "x" * 900
+    await submit(store, tenant="flood", input=big)
+    await submit(store, tenant="flood", input=big)
+
+    with pytest.raises(TenantQuota) as quota:
+        await submit(store, tenant="flood", input=big)
+
+    assert quota.value.status == 429
+    await submit(store, tenant="quiet", input=big)
+
+
+async def test_what_earlier_attempts_spent_comes_with_the_next_claim(
+    redis: Redis, store: Store
+) -> None:
+    await submit(store)
+    lost = await claim(store)
+    assert lost.earlier is None
+    assert await record(store, lost, 1, cost_usd=0.002)
+    assert await record(store, lost, 2, cost_usd=None)
+    await store.reap(now_ms=await after_lease(redis, store))
+
+    again = await claim(store)
+
+    assert again.earlier is not None
+    assert again.earlier.calls == 2
+    assert again.earlier.input_tokens == 20
+    assert again.earlier.output_tokens == 10
+    assert again.earlier.cost_known is False  # one call had no known price
+    view = await store.get(again.job_id, tenant="acme")
+    assert view is not None
+    assert [t.index for t in view.turns] == [1, 2]
+
+
+async def test_a_sharded_store_spreads_jobs_and_claims_from_every_shard(
+    make_store: StoreFactory,
+) -> None:
+    store = make_store(shards=4)
+    jobs = [await submit(store, task=f"t{i}") for i in range(16)]
+
+    assert {shard_of(job.id) for job in jobs} == {0, 1, 2, 3}
+    claimed = await store.claim("w1", n=100)
+    assert sorted(c.job_id for c in claimed) == sorted(j.id for j in jobs)
+    assert await store.queue_stats() == (0, 0.0)
+
+
+async def test_an_idempotent_replay_finds_its_job_on_a_sharded_store(
+    make_store: StoreFactory,
+) -> None:
+    store = make_store(shards=8)
+    first, created = await store.submit(tenant="acme", spec=SPEC, idempotency_key="k")
+    again, again_created = await store.submit(tenant="acme", spec=SPEC, idempotency_key="k")
+
+    assert (created, again_created) == (True, False)
+    assert again.id == first.id

@@ -20,6 +20,7 @@ async def test_queued_jobs_survive_a_restart_of_the_embedded_redis(tmp_path: Pat
         client = connect(server.url)
         store = Store(client)
         ids = [(await submit(store)).id for _ in range(3)]
+        await store.aclose()
         await client.aclose()
     finally:
         await server.astop()
@@ -30,9 +31,10 @@ async def test_queued_jobs_survive_a_restart_of_the_embedded_redis(tmp_path: Pat
         try:
             store = Store(client)
             assert (await store.queue_stats())[0] == 3
-            claimed = [await store.claim("w1") for _ in ids]
-            assert [c.job_id for c in claimed if c is not None] == ids
+            claimed = [c for _ in ids for c in await store.claim("w1")]
+            assert [c.job_id for c in claimed] == ids
         finally:
+            await store.aclose()
             await client.aclose()
 
 

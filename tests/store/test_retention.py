@@ -4,17 +4,14 @@ from __future__ import annotations
 
 from redis.asyncio import Redis
 
-from app.core.envelope import Progress
 from tests.both import Store
 from tests.store.conftest import StoreFactory
-from tests.store.helpers import SUCCESS, after_lease, claim, submit, turn
+from tests.store.helpers import after_lease, claim, complete, record, submit
 
 
 async def ttls(redis: Redis, store: Store, job_id: str) -> list[int]:
-    return [
-        await redis.ttl(key)
-        for key in (store.keys.job(job_id), store.keys.turns(job_id), store.keys.events(job_id))
-    ]
+    """The job's keys' TTLs: one hash holds its record, turns and events."""
+    return [await redis.ttl(store.shard_of(job_id).job(job_id))]
 
 
 async def test_a_completed_job_expires_with_all_its_keys(
@@ -23,10 +20,10 @@ async def test_a_completed_job_expires_with_all_its_keys(
     store = make_store(retention_s=3600)
     job = await submit(store)
     lease = await claim(store)
-    await store.record_turn(job.id, lease.token, turn(1), Progress())
-    assert await ttls(redis, store, job.id) == [-1, -1, -1]
+    await record(store, lease)
+    assert await ttls(redis, store, job.id) == [-1]
 
-    await store.complete(job.id, lease.token, envelope=SUCCESS, history=[], transcript=[])
+    await complete(store, lease)
 
     assert all(3590 <= ttl <= 3600 for ttl in await ttls(redis, store, job.id))
 
@@ -39,11 +36,10 @@ async def test_cancelled_and_worker_lost_jobs_expire_too(
     lost = await submit(store)
     await store.cancel(cancelled.id, tenant="acme")
     lease = await claim(store)
-    await store.record_turn(lost.id, lease.token, turn(1), Progress())
+    await record(store, lease)
 
     await store.reap(now_ms=await after_lease(redis, store))
 
-    job_ttl, _, events_ttl = await ttls(redis, store, cancelled.id)
+    (job_ttl,) = await ttls(redis, store, cancelled.id)
     assert 590 <= job_ttl <= 600
-    assert 590 <= events_ttl <= 600
     assert all(590 <= ttl <= 600 for ttl in await ttls(redis, store, lost.id))

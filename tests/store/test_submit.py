@@ -97,13 +97,14 @@ async def test_idempotency_key_expires_after_its_ttl(
 
     await store.submit(tenant="acme", spec=SPEC, idempotency_key="k")
 
-    ttl = await redis.ttl(store.keys.idempotency("acme", "k"))
+    shard = store.keys.shard(store.keys.shard_for("acme", "k", 0))
+    ttl = await redis.ttl(shard.idempotency("acme", "k"))
     assert 110 <= ttl <= 120
 
 
 async def test_a_key_whose_job_expired_starts_a_new_job(redis: Redis, store: Store) -> None:
     first, _ = await store.submit(tenant="acme", spec=SPEC, idempotency_key="k")
-    await redis.delete(store.keys.job(first.id))  # as retention would
+    await redis.delete(store.shard_of(first.id).job(first.id))  # as retention would
 
     second, created = await store.submit(tenant="acme", spec=SPEC, idempotency_key="k")
 
@@ -111,7 +112,7 @@ async def test_a_key_whose_job_expired_starts_a_new_job(redis: Redis, store: Sto
     assert second.id != first.id
 
 
-async def test_a_full_queue_refuses_new_jobs_with_a_503_and_retry_after(
+async def test_a_full_queue_refuses_new_jobs_with_a_429_and_retry_after(
     make_store: StoreFactory,
 ) -> None:
     store = make_store(max_queued=3)
@@ -122,7 +123,7 @@ async def test_a_full_queue_refuses_new_jobs_with_a_503_and_retry_after(
     with pytest.raises(QueueFull) as caught:
         await submit(store)
 
-    assert caught.value.status == 503
+    assert caught.value.status == 429
     assert caught.value.retry_after_s is not None
     assert caught.value.retry_after_s > 0
     assert caught.value.depth == 3
@@ -133,7 +134,7 @@ async def test_a_full_queue_refuses_new_jobs_with_a_503_and_retry_after(
 
 
 def test_job_ids_sort_by_creation_time_and_do_not_repeat() -> None:
-    early = [new_job_id(1_700_000_000_000) for _ in range(500)]
+    early = [new_job_id(1_700_000_000_000, shard=3) for _ in range(500)]
     late = new_job_id(1_700_000_000_001)
 
     assert early == sorted(early)  # one millisecond, one process: still in order
@@ -149,11 +150,10 @@ async def test_a_client_that_decodes_responses_works_the_same(
     try:
         store = Store(client, prefix=prefix)
         job = await submit(store)
-        claim = await store.claim("w1")
-        assert claim is not None
+        (claim,) = await store.claim("w1")
         assert claim.job_id == job.id
         progress = Progress(phase="turn-done", turn=1)
-        assert await store.record_turn(job.id, claim.token, turn(1), progress)
+        assert await store.write(claim, progress=progress, turn=turn(1))
         view = await store.get(job.id, tenant="acme")
         assert view is not None
         assert view.turns == (turn(1),)
@@ -162,4 +162,5 @@ async def test_a_client_that_decodes_responses_works_the_same(
             "job_start",
         ]
     finally:
+        await store.aclose()
         await client.aclose()

@@ -7,9 +7,10 @@ import time
 
 import pytest
 
+from app.core.envelope import Progress
 from app.core.errors import InvalidInput
 from tests.both import Store
-from tests.store.helpers import SUCCESS, all_events, claim, submit, turn
+from tests.store.helpers import all_events, claim, complete, submit, turn
 
 
 async def test_wait_returns_as_soon_as_another_task_completes_the_job(store: Store) -> None:
@@ -18,9 +19,9 @@ async def test_wait_returns_as_soon_as_another_task_completes_the_job(store: Sto
 
     async def finish_soon() -> None:
         await asyncio.sleep(0.2)
-        await store.record_event(job.id, lease.token, "turn_start", turn(1))
+        await store.write(lease, progress=Progress(), events=[("turn_start", turn(1))])
         await asyncio.sleep(0.1)
-        await store.complete(job.id, lease.token, envelope=SUCCESS, history=[], transcript=[])
+        await complete(store, lease)
 
     finisher = asyncio.create_task(finish_soon())
     started = time.monotonic()
@@ -65,9 +66,9 @@ async def test_wait_does_not_reveal_another_tenants_job(store: Store) -> None:
 async def test_events_come_in_order_and_resume_after_an_id(store: Store) -> None:
     job = await submit(store)
     lease = await claim(store)
-    await store.record_event(job.id, lease.token, "turn_start", turn(1))
-    await store.record_event(job.id, lease.token, "turn_end", turn(1, outcome="success"))
-    await store.complete(job.id, lease.token, envelope=SUCCESS, history=[], transcript=[])
+    await store.write(lease, progress=Progress(), events=[("turn_start", turn(1))])
+    await store.write(lease, progress=Progress(), events=[("turn_end", turn(1, outcome="success"))])
+    await complete(store, lease)
 
     events = await all_events(store, job.id)
     resumed = await store.events(job.id, after=events[1].id, block_ms=0)

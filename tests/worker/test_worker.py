@@ -16,6 +16,7 @@ from app import metrics
 from app.core import codes
 from app.core.model import LLMRequest, LLMResponse, StructuredMode, StructuredOutput
 from app.providers.router import Router
+from app.store import Written
 from app.worker import Worker
 from reprompt_sim.server import SimConfig, serve_in_background
 from tests.both import Store
@@ -345,7 +346,7 @@ class SlowToReturnCommit:
     def __getattr__(self, name: str) -> object:
         return getattr(self._store, name)
 
-    async def complete(self, *args: object, **kwargs: object) -> bool:
+    async def complete(self, *args: object, **kwargs: object) -> Written:
         committed = await self._store.complete(*args, **kwargs)  # type: ignore[arg-type]
         await asyncio.sleep(self._hold_s)
         return committed

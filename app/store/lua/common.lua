@@ -1,7 +1,8 @@
--- Prepended to every script by app/store.py.
+-- Prepended to every script by app/store/connection.py. Every script touches one shard:
+-- its keys share one hash tag (app/store/keys.py), so it is legal on Redis Cluster.
 --
--- Time comes from the Redis server's clock (one clock for every lease, whatever host the
--- worker or reaper runs on). Redis 6.2 allows a write after TIME only with effects
+-- Time comes from the Redis server's clock for leases (one clock for every lease, whatever
+-- host the worker or reaper runs on). Redis 6.2 allows a write after TIME only with effects
 -- replication switched on; Redis 7 always replicates effects and keeps this as a no-op.
 redis.replicate_commands()
 
@@ -10,24 +11,64 @@ local function now_ms()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
--- The fence: a worker may write only while the job is running under its token.
-local function fenced(job, token)
-  local f = redis.call('HMGET', job, 'status', 'token')
+-- A job's turns and events are JSON arrays held as text in the job hash: appending is a
+-- string operation on a value the script has read anyway, so it costs no command.
+local function append(list, element)
+  if not list or list == '' or list == '[]' then
+    return '[' .. element .. ']'
+  end
+  return string.sub(list, 1, -2) .. ',' .. element .. ']'
+end
+
+local function event(name, data)
+  return '{"name":"' .. name .. '","data":' .. data .. '}'
+end
+
+-- The fence: a worker may write only while the job is running under its claim (the
+-- attempt number doubles as the fencing token: it grows with every claim of the job).
+local function fenced(f, token)
   return f[1] == 'in_progress' and f[2] == token
 end
 
-local function add_event(stream, maxlen, name, data)
-  return redis.call('XADD', stream, 'MAXLEN', '~', maxlen, '*', 'name', name, 'data', data)
+-- Put a job back at the front of its tenant's queue, the tenant at the front of the ring
+-- when it had nothing queued (it is in the ring exactly while its queue is not empty).
+local function requeue_front(queue, ring, tenant, id)
+  if redis.call('LPUSH', queue, id) == 1 then
+    redis.call('LPUSH', ring, tenant)
+  end
 end
 
--- One token per runnable job, capped so an idle cluster does not grow the list forever.
-local function wake(list, cap)
-  redis.call('RPUSH', list, '1')
-  redis.call('LTRIM', list, -tonumber(cap), -1)
+-- What the job's calls cost so far, over every attempt: the running total of turn spends.
+local function add_spend(total, delta)
+  local t = {calls = 0, inputTokens = 0, outputTokens = 0, cost = 0, costKnown = true}
+  if total and total ~= '' then
+    t = cjson.decode(total)
+  end
+  local d = cjson.decode(delta)
+  t.calls = t.calls + d.calls
+  t.inputTokens = t.inputTokens + d.inputTokens
+  t.outputTokens = t.outputTokens + d.outputTokens
+  t.cost = t.cost + d.cost
+  t.costKnown = t.costKnown and d.costKnown
+  return cjson.encode(t)
 end
 
-local function expire_job(job, turns, events, seconds)
-  redis.call('EXPIRE', job, seconds)
-  redis.call('EXPIRE', turns, seconds)
-  redis.call('EXPIRE', events, seconds)
+local function terminal(status)
+  return status == 'succeeded' or status == 'failed' or status == 'cancelled'
+end
+
+-- End a job: its final state, result and last event, the retention clock, the waiters told.
+-- ``fields`` are extra hash fields to write in the same HSET.
+local function finish(job, id, status, result, events, finished, retention, channel, fields)
+  table.insert(fields, 'status')
+  table.insert(fields, status)
+  table.insert(fields, 'result')
+  table.insert(fields, result)
+  table.insert(fields, 'events')
+  table.insert(fields, events)
+  table.insert(fields, 'finished_ms')
+  table.insert(fields, finished)
+  redis.call('HSET', job, unpack(fields))
+  redis.call('EXPIRE', job, retention)
+  redis.call('PUBLISH', channel, id)
 end

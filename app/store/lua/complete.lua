@@ -1,15 +1,36 @@
--- Commit a job's end, fenced: a worker that lost its lease commits nothing.
--- KEYS: 1 job  2 leases  3 turns  4 events
+-- Commit a job's end, fenced: a worker that lost its claim commits nothing (but the paid
+-- call of its last turn is still recorded while the job has not ended).
+-- KEYS: 1 job  2 leases
 -- ARGV: 1 id  2 token  3 status  4 result json  5 history json  6 transcript json
---       7 job_end data json  8 retention s  9 events maxlen
-if not fenced(KEYS[1], ARGV[2]) then
+--       7 last turn record json ('' = none)  8 its spend json ('' = none)
+--       9 events to append (json, comma-separated, ending with job_end)  10 retention s
+--       11 done channel  12 finished ms
+-- Returns 1 (committed), 0 (not ours), -1 (the job had already ended)
+local f = redis.call('HMGET', KEYS[1], 'status', 'attempts', 'turns', 'events', 'spent')
+if not f[1] or terminal(f[1]) then
+  return -1
+end
+local turns, spent = f[3], f[5]
+if ARGV[7] ~= '' then
+  turns = append(turns, ARGV[7])
+  spent = add_spend(spent, ARGV[8])
+end
+if not fenced(f, ARGV[2]) then
+  if ARGV[7] ~= '' then
+    redis.call('HSET', KEYS[1], 'turns', turns, 'spent', spent)
+  end
   return 0
 end
-redis.call('HSET', KEYS[1], 'status', ARGV[3], 'result', ARGV[4], 'history', ARGV[5],
-  'transcript', ARGV[6], 'finished_ms', now_ms())
-redis.call('HDEL', KEYS[1], 'token')
+local fields = {'history', ARGV[5], 'transcript', ARGV[6]}
+if turns then
+  table.insert(fields, 'turns')
+  table.insert(fields, turns)
+end
+if spent then
+  table.insert(fields, 'spent')
+  table.insert(fields, spent)
+end
 redis.call('ZREM', KEYS[2], ARGV[1])
--- The end event goes in before the expiry so readers of the stream always see it.
-add_event(KEYS[4], ARGV[9], 'job_end', ARGV[7])
-expire_job(KEYS[1], KEYS[3], KEYS[4], ARGV[8])
+finish(KEYS[1], ARGV[1], ARGV[3], ARGV[4], append(f[4], ARGV[9]), ARGV[12], ARGV[10],
+  ARGV[11], fields)
 return 1

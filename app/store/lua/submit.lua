@@ -1,9 +1,14 @@
--- Create a job: idempotency check, queue cap, record, index, queue, event, wake — atomically.
--- KEYS: 1 job  2 queue  3 wake  4 tenant index  5 events  [6 idempotency key]
+-- Create a job: idempotency, the tenant's caps, record, index, queue, wake: atomically.
+-- KEYS: 1 job  2 tenant queue  3 ring  4 tenant index  5 tenant bytes (this window)
+--       [6 idempotency key]
 -- ARGV: 1 id  2 tenant  3 body sha256  4 spec json  5 metadata json  6 model ('' = none)
---       7 idempotency key ('' = none)  8 in-progress result json  9 max queued
---       10 idempotency ttl s  11 events maxlen  12 wake cap  13 job key prefix
--- Returns {'created', id, created_ms, event id} | {'existing', id} | {'conflict', id} | {'full', depth}
+--       7 idempotency key ('' = none)  8 queued result json  9 max queued (tenant, shard)
+--       10 idempotency ttl s  11 job bytes  12 max bytes (tenant, shard, window; 0 = none)
+--       13 window ttl s  14 work channel  15 shard  16 created ms  17 job key prefix
+--       18 queued event json  19 tenant index ttl s  20 the smallest id a job created
+--       one tenant-index ttl ago can have
+-- Returns {'created', id} | {'existing', id} | {'conflict', id} | {'full', depth}
+--       | {'quota', bytes}
 local idem = KEYS[6]
 if idem then
   local held = redis.call('GET', idem)
@@ -11,7 +16,7 @@ if idem then
     local sep = string.find(held, ' ', 1, true)
     local id, body = string.sub(held, 1, sep - 1), string.sub(held, sep + 1)
     -- A job that already expired frees its key: the request creates a new job below.
-    if redis.call('EXISTS', ARGV[13] .. id) == 1 then
+    if redis.call('EXISTS', ARGV[17] .. id) == 1 then
       if body == ARGV[3] then
         return {'existing', id}
       end
@@ -20,25 +25,56 @@ if idem then
   end
 end
 
-local depth = redis.call('LLEN', KEYS[2])
-if depth >= tonumber(ARGV[9]) then
-  return {'full', depth}
+local size = tonumber(ARGV[11])
+if tonumber(ARGV[12]) > 0 then
+  local used = redis.call('INCRBY', KEYS[5], size)
+  if used == size then
+    redis.call('EXPIRE', KEYS[5], ARGV[13])
+  end
+  if used > tonumber(ARGV[12]) then
+    redis.call('DECRBY', KEYS[5], size)
+    return {'quota', used - size}
+  end
 end
 
-local id = ARGV[1]
-local now = now_ms()
-redis.call('HSET', KEYS[1],
-  'id', id, 'tenant', ARGV[2], 'status', 'queued', 'created_ms', now, 'attempts', 0,
-  'spec', ARGV[4], 'metadata', ARGV[5], 'result', ARGV[8], 'history', '[]', 'transcript', '[]')
+local id, tenant = ARGV[1], ARGV[2]
+local depth = redis.call('RPUSH', KEYS[2], id)
+if depth > tonumber(ARGV[9]) then
+  redis.call('RPOP', KEYS[2])
+  if tonumber(ARGV[12]) > 0 then
+    redis.call('DECRBY', KEYS[5], size)
+  end
+  return {'full', depth - 1}
+end
+if depth == 1 then
+  redis.call('RPUSH', KEYS[3], tenant)
+end
+
+local created = ARGV[16]
+local fields = {
+  'id', id, 'tenant', tenant, 'status', 'queued', 'created_ms', created, 'attempts', 0,
+  'spec', ARGV[4], 'metadata', ARGV[5], 'result', ARGV[8], 'bytes', size,
+  'events', '[' .. ARGV[18] .. ']',
+}
 if ARGV[6] ~= '' then
-  redis.call('HSET', KEYS[1], 'model', ARGV[6])
+  table.insert(fields, 'model')
+  table.insert(fields, ARGV[6])
 end
 if idem then
-  redis.call('HSET', KEYS[1], 'idem', ARGV[7])
+  table.insert(fields, 'idem')
+  table.insert(fields, ARGV[7])
   redis.call('SET', idem, id .. ' ' .. ARGV[3], 'EX', ARGV[10])
 end
+redis.call('HSET', KEYS[1], unpack(fields))
 redis.call('ZADD', KEYS[4], 0, id)
-redis.call('RPUSH', KEYS[2], id)
-local event_id = add_event(KEYS[5], ARGV[11], 'job_queued', '{"status":"queued"}')
-wake(KEYS[3], ARGV[12])
-return {'created', id, now, event_id}
+-- Not on every submit: the index lives as long as a job submitted now can (refreshed when
+-- the tenant's queue was empty, which under load is rare), and now and then its entries
+-- older than any job can live are dropped.
+if depth == 1 then
+  redis.call('EXPIRE', KEYS[4], ARGV[19])
+end
+if tonumber(created) % 64 == 0 then
+  redis.call('ZREMRANGEBYLEX', KEYS[4], '-', '(' .. ARGV[20])
+end
+redis.call('PUBLISH', ARGV[14], ARGV[15])
+return {'created', id}

@@ -1,0 +1,146 @@
+"""Notifications through Redis pub/sub: one subscription per process, waiters by key.
+
+Long-polls, event streams, idle workers and cancellations all wait on the same small set
+of channels instead of each holding a Redis connection in a blocking read::
+
+    hub = Hub(redis, channels=["rp:done", "rp:events"])
+    async with hub.watch("rp:done", job_id) as watch:   # register before reading
+        view = await read()
+        if not view.terminal:
+            await watch.wait(timeout_s=30)               # a message for job_id, or timeout
+
+A message's data is the key it is about (a job id; for ``work``, a shard). While the
+subscription is down (Redis restarting) every waiter is woken each time it reconnects, so
+nobody sleeps through a message that was lost: callers re-read what they wait for.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections import defaultdict
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from typing import Any, Final
+
+from redis.asyncio import Redis
+from redis.exceptions import RedisError
+
+log = logging.getLogger(__name__)
+
+ANY: Final = "*"  # watch every message of a channel
+_POLL_S: Final = 10.0
+
+
+class Watch:
+    """One waiter: set when a message for its key (or any, for ``ANY``) arrives."""
+
+    __slots__ = ("_event", "messages")
+
+    def __init__(self) -> None:
+        self._event = asyncio.Event()
+        self.messages: list[str] = []
+
+    def _notify(self, data: str) -> None:
+        self.messages.append(data)
+        self._event.set()
+
+    async def wait(self, timeout_s: float) -> bool:
+        """True when notified (since the last wait), False after ``timeout_s``."""
+        if not self._event.is_set() and timeout_s > 0:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(timeout_s):
+                    await self._event.wait()
+        notified = self._event.is_set()
+        self._event.clear()
+        return notified
+
+    def drain(self) -> list[str]:
+        out, self.messages = self.messages, []
+        return out
+
+
+class Hub:
+    """Subscribes lazily to ``channels`` on first use and dispatches to watchers."""
+
+    def __init__(self, redis: Redis | Any, channels: Sequence[str]) -> None:
+        self._redis = redis
+        self._channels = tuple(channels)
+        self._watchers: dict[tuple[str, str], set[Watch]] = defaultdict(set)
+        self._task: asyncio.Task[None] | None = None
+        self._subscribed = asyncio.Event()
+
+    async def start(self) -> None:
+        """Subscribe (once); returns when the subscription is live or after 2 s."""
+        if self._task is None or self._task.done():
+            self._subscribed.clear()
+            self._task = asyncio.create_task(self._run(), name="redis-pubsub")
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(2.0):
+                await self._subscribed.wait()
+
+    async def close(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    @asynccontextmanager
+    async def watch(self, channel: str, key: str = ANY) -> AsyncIterator[Watch]:
+        """Register a watcher for messages on ``channel`` about ``key``."""
+        await self.start()
+        watcher = Watch()
+        entry = (channel, key)
+        self._watchers[entry].add(watcher)
+        try:
+            yield watcher
+        finally:
+            watchers = self._watchers.get(entry)
+            if watchers is not None:
+                watchers.discard(watcher)
+                if not watchers:
+                    del self._watchers[entry]
+
+    def _dispatch(self, channel: str, data: str) -> None:
+        for entry in ((channel, data), (channel, ANY)):
+            for watcher in tuple(self._watchers.get(entry, ())):
+                watcher._notify(data)
+
+    def _wake_all(self) -> None:
+        for watchers in tuple(self._watchers.values()):
+            for watcher in tuple(watchers):
+                watcher._notify("")
+
+    async def _run(self) -> None:
+        backoff = 0.1
+        while True:
+            pubsub = self._redis.pubsub(ignore_subscribe_messages=True)
+            try:
+                await pubsub.subscribe(*self._channels)
+                self._subscribed.set()
+                self._wake_all()  # anything published while we were away is re-read
+                backoff = 0.1
+                while True:
+                    # A bounded wait lets redis-py run its health check on an idle connection.
+                    message = await pubsub.get_message(
+                        ignore_subscribe_messages=True, timeout=_POLL_S
+                    )
+                    if message is not None and message.get("type") == "message":
+                        self._dispatch(_text(message["channel"]), _text(message["data"]))
+            except asyncio.CancelledError:
+                raise
+            except (RedisError, OSError) as exc:
+                self._subscribed.clear()
+                log.warning("pub/sub lost (%r); resubscribing in %.1fs", exc, backoff)
+                self._wake_all()
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 5.0)
+            finally:
+                with contextlib.suppress(RedisError, OSError, RuntimeError):
+                    await pubsub.aclose()
+
+
+def _text(value: object) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
