@@ -35,6 +35,7 @@ from pydantic import ValidationError
 
 from app import metrics
 from app.api.app import create_app
+from app.api.fairness import Fairness
 from app.api.resources import Resources
 from app.core.errors import ProviderConfigError, RepromptError
 from app.providers.config import ProvidersConfig, load_providers
@@ -178,6 +179,11 @@ def api_app(
                 router=parts.router,
                 provider_problem=parts.provider_problem,
                 model_providers=parts.model_providers,
+                fairness=Fairness(
+                    rate_per_s=settings.rate_per_tenant,
+                    burst=settings.burst_per_tenant,
+                    max_waits=settings.max_waits_per_tenant,
+                ),
             )
 
     return create_app(settings, resources)

@@ -114,6 +114,15 @@ class Settings(BaseSettings):
     max_output_tokens: int = Field(default=32_768, ge=16)
     max_wait_ms: int = Field(default=60_000, ge=0)
 
+    # Fairness between tenants, per API process (0: no limit).
+    rate_per_tenant: float = Field(
+        default=100.0, ge=0, description="Requests per second one tenant may make."
+    )
+    burst_per_tenant: int = Field(default=200, ge=1, description="Requests in one burst.")
+    max_waits_per_tenant: int = Field(
+        default=200, ge=0, description="Long-polls and event streams one tenant may hold open."
+    )
+
     @field_validator("api_keys", mode="before")
     @classmethod
     def _split(cls, value: object) -> object:

@@ -34,11 +34,12 @@ from pydantic import ValidationError
 
 from app import metrics
 from app.core import codes
-from app.core.conversation import TranscriptEntry
+from app.core.conversation import TranscriptEntry, stored_transcript
 from app.core.envelope import Envelope, Progress
 from app.core.events import LoopEvent, TurnEnded
 from app.core.loop import Runtime, run_job
 from app.core.model import ModelClient
+from app.core.prompting import show_input
 from app.core.spec import JobSpec
 from app.core.turn import Rejection, TurnRecord
 from app.core.wire import Wire
@@ -180,6 +181,10 @@ class Worker:
             for claim in claims[1:]:
                 await self._slots.acquire()  # free by construction: returns at once
                 self._start(claim)
+            if len(claims) < free:
+                # Fewer than asked: the queues are empty now; wait for a wake-up rather than
+                # ask again at once.
+                hint = await self._idle(stop)
 
     def _free_slots(self) -> int:
         """Slots free beyond the one just taken (taken later, one per extra claim)."""
@@ -278,7 +283,7 @@ class Worker:
             log.exception("job %s: the turn loop failed", job.id)
             detail = "the worker failed while running the job"
             return Envelope.failure(codes.INTERNAL_ERROR, detail), (), ()
-        transcript = tuple(TranscriptEntry.of(m) for m in result.transcript)
+        transcript = stored_transcript(result.transcript, show_input(spec.input))
         return result.envelope, result.history, transcript
 
     async def _trace(self, job: _Job, event: LoopEvent) -> None:

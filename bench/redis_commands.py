@@ -1,5 +1,8 @@
 """Redis commands one single-turn job costs, submit to long-poll answer (redis-cli MONITOR).
 
+A first job warms everything up (scripts loaded, subscriptions made); the second is
+counted: the commands clients send (round trips) and those the Lua scripts run.
+
 .venv/bin/python bench/redis_commands.py
 """
 
@@ -22,9 +25,9 @@ from reprompt_sim.server import SimConfig, serve_in_background
 
 
 async def main(url: str, sim: str) -> None:
-    r = connect(url)
+    r, rw = connect(url), connect(url)  # the API's pool and the worker's, as in a service
     store = JobStore(r)
-    leases = Leases(r)
+    leases = Leases(rw)
     cfg = ProvidersConfig(
         providers={"sim": ProviderConfig(kind="openai", base_url=f"{sim}/v1")},
         models={"m": ModelConfig(provider="sim", structured="prompt")},
@@ -40,15 +43,16 @@ async def main(url: str, sim: str) -> None:
         )
         stop = asyncio.Event()
         t = asyncio.create_task(w.run(stop))
+        spec = {"task": "x", "signature": "{a :int}", "budget": {"maxTurns": 1}}
+        warm, _ = await store.submit(tenant="t", spec=spec)
+        await store.wait(warm.id, tenant="t", wait_ms=5000)
         await asyncio.sleep(0.5)
         cli = find_redis_server().with_name("redis-cli")  # the redis-cli next to the server
         mon = await asyncio.create_subprocess_exec(
             cli, "-u", url, "monitor", stdout=asyncio.subprocess.PIPE
         )
         await asyncio.sleep(0.5)
-        job, _ = await store.submit(
-            tenant="t", spec={"task": "x", "signature": "{a :int}", "budget": {"maxTurns": 1}}
-        )
+        job, _ = await store.submit(tenant="t", spec=spec)
         await store.wait(job.id, tenant="t", wait_ms=5000)
         await asyncio.sleep(0.3)
         mon.terminate()
@@ -60,9 +64,14 @@ async def main(url: str, sim: str) -> None:
         counts = collections.Counter(line.split('"')[1] for line in trips)
         for name, n in counts.most_common():
             print(f"{n:4} {name}")
+        inside = collections.Counter(line.split('"')[1] for line in lines if "[0 lua]" in line)
+        print("inside scripts:", ", ".join(f"{n} {name}" for name, n in inside.most_common()))
         stop.set()
         await t
+    await store.aclose()
+    await leases.aclose()
     await r.aclose()
+    await rw.aclose()
 
 
 with (

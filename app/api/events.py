@@ -16,6 +16,7 @@ from typing import Annotated, Final
 from fastapi import APIRouter, Header
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
+from app.api.fairness import Fairness
 from app.api.problems import NotFound
 from app.api.resources import Res, Tenant
 from app.api.schemas import problems
@@ -83,8 +84,19 @@ async def job_events(
         raise NotFound(f"no job {job_id[:64]!r}")
     # Read the backlog before answering: a malformed Last-Event-ID is still a 422 here.
     backlog = await res.store.events(job.id, after=last_event_id, block_ms=0, count=BATCH)
+    with res.fairness.waiting(tenant):  # 429 now if this tenant holds too many open
+        pass
     stream = _stream(res.store, job.id, tenant, last_event_id, backlog, ended=job.terminal)
-    return EventSourceResponse(stream, ping=PING_S)
+    return EventSourceResponse(_held(res.fairness, tenant, stream), ping=PING_S)
+
+
+async def _held(
+    fairness: Fairness, tenant: str, stream: AsyncIterator[ServerSentEvent]
+) -> AsyncIterator[ServerSentEvent]:
+    """The stream, counted among the tenant's open waits while it runs."""
+    with fairness.waiting(tenant):
+        async for event in stream:
+            yield event
 
 
 async def _stream(

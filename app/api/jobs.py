@@ -116,7 +116,10 @@ async def submit_job(
 async def get_job(job_id: str, res: Res, tenant: Tenant, wait_ms: WaitMs = 0) -> Response:
     """The job now, or, with ``waitMs``, as soon as it ends (at most ``waitMs`` later)."""
     if wait_ms > 0:
-        job = await res.store.wait(job_id, tenant=tenant, wait_ms=clamp_wait(wait_ms, res.settings))
+        with res.fairness.waiting(tenant):
+            job = await res.store.wait(
+                job_id, tenant=tenant, wait_ms=clamp_wait(wait_ms, res.settings)
+            )
     else:
         job = await res.store.get(job_id, tenant=tenant)
     if job is None:
@@ -203,9 +206,10 @@ async def generate(
     """For simple clients: the same job as ``POST /v1/jobs``, answered when it ends."""
     job, _ = await _submit(res, tenant, spec, idempotency_key)
     if not job.terminal:
-        waited = await res.store.wait(
-            job.id, tenant=tenant, wait_ms=clamp_wait(wait_ms, res.settings)
-        )
+        with res.fairness.waiting(tenant):
+            waited = await res.store.wait(
+                job.id, tenant=tenant, wait_ms=clamp_wait(wait_ms, res.settings)
+            )
         job = waited or job
     if job.terminal:
         return _job(job, 200)

@@ -41,6 +41,7 @@ from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException
 from starlette.responses import JSONResponse, Response
 
+from app.api.fairness import TOO_MANY_REQUESTS
 from app.core import codes
 from app.core.errors import InvalidInput, RepromptError, SignatureError
 from app.store.errors import QUEUE_FULL, QUOTA_EXCEEDED, STORE_UNAVAILABLE
@@ -71,6 +72,7 @@ TITLES: Final[dict[str, str]] = {
     CONTENT_TOO_LARGE: "Content too large",
     QUEUE_FULL: "Queue full",
     QUOTA_EXCEEDED: "Quota exceeded",
+    TOO_MANY_REQUESTS: "Too many requests",
     STORE_UNAVAILABLE: "Job store unavailable",
     NOT_READY: "Not ready",
     BAD_REQUEST: "Bad request",

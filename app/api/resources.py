@@ -15,6 +15,7 @@ from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from app.api.auth import authenticate
+from app.api.fairness import Fairness
 from app.api.problems import NotReady
 from app.core import codes
 from app.providers.router import Router
@@ -34,6 +35,7 @@ class Resources:
     provider_problem: str | None
     # model name → provider name, for /v1/models and its circuit keys
     model_providers: Mapping[str, str]
+    fairness: Fairness
 
     def require_router(self) -> Router:
         if self.router is None:
@@ -67,7 +69,10 @@ async def get_tenant(
     """The caller's tenant (the name its key was configured under)."""
     token = credentials.credentials if credentials is not None else None
     present = token is not None or "authorization" in request.headers
-    return authenticate(token, _resources(request).keys, present=present)
+    res = _resources(request)
+    tenant = authenticate(token, res.keys, present=present)
+    res.fairness.admit(tenant)  # 429 when this tenant calls faster than its share
+    return tenant
 
 
 Res = Annotated[Resources, Depends(get_resources)]

@@ -7,6 +7,7 @@ Full: every exchange in order.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
@@ -81,3 +82,20 @@ class Conversation:
         """Spec 002 purify: the task, the tool work and the accepted answer; no failures."""
         work = [m for kind, entry in self._log if kind == "work" for m in entry]
         return [self.system, self.task, *work, self.transcript[-1]]
+
+
+# An input this long is not stored a second time inside the transcript's task message.
+STORED_INPUT_CHARS = 2048
+
+
+def stored_transcript(messages: Sequence[Message], shown_input: str) -> tuple[TranscriptEntry, ...]:
+    """The transcript as a job keeps it: the job's input (``shown_input``, as the prompt
+    showed it) is stored once, in the spec, so a long one is replaced here by a note."""
+    marker = f"[the job's input, {len(shown_input)} characters: see the job's input]"
+    out = []
+    for message in messages:
+        content = message.content
+        if len(shown_input) > STORED_INPUT_CHARS and shown_input in content:
+            content = content.replace(shown_input, marker)
+        out.append(TranscriptEntry(role=message.role, content=content))
+    return tuple(out)

@@ -5,3 +5,7 @@ hostile request is answered in well under a second, a hostile answer is rejected
 milliseconds); the bounds are generous for a busy 2-core machine and still catch the
 minutes that backtracking took. Fixtures live in the modules that need them.
 """
+
+from tests.service import data_dir, providers, redis_url, sim_url, start_api
+
+__all__ = ["data_dir", "providers", "redis_url", "sim_url", "start_api"]

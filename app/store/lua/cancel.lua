@@ -12,10 +12,7 @@ if status ~= 'queued' and status ~= 'in_progress' then
   return 'unchanged'
 end
 if status == 'queued' then
-  redis.call('LREM', KEYS[2], 1, ARGV[1])
-  if redis.call('LLEN', KEYS[2]) == 0 then
-    redis.call('LREM', KEYS[3], 1, ARGV[2])
-  end
+  redis.call('LREM', KEYS[2], 1, ARGV[1])  -- an emptied queue leaves the ring at a claim
 else
   redis.call('ZREM', KEYS[4], ARGV[1])
 end

@@ -4,36 +4,54 @@
 -- ARGV: 1 job key prefix  2 tenant queue prefix  3 worker id  4 lease ms  5 n
 -- Returns a flat list, 7 values per job:
 --   id, attempt, spec, tenant, created_ms, model or '', spent by earlier attempts or ''
+local ring = KEYS[1]
+local tenants = redis.call('LLEN', ring)
+if tenants == 0 then
+  return {}
+end
+local budget = tonumber(ARGV[5])
+local picked = {}  -- job ids, in the order they are taken
+
+if tenants == 1 then
+  -- One tenant waiting: take its jobs in one go.
+  local tenant = redis.call('LINDEX', ring, 0)
+  local ids = redis.call('LPOP', ARGV[2] .. tenant, budget) or {}
+  if #ids < budget then
+    redis.call('DEL', ring)  -- its queue is empty now
+  end
+  picked = ids
+else
+  -- Several: one job per tenant per round. A tenant found with an empty queue (drained,
+  -- or emptied by cancels) leaves the ring. Every pass takes a job or drops a tenant, so
+  -- this ends.
+  while budget > #picked and tenants > 0 do
+    local tenant = redis.call('LMOVE', ring, ring, 'LEFT', 'RIGHT')
+    local id = redis.call('LPOP', ARGV[2] .. tenant)
+    if id then
+      table.insert(picked, id)
+    else
+      redis.call('RPOP', ring)  -- the tenant LMOVE just moved to the end
+      tenants = tenants - 1
+    end
+  end
+end
+
 local now = now_ms()
 local lease_end = now + tonumber(ARGV[4])
 local out, leased = {}, {}
-local budget = tonumber(ARGV[5])
--- Every pass either leases a job or drops an empty tenant from the ring, so this ends.
-while budget > 0 do
-  local tenant = redis.call('LMOVE', KEYS[1], KEYS[1], 'LEFT', 'RIGHT')
-  if not tenant then
-    break
-  end
-  local queue = ARGV[2] .. tenant
-  local id = redis.call('LPOP', queue)
-  if redis.call('LLEN', queue) == 0 then
-    redis.call('RPOP', KEYS[1])  -- the tenant just moved there
-  end
-  if id then
-    local job = ARGV[1] .. id
-    local f = redis.call('HMGET', job, 'status', 'attempts', 'spec', 'tenant', 'created_ms',
-      'model', 'spent', 'events', 'started_ms')
-    if f[1] == 'queued' then
-      local attempt = (tonumber(f[2]) or 0) + 1
-      local events = append(f[8], event('job_start', '{"attempt":' .. attempt .. '}'))
-      redis.call('HSET', job, 'status', 'in_progress', 'attempts', attempt, 'owner', ARGV[3],
-        'started_ms', f[9] or now, 'events', events)
-      table.insert(leased, lease_end)
-      table.insert(leased, id)
-      for _, v in ipairs({id, attempt, f[3], f[4], f[5], f[6] or '', f[7] or ''}) do
-        table.insert(out, v)
-      end
-      budget = budget - 1
+for _, id in ipairs(picked) do
+  local job = ARGV[1] .. id
+  local f = redis.call('HMGET', job, 'status', 'attempts', 'spec', 'tenant', 'created_ms',
+    'model', 'spent', 'events', 'started_ms')
+  if f[1] == 'queued' then
+    local attempt = (tonumber(f[2]) or 0) + 1
+    local events = append(f[8], event('job_start', '{"attempt":' .. attempt .. '}'))
+    redis.call('HSET', job, 'status', 'in_progress', 'attempts', attempt, 'owner', ARGV[3],
+      'started_ms', f[9] or now, 'events', events)
+    table.insert(leased, lease_end)
+    table.insert(leased, id)
+    for _, v in ipairs({id, attempt, f[3], f[4], f[5], f[6] or '', f[7] or ''}) do
+      table.insert(out, v)
     end
   end
 end

@@ -31,9 +31,10 @@ local function fenced(f, token)
 end
 
 -- Put a job back at the front of its tenant's queue, the tenant at the front of the ring
--- when it had nothing queued (it is in the ring exactly while its queue is not empty).
+-- when it is not there (a tenant is in the ring at most once; claims drop it lazily once
+-- its queue is empty).
 local function requeue_front(queue, ring, tenant, id)
-  if redis.call('LPUSH', queue, id) == 1 then
+  if redis.call('LPUSH', queue, id) == 1 and not redis.call('LPOS', ring, tenant) then
     redis.call('LPUSH', ring, tenant)
   end
 end

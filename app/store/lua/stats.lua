@@ -19,4 +19,4 @@ local age = 0
 if oldest then
   age = math.max(0, now - oldest)
 end
-return {depth, age, redis.call('LLEN', KEYS[1])}
+return {depth, age, #tenants}

@@ -46,7 +46,9 @@ if depth > tonumber(ARGV[9]) then
   end
   return {'full', depth - 1}
 end
-if depth == 1 then
+-- The ring holds each tenant with queued jobs once; a claim drops a tenant lazily, when it
+-- finds its queue empty, so it may still be there.
+if depth == 1 and not redis.call('LPOS', KEYS[3], tenant) then
   redis.call('RPUSH', KEYS[3], tenant)
 end
 

@@ -1,0 +1,104 @@
+"""Per-tenant limits inside one API process: how fast a tenant may call, how many waits it
+may hold open. One tenant's flood gets 429s; the others do not notice it.
+
+    fairness = Fairness(rate_per_s=50, burst=100, max_waits=100)
+    fairness.admit("acme")                  # TooManyRequests (429, Retry-After) when over
+    async with fairness.waiting("acme"):    # a long-poll or an event stream
+        ...
+
+Per process: with several API replicas a tenant may use each replica's share (the replicas
+sit behind one load balancer, so a tenant's share of the whole is replicas × the rate).
+Waits hold no Redis connection (they watch one pub/sub subscription), so the cap protects
+the process's memory and sockets, not Redis.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Final
+
+from app.core.errors import RepromptError
+
+TOO_MANY_REQUESTS: Final = "too-many-requests"
+# Buckets idle this long are dropped (a full bucket is what a new one would be anyway).
+_IDLE_S: Final = 300.0
+
+
+class TooManyRequests(RepromptError):
+    """This tenant is over its request rate or its open waits; retry after ``retry_after_s``."""
+
+    code = TOO_MANY_REQUESTS
+    status = 429
+    retryable = True
+
+    def __init__(self, detail: str, *, retry_after_s: float) -> None:
+        super().__init__(detail)
+        self.retry_after_s = retry_after_s
+
+
+@dataclass(slots=True)
+class _Bucket:
+    tokens: float
+    stamp: float = field(default_factory=time.monotonic)
+
+
+class Fairness:
+    def __init__(self, *, rate_per_s: float, burst: int, max_waits: int) -> None:
+        self.rate_per_s = rate_per_s
+        self.burst = burst
+        self.max_waits = max_waits
+        self._buckets: dict[str, _Bucket] = {}
+        self._waits: dict[str, int] = {}
+        self._swept = time.monotonic()
+
+    def admit(self, tenant: str) -> None:
+        """Take one request from the tenant's bucket (``rate_per_s`` ≤ 0: no limit)."""
+        if self.rate_per_s <= 0:
+            return
+        now = time.monotonic()
+        bucket = self._buckets.get(tenant)
+        if bucket is None:
+            bucket = self._buckets[tenant] = _Bucket(tokens=float(self.burst), stamp=now)
+        else:
+            bucket.tokens = min(self.burst, bucket.tokens + (now - bucket.stamp) * self.rate_per_s)
+            bucket.stamp = now
+        if bucket.tokens < 1:
+            wait_s = (1 - bucket.tokens) / self.rate_per_s
+            raise TooManyRequests(
+                f"more than {self.rate_per_s:g} requests per second (bursts of {self.burst}); "
+                "slow down",
+                retry_after_s=max(1.0, math.ceil(wait_s)),
+            )
+        bucket.tokens -= 1
+        if now - self._swept > _IDLE_S:
+            self._sweep(now)
+
+    @contextmanager
+    def waiting(self, tenant: str) -> Iterator[None]:
+        """Hold one of the tenant's open waits (long-poll, event stream) for the block."""
+        held = self._waits.get(tenant, 0)
+        if self.max_waits > 0 and held >= self.max_waits:
+            raise TooManyRequests(
+                f"{held} long-polls or event streams of yours are open on this server, the "
+                "most it holds for one caller; close some or wait with shorter waitMs",
+                retry_after_s=5.0,
+            )
+        self._waits[tenant] = held + 1
+        try:
+            yield
+        finally:
+            left = self._waits.get(tenant, 1) - 1
+            if left > 0:
+                self._waits[tenant] = left
+            else:
+                self._waits.pop(tenant, None)
+
+    def _sweep(self, now: float) -> None:
+        self._swept = now
+        for tenant, bucket in list(self._buckets.items()):
+            if now - bucket.stamp > _IDLE_S:
+                del self._buckets[tenant]
