@@ -206,7 +206,9 @@ class Stack(contextlib.ExitStack):
         self.tmp = Path(self.enter_context(tempfile.TemporaryDirectory(prefix="rp-bench-")))
 
     # -- the simulator, in its own process so it never shares a GIL with the load generator
-    def sim(self, *, latency_ms: float = 0, jitter_ms: float = 0, seed: int = 1) -> Proc:
+    def sim(
+        self, *, latency_ms: float = 0, jitter_ms: float = 0, seed: int = 1, slow_ms: float = 2000
+    ) -> Proc:
         port = free_port()
         argv = [
             PY,
@@ -220,6 +222,8 @@ class Stack(contextlib.ExitStack):
             str(latency_ms),
             "--jitter-ms",
             str(jitter_ms),
+            "--slow-ms",
+            str(slow_ms),
             "--log-level",
             "warning",
         ]

@@ -2,9 +2,13 @@
 may hold open. One tenant's flood gets 429s; the others do not notice it.
 
     fairness = Fairness(rate_per_s=50, burst=100, max_waits=100)
-    fairness.admit("acme")                  # TooManyRequests (429, Retry-After) when over
+    fairness.admit("acme", body_bytes=1_000_000)   # TooManyRequests (429, Retry-After)
     async with fairness.waiting("acme"):    # a long-poll or an event stream
         ...
+
+A request costs one token, plus one per ``BYTES_PER_TOKEN`` of body: a 1 MB submission
+costs what 65 small requests do, so a tenant cannot flood with large bodies at the
+request rate.
 
 Per process: with several API replicas a tenant may use each replica's share (the replicas
 sit behind one load balancer, so a tenant's share of the whole is replicas × the rate).
@@ -24,6 +28,7 @@ from typing import Final
 from app.core.errors import RepromptError
 
 TOO_MANY_REQUESTS: Final = "too-many-requests"
+BYTES_PER_TOKEN: Final = 16_384
 # Buckets idle this long are dropped (a full bucket is what a new one would be anyway).
 _IDLE_S: Final = 300.0
 
@@ -55,10 +60,11 @@ class Fairness:
         self._waits: dict[str, int] = {}
         self._swept = time.monotonic()
 
-    def admit(self, tenant: str) -> None:
-        """Take one request from the tenant's bucket (``rate_per_s`` ≤ 0: no limit)."""
+    def admit(self, tenant: str, *, body_bytes: int = 0) -> None:
+        """Take a request's cost from the tenant's bucket (``rate_per_s`` ≤ 0: no limit)."""
         if self.rate_per_s <= 0:
             return
+        cost = 1 + max(body_bytes, 0) // BYTES_PER_TOKEN
         now = time.monotonic()
         bucket = self._buckets.get(tenant)
         if bucket is None:
@@ -66,14 +72,15 @@ class Fairness:
         else:
             bucket.tokens = min(self.burst, bucket.tokens + (now - bucket.stamp) * self.rate_per_s)
             bucket.stamp = now
-        if bucket.tokens < 1:
-            wait_s = (1 - bucket.tokens) / self.rate_per_s
+        if bucket.tokens < min(cost, self.burst):
+            wait_s = (min(cost, self.burst) - bucket.tokens) / self.rate_per_s
             raise TooManyRequests(
-                f"more than {self.rate_per_s:g} requests per second (bursts of {self.burst}); "
+                f"more than {self.rate_per_s:g} requests per second (bursts of {self.burst}; "
+                f"a request counts once more per {BYTES_PER_TOKEN // 1024} KiB of body); "
                 "slow down",
                 retry_after_s=max(1.0, math.ceil(wait_s)),
             )
-        bucket.tokens -= 1
+        bucket.tokens -= cost
         if now - self._swept > _IDLE_S:
             self._sweep(now)
 

@@ -71,7 +71,9 @@ async def get_tenant(
     present = token is not None or "authorization" in request.headers
     res = _resources(request)
     tenant = authenticate(token, res.keys, present=present)
-    res.fairness.admit(tenant)  # 429 when this tenant calls faster than its share
+    declared = request.headers.get("content-length", "")
+    body_bytes = int(declared) if declared.isdigit() else 0
+    res.fairness.admit(tenant, body_bytes=body_bytes)  # 429 when faster than its share
     return tenant
 
 

@@ -41,6 +41,24 @@ SCRIPTS: Final = (
     "stats",
 )
 CHANNELS: Final = ("work", "done", "events", "cancel")
+# The job hash's fields a view is built from (``app.store.records.job_view``).
+VIEW_FIELDS: Final = (
+    "id",
+    "tenant",
+    "status",
+    "created_ms",
+    "started_ms",
+    "finished_ms",
+    "attempts",
+    "result",
+    "turns",
+    "history",
+    "transcript",
+    "metadata",
+    "model",
+    "idem",
+    "events",
+)
 
 RedisClient = Redis | RedisCluster
 
@@ -120,18 +138,23 @@ class Role:
         return await script(keys=keys, args=args)
 
     async def _read(self, job_ids: Sequence[str]) -> list[JobView | None]:
-        """Each job as stored (one hash each), in one round trip."""
+        """Each job as stored, in one round trip: every field a view shows, not the spec
+        (a job's input can be a megabyte, and no answer includes it)."""
         valid = [job_id for job_id in job_ids if is_job_id(job_id)]
         raws: dict[str, Any] = {}
         if len(valid) == 1:
-            raws[valid[0]] = await self._redis.hgetall(self.shard_of(valid[0]).job(valid[0]))
+            key = self.shard_of(valid[0]).job(valid[0])
+            raws[valid[0]] = await self._redis.hmget(key, VIEW_FIELDS)
         elif valid:
             async with self._redis.pipeline(transaction=False) as pipe:
                 for job_id in valid:
-                    pipe.hgetall(self.shard_of(job_id).job(job_id))
+                    pipe.hmget(self.shard_of(job_id).job(job_id), VIEW_FIELDS)
                 for job_id, raw in zip(valid, await pipe.execute(), strict=True):
                     raws[job_id] = raw
-        return [job_view(raws[j]) if j in raws else None for j in job_ids]
+        return [
+            job_view(dict(zip(VIEW_FIELDS, raws[j], strict=True))) if j in raws else None
+            for j in job_ids
+        ]
 
     def _block_s(self, wanted_s: float) -> float:
         """``wanted_s``, cut below the pool's socket timeout so a block never trips it."""

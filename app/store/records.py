@@ -97,10 +97,10 @@ def iso(ms: int) -> str:
 
 
 def job_view(raw: Mapping[Any, Any]) -> JobView | None:
-    """A job from its hash; None if it is gone."""
-    if not raw:
+    """A job from its hash's fields (missing ones are None); None if it is gone."""
+    fields = {text(k): text(v) for k, v in raw.items() if v is not None}
+    if "id" not in fields:
         return None
-    fields = {text(k): text(v) for k, v in raw.items()}
 
     def moment(name: str) -> str | None:
         value = fields.get(name)

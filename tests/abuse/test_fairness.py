@@ -114,7 +114,9 @@ def test_a_backlog_does_not_delay_another_tenants_job(start_api: StartApi) -> No
 
 
 def test_listing_with_a_status_filter_does_not_load_every_record(start_api: StartApi) -> None:
-    url = start_api(api_keys=api_keys(), max_body_bytes=1_048_576, max_queued=500)
+    url = start_api(
+        api_keys=api_keys(), max_body_bytes=1_048_576, max_queued=500, rate_per_tenant=0
+    )
     alice, _ = clients(url)
     big = "y" * 50_000
     with alice:
