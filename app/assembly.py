@@ -42,7 +42,7 @@ from app.providers.embedded import LOCAL_PROVIDER, open_router
 from app.providers.http import DEFAULT_MAX_CONNECTIONS, make_client
 from app.providers.router import Router
 from app.redis_server import EmbeddedRedis
-from app.settings import Settings, invalid_settings
+from app.settings import Settings, invalid_settings, is_loopback
 from app.store import JobStore, Leases, StoreOptions, connect
 from app.worker import Worker
 
@@ -174,9 +174,21 @@ def api_app(
 
 
 def run_api(settings: Settings, *, embedded_worker: bool) -> int:
-    """``reprompt api`` / ``reprompt serve``: uvicorn until SIGTERM or SIGINT."""
+    """``reprompt api`` / ``reprompt serve``: uvicorn until SIGTERM or SIGINT; 2 when an
+    API without keys would listen on a non-loopback address (``Settings.exposed_without_auth``).
+    """
     import uvicorn
 
+    refusal = settings.exposed_without_auth()
+    if refusal is not None:
+        log.error("%s", refusal)
+        return 2
+    if not settings.api_keys and not is_loopback(settings.host):
+        log.warning(
+            "serving on %s WITHOUT authentication (--insecure-no-auth): every caller is "
+            "tenant 'default' and sees every job",
+            settings.host,
+        )
     app = api_app(settings, embedded_worker=embedded_worker)
     uvicorn.run(app, host=settings.host, port=settings.port, log_level="info", access_log=False)
     return 0

@@ -7,6 +7,7 @@ settings.redis_url             # None: start the embedded redis-server
 from __future__ import annotations
 
 import hashlib
+import ipaddress
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -29,6 +30,17 @@ def invalid_settings(exc: ValidationError) -> str:
         f"  {'.'.join(str(p) for p in error['loc']) or '(settings)'}: {error['msg']}"
         for error in exc.errors(include_input=False, include_url=False)
     )
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` reaches only this machine: ``localhost``, 127.0.0.0/8, ``::1``."""
+    name = host.strip().removeprefix("[").removesuffix("]").rstrip(".").lower()
+    if name == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False  # a hostname (or "0.0.0.0", "::"): assume others can reach it
 
 
 class ApiKey:
@@ -70,6 +82,11 @@ class Settings(BaseSettings):
     port: int = Field(default=8080, ge=0, le=65535)
     api_keys: Annotated[list[str], NoDecode] = Field(
         default_factory=list, description="Comma-separated tenant:sha256hex of each bearer key."
+    )
+    insecure_no_auth: bool = Field(
+        default=False,
+        description="Serve without API keys on a non-loopback address (something in front "
+        "of the service authenticates callers).",
     )
 
     # Workers and the queue.
@@ -116,6 +133,24 @@ class Settings(BaseSettings):
                     "each entry is tenant:sha256hex (64 lowercase hex digits of the key's SHA-256)"
                 )
         return value
+
+    def exposed_without_auth(self) -> str | None:
+        """Why the API must not start as configured, or ``None`` when it may.
+
+        With no API keys every caller is one tenant and sees every job: fine on loopback,
+        refused on any other address unless ``insecure_no_auth`` says something in front
+        of the service authenticates callers.
+        """
+        if self.api_keys or self.insecure_no_auth or is_loopback(self.host):
+            return None
+        return (
+            f"refusing to serve the API on {self.host} without authentication: anyone who "
+            "can reach it could submit jobs (spending your provider credit) and read every "
+            "job. Set REPROMPT_API_KEYS=tenant:sha256hex,... (the SHA-256 of each bearer "
+            'key: printf %s "$KEY" | sha256sum), or listen on loopback (--host '
+            "127.0.0.1), or, if a proxy in front authenticates callers, pass "
+            "--insecure-no-auth (REPROMPT_INSECURE_NO_AUTH=1)"
+        )
 
     @property
     def keys(self) -> dict[str, ApiKey]:
