@@ -190,7 +190,9 @@ def _settings(**overrides: Any) -> Settings:
     try:
         return Settings(**{k: v for k, v in overrides.items() if v is not None})
     except ValidationError as exc:
-        raise SystemExit(f"reprompt: invalid configuration:\n{invalid_settings(exc)}") from None
+        # Status 2, as every other configuration problem (docs/worker.md).
+        print(f"reprompt: invalid configuration:\n{invalid_settings(exc)}", file=sys.stderr)
+        raise SystemExit(2) from None
 
 
 def _submit(path: str, *, url: str, key: str | None, quiet: bool) -> int:

@@ -13,7 +13,14 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated
 
-from pydantic import AliasChoices, Field, SecretStr, ValidationError, field_validator
+from pydantic import (
+    AliasChoices,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 
@@ -27,7 +34,8 @@ def invalid_settings(exc: ValidationError) -> str:
     """Which settings are wrong and why, one per line, never their values (they may be
     secrets)."""
     return "\n".join(
-        f"  {'.'.join(str(p) for p in error['loc']) or '(settings)'}: {error['msg']}"
+        f"  {'.'.join(str(p) for p in error['loc']) or '(settings)'}: "
+        f"{error['msg'].removeprefix('Value error, ')}"
         for error in exc.errors(include_input=False, include_url=False)
     )
 
@@ -133,6 +141,20 @@ class Settings(BaseSettings):
                     "each entry is tenant:sha256hex (64 lowercase hex digits of the key's SHA-256)"
                 )
         return value
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Settings:
+        """The checks that involve two settings; every problem is reported at once."""
+        problems = []
+        if self.heartbeat_ms * 3 > self.lease_ms:
+            problems.append(
+                f"REPROMPT_HEARTBEAT_MS ({self.heartbeat_ms}) must be at most a third of "
+                f"REPROMPT_LEASE_MS ({self.lease_ms}): a lease must survive two missed "
+                "heartbeats, or a busy worker loses its jobs to another"
+            )
+        if problems:
+            raise ValueError("\n  ".join(problems))
+        return self
 
     def exposed_without_auth(self) -> str | None:
         """Why the API must not start as configured, or ``None`` when it may.
