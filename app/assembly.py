@@ -100,11 +100,14 @@ async def open_parts(
         if settings.redis_url is not None:
             url = settings.redis_url.get_secret_value()
         elif embedded_redis:
-            server = EmbeddedRedis(settings.data_dir)
+            server = EmbeddedRedis(
+                settings.data_dir,
+                maxmemory_bytes=settings.embedded_redis_maxmemory_mb * 1024 * 1024,
+            )
             await server.astart()
             stack.push_async_callback(server.astop)
             url = server.url
-            log.info("embedded redis-server on %s (data in %s)", url, server.dir)
+            log.info("embedded redis-server on %s (data in %s)", server.redacted_url, server.dir)
         else:
             raise ValueError("no Redis URL and no embedded redis-server")
         redis = connect(url)

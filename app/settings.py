@@ -112,6 +112,14 @@ class Settings(BaseSettings):
     idempotency_ttl_s: int = Field(default=24 * 3600, ge=60)
     drain_timeout_s: float = Field(default=30.0, ge=0)
 
+    # The embedded redis-server (``serve`` without a Redis URL).
+    embedded_redis_maxmemory_mb: int = Field(
+        default=1024,
+        ge=64,
+        description="maxmemory of the embedded redis-server (noeviction: when full, writes "
+        "are refused and no job is evicted).",
+    )
+
     # Caps on what a client may ask for.
     max_queued: int = Field(default=10_000, ge=1)
     max_body_bytes: int = Field(default=1_048_576, ge=1024)
