@@ -6,7 +6,8 @@ the httpx client, the providers and their router, the worker, the API.
     exit_code = run_worker(settings)                 # reprompt worker
 
 Start-up, in order: the embedded redis-server when no Redis URL is set (``serve`` only; AOF
-in the data dir, so queued jobs survive a restart); one Redis pool and the store; one
+in the data dir, so queued jobs survive a restart); one Redis pool and the store (a Redis
+whose ``maxmemory-policy`` may evict live jobs stops the process here); one
 ``httpx.AsyncClient``; the providers configuration, read once (``REPROMPT_PROVIDERS`` and
 the provider variables); the router (the configured providers, else the supervised local
 model); the worker. Shutdown runs the same list backwards: the worker drains first, Redis
@@ -44,6 +45,7 @@ from app.providers.router import Router
 from app.redis_server import EmbeddedRedis
 from app.settings import Settings, invalid_settings, is_loopback
 from app.store import JobStore, Leases, StoreOptions, connect
+from app.store.eviction import eviction_policy, judge
 from app.worker import Worker
 
 log = logging.getLogger(__name__)
@@ -112,6 +114,10 @@ async def open_parts(
             raise ValueError("no Redis URL and no embedded redis-server")
         redis = connect(url)
         stack.push_async_callback(redis.aclose)
+        # An evicting Redis would drop jobs silently: refuse it now (EvictingRedis).
+        warning = judge(await eviction_policy(redis))
+        if warning is not None:
+            log.warning("%s", warning)
         options = store_options(settings)
         # One connection per job a worker may hold: a smaller pool queues model calls.
         pool = max(DEFAULT_MAX_CONNECTIONS, settings.worker_concurrency)

@@ -11,6 +11,7 @@ wait before trying again (``retry_after_s``, rendered as ``Retry-After``). One h
     │   └── (store) IdempotencyConflict             same Idempotency-Key, different body
     ├── (store) QueueFull      503 queue-full       retry after retry_after_s
     ├── (store) StoreUnavailable 503 store-unavailable  Redis did not answer; Retry-After
+    ├── (store) EvictingRedis                       start-up only: maxmemory-policy allkeys-*
     ├── (api) NotFound, Unauthorized, UnsupportedMediaType, ContentTooLarge, NotReady
     └── ProviderError          502                  a model call failed, classified at the edge
         ├── ProviderTimeout        llm-timeout      retryable
