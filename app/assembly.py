@@ -50,6 +50,10 @@ from app.worker import Worker
 
 log = logging.getLogger(__name__)
 
+# A worker's metrics port is the first free one of REPROMPT_WORKER_METRICS_PORT and the
+# next 31, so up to 32 workers on one host get predictable ports; more get any free one.
+METRICS_PORT_SPAN = 32
+
 
 @dataclass(frozen=True, slots=True)
 class Parts:
@@ -254,19 +258,17 @@ async def _worker_process(settings: Settings) -> int:
         AsyncExitStack() as stack,
     ):
         if settings.worker_metrics_port:
+            wanted = settings.worker_metrics_port
             try:
-                stack.callback(metrics.serve(settings.host, settings.worker_metrics_port))
-                log.info(
-                    "metrics on http://%s:%d/metrics", settings.host, settings.worker_metrics_port
-                )
+                port, stop_metrics = metrics.serve(settings.host, wanted, span=METRICS_PORT_SPAN)
             except OSError as exc:
-                log.error(
-                    "cannot serve metrics on %s:%d: %s",
-                    settings.host,
-                    settings.worker_metrics_port,
-                    exc,
-                )
+                log.error("cannot serve metrics on %s:%d: %s", settings.host, wanted, exc)
                 return 2
+            stack.callback(stop_metrics)
+            # Several workers on one host: the first has the configured port, the next ones
+            # the following free ports; each says where Prometheus finds it.
+            taken = "" if port == wanted else f" ({wanted} was taken)"
+            log.info("metrics on http://%s:%d/metrics%s", settings.host, port, taken)
         assert parts.router is not None  # provider_required
         worker = Worker(parts.leases, parts.router, settings)
         await worker.run(stop)
