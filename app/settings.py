@@ -129,6 +129,11 @@ class Settings(BaseSettings):
     max_turns: int = Field(default=20, ge=1, le=50)
     max_return_retries: int = Field(default=10, ge=0, le=20)
     max_deadline_ms: int = Field(default=3_600_000, ge=1000)
+    default_deadline_ms: int = Field(
+        default=600_000,
+        ge=1000,
+        description="budget.deadlineMs of a job that gives none (at most max_deadline_ms).",
+    )
     max_output_tokens: int = Field(default=32_768, ge=16)
     max_wait_ms: int = Field(default=60_000, ge=0)
 
@@ -160,6 +165,13 @@ class Settings(BaseSettings):
                 f"REPROMPT_LEASE_MS ({self.lease_ms}): a lease must survive two missed "
                 "heartbeats, or a busy worker loses its jobs to another"
             )
+        # Only when set: the default 10 minutes shrinks to a smaller cap on its own.
+        explicit = "default_deadline_ms" in self.model_fields_set
+        if explicit and self.default_deadline_ms > self.max_deadline_ms:
+            problems.append(
+                f"REPROMPT_DEFAULT_DEADLINE_MS ({self.default_deadline_ms}) must be at most "
+                f"REPROMPT_MAX_DEADLINE_MS ({self.max_deadline_ms})"
+            )
         if problems:
             raise ValueError("\n  ".join(problems))
         return self
@@ -190,3 +202,8 @@ class Settings(BaseSettings):
             tenant, _, digest = entry.partition(":")
             out[digest] = ApiKey(tenant, digest)
         return out
+
+    @property
+    def job_default_deadline_ms(self) -> int:
+        """The deadline a job without one gets: the default, within the cap."""
+        return min(self.default_deadline_ms, self.max_deadline_ms)

@@ -2,7 +2,8 @@
 
 ``REPROMPT_HEARTBEAT_MS`` at or above ``REPROMPT_LEASE_MS`` was accepted: every running
 job's lease then expired between heartbeats and another worker ran it again. A heartbeat
-must now be at most a third of the lease (two may be missed).
+must now be at most a third of the lease (two may be missed), and an explicit
+``REPROMPT_DEFAULT_DEADLINE_MS`` may not exceed ``REPROMPT_MAX_DEADLINE_MS``.
 """
 
 from __future__ import annotations
@@ -38,6 +39,21 @@ def test_a_heartbeat_longer_than_a_third_of_the_lease_is_refused(heartbeat_ms: i
 def test_a_heartbeat_of_a_third_of_the_lease_is_fine() -> None:
     assert Settings(lease_ms=30_000, heartbeat_ms=10_000).heartbeat_ms == 10_000
     assert Settings(lease_ms=1500, heartbeat_ms=300).lease_ms == 1500
+
+
+def test_an_explicit_default_deadline_over_the_cap_is_refused() -> None:
+    said = _refused(default_deadline_ms=120_000, max_deadline_ms=60_000)
+    assert "REPROMPT_DEFAULT_DEADLINE_MS" in said
+    assert "REPROMPT_MAX_DEADLINE_MS" in said
+
+
+def test_every_problem_is_reported_at_once_without_pydantic_boilerplate() -> None:
+    said = _refused(
+        lease_ms=1000, heartbeat_ms=1000, default_deadline_ms=120_000, max_deadline_ms=60_000
+    )
+    assert "REPROMPT_HEARTBEAT_MS" in said
+    assert "REPROMPT_DEFAULT_DEADLINE_MS" in said
+    assert "Value error" not in said
 
 
 @pytest.mark.parametrize("command", ["worker", "api"])
