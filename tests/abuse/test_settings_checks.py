@@ -68,6 +68,8 @@ def test_the_commands_exit_2_naming_the_settings(command: str, tmp_path: Path) -
         "REPROMPT_DATA_DIR": str(tmp_path),
         "REPROMPT_LEASE_MS": "30000",
         "REPROMPT_HEARTBEAT_MS": "30000",
+        # Configured, never called: were the settings accepted, no local model would start.
+        "OPENAI_BASE_URL": "http://127.0.0.1:9/v1",
     }
     proc = subprocess.run(
         [sys.executable, "-m", "app.cli", command],
