@@ -6,7 +6,8 @@ the httpx client, the providers and their router, the worker, the API.
     exit_code = run_worker(settings)                 # reprompt worker
 
 Start-up, in order: the embedded redis-server when no Redis URL is set (``serve`` only; AOF
-in the data dir, so queued jobs survive a restart); one Redis pool and the store; one
+in the data dir, so queued jobs survive a restart); one Redis pool and the store (a Redis
+whose ``maxmemory-policy`` may evict live jobs stops the process here); one
 ``httpx.AsyncClient``; the providers configuration, read once (``REPROMPT_PROVIDERS`` and
 the provider variables); the router (the configured providers, else the supervised local
 model); the worker. Shutdown runs the same list backwards: the worker drains first, Redis
@@ -43,12 +44,17 @@ from app.providers.embedded import LOCAL_PROVIDER, open_router
 from app.providers.http import DEFAULT_MAX_CONNECTIONS, make_client
 from app.providers.router import Router
 from app.redis_server import EmbeddedRedis
-from app.settings import Settings, invalid_settings
+from app.settings import Settings, invalid_settings, is_loopback
 from app.store import JobStore, Leases, StoreOptions, connect
 from app.store.connection import RedisClient
+from app.store.eviction import eviction_policy, judge
 from app.worker import Worker
 
 log = logging.getLogger(__name__)
+
+# A worker's metrics port is the first free one of REPROMPT_WORKER_METRICS_PORT and the
+# next 31, so up to 32 workers on one host get predictable ports; more get any free one.
+METRICS_PORT_SPAN = 32
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +62,7 @@ class Parts:
     """What one process runs on, built once and closed on exit."""
 
     settings: Settings
+    redis: RedisClient  # the API's pool (the worker has its own)
     jobs: JobStore
     leases: Leases
     router: Router | None  # None: no provider could be configured (``provider_problem``)
@@ -106,11 +113,14 @@ async def open_parts(
         if settings.redis_url is not None:
             url = settings.redis_url.get_secret_value()
         elif embedded_redis:
-            server = EmbeddedRedis(settings.data_dir)
+            server = EmbeddedRedis(
+                settings.data_dir,
+                maxmemory_bytes=settings.embedded_redis_maxmemory_mb * 1024 * 1024,
+            )
             await server.astart()
             stack.push_async_callback(server.astop)
             url = server.url
-            log.info("embedded redis-server on %s (data in %s)", url, server.dir)
+            log.info("embedded redis-server on %s (data in %s)", server.redacted_url, server.dir)
         else:
             raise ValueError("no Redis URL and no embedded redis-server")
         options = store_options(settings)
@@ -119,6 +129,10 @@ async def open_parts(
         api_redis, worker_redis = _connect(url, settings), _connect(url, settings)
         for client in (api_redis, worker_redis):
             stack.push_async_callback(client.aclose)
+        # An evicting Redis would drop jobs silently: refuse it now (EvictingRedis).
+        warning = judge(await eviction_policy(api_redis))
+        if warning is not None:
+            log.warning("%s", warning)
         jobs, leases = JobStore(api_redis, options), Leases(worker_redis, options)
         stack.push_async_callback(jobs.aclose)
         stack.push_async_callback(leases.aclose)
@@ -144,6 +158,7 @@ async def open_parts(
             problem = exc.detail
         yield Parts(
             settings=settings,
+            redis=api_redis,
             jobs=jobs,
             leases=leases,
             router=router,
@@ -190,9 +205,21 @@ def api_app(
 
 
 def run_api(settings: Settings, *, embedded_worker: bool) -> int:
-    """``reprompt api`` / ``reprompt serve``: uvicorn until SIGTERM or SIGINT."""
+    """``reprompt api`` / ``reprompt serve``: uvicorn until SIGTERM or SIGINT; 2 when an
+    API without keys would listen on a non-loopback address (``Settings.exposed_without_auth``).
+    """
     import uvicorn
 
+    refusal = settings.exposed_without_auth()
+    if refusal is not None:
+        log.error("%s", refusal)
+        return 2
+    if not settings.api_keys and not is_loopback(settings.host):
+        log.warning(
+            "serving on %s WITHOUT authentication (--insecure-no-auth): every caller is "
+            "tenant 'default' and sees every job",
+            settings.host,
+        )
     app = api_app(settings, embedded_worker=embedded_worker)
     uvicorn.run(app, host=settings.host, port=settings.port, log_level="info", access_log=False)
     return 0
@@ -249,19 +276,17 @@ async def _worker_process(settings: Settings) -> int:
         AsyncExitStack() as stack,
     ):
         if settings.worker_metrics_port:
+            wanted = settings.worker_metrics_port
             try:
-                stack.callback(metrics.serve(settings.host, settings.worker_metrics_port))
-                log.info(
-                    "metrics on http://%s:%d/metrics", settings.host, settings.worker_metrics_port
-                )
+                port, stop_metrics = metrics.serve(settings.host, wanted, span=METRICS_PORT_SPAN)
             except OSError as exc:
-                log.error(
-                    "cannot serve metrics on %s:%d: %s",
-                    settings.host,
-                    settings.worker_metrics_port,
-                    exc,
-                )
+                log.error("cannot serve metrics on %s:%d: %s", settings.host, wanted, exc)
                 return 2
+            stack.callback(stop_metrics)
+            # Several workers on one host: the first has the configured port, the next ones
+            # the following free ports; each says where Prometheus finds it.
+            taken = "" if port == wanted else f" ({wanted} was taken)"
+            log.info("metrics on http://%s:%d/metrics%s", settings.host, port, taken)
         assert parts.router is not None  # provider_required
         worker = Worker(parts.leases, parts.router, settings)
         await worker.run(stop)

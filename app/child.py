@@ -41,20 +41,31 @@ def spawn(
     append: bool = False,
     pass_fds: Sequence[int] = (),
     env: dict[str, str] | None = None,
+    stdin: bytes | None = None,
+    umask: int = -1,
 ) -> subprocess.Popen[bytes]:
     """Start ``args`` in its own session (so its own process group: a Ctrl-C meant for us
-    does not reach it, and ``terminate`` can signal the group), output to ``log_path``."""
+    does not reach it, and ``terminate`` can signal the group), output to ``log_path``.
+
+    ``stdin``: bytes written to the child's standard input, which is then closed (a secret
+    passed this way never shows in ``ps``); ``umask``: the child's, e.g. ``0o077``.
+    """
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with log_path.open("ab" if append else "wb") as log:
-        return subprocess.Popen(
+        process = subprocess.Popen(
             list(args),
-            stdin=subprocess.DEVNULL,
+            stdin=subprocess.DEVNULL if stdin is None else subprocess.PIPE,
             stdout=log,
             stderr=subprocess.STDOUT,
             pass_fds=tuple(pass_fds),
             start_new_session=True,
             env=env,
+            umask=umask,
         )
+    if process.stdin is not None:
+        with contextlib.suppress(BrokenPipeError), process.stdin:  # it may die at once
+            process.stdin.write(stdin or b"")
+    return process
 
 
 def describe_exit(returncode: int) -> str:

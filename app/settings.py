@@ -7,12 +7,20 @@ settings.redis_url             # None: start the embedded redis-server
 from __future__ import annotations
 
 import hashlib
+import ipaddress
 import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated
 
-from pydantic import AliasChoices, Field, SecretStr, ValidationError, field_validator
+from pydantic import (
+    AliasChoices,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 
@@ -26,9 +34,21 @@ def invalid_settings(exc: ValidationError) -> str:
     """Which settings are wrong and why, one per line, never their values (they may be
     secrets)."""
     return "\n".join(
-        f"  {'.'.join(str(p) for p in error['loc']) or '(settings)'}: {error['msg']}"
+        f"  {'.'.join(str(p) for p in error['loc']) or '(settings)'}: "
+        f"{error['msg'].removeprefix('Value error, ')}"
         for error in exc.errors(include_input=False, include_url=False)
     )
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` reaches only this machine: ``localhost``, 127.0.0.0/8, ``::1``."""
+    name = host.strip().removeprefix("[").removesuffix("]").rstrip(".").lower()
+    if name == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False  # a hostname (or "0.0.0.0", "::"): assume others can reach it
 
 
 class ApiKey:
@@ -81,6 +101,11 @@ class Settings(BaseSettings):
     api_keys: Annotated[list[str], NoDecode] = Field(
         default_factory=list, description="Comma-separated tenant:sha256hex of each bearer key."
     )
+    insecure_no_auth: bool = Field(
+        default=False,
+        description="Serve without API keys on a non-loopback address (something in front "
+        "of the service authenticates callers).",
+    )
 
     # Workers and the queue.
     worker_concurrency: int = Field(default=32, ge=1, le=10_000)
@@ -97,6 +122,14 @@ class Settings(BaseSettings):
     idempotency_ttl_s: int = Field(default=24 * 3600, ge=60)
     drain_timeout_s: float = Field(default=30.0, ge=0)
 
+    # The embedded redis-server (``serve`` without a Redis URL).
+    embedded_redis_maxmemory_mb: int = Field(
+        default=1024,
+        ge=64,
+        description="maxmemory of the embedded redis-server (noeviction: when full, writes "
+        "are refused and no job is evicted).",
+    )
+
     # Caps on what a client may ask for.
     max_queued: int = Field(default=10_000, ge=1, description="Queued jobs per tenant.")
     max_tenant_bytes: int = Field(
@@ -111,6 +144,11 @@ class Settings(BaseSettings):
     max_turns: int = Field(default=20, ge=1, le=50)
     max_return_retries: int = Field(default=10, ge=0, le=20)
     max_deadline_ms: int = Field(default=3_600_000, ge=1000)
+    default_deadline_ms: int = Field(
+        default=600_000,
+        ge=1000,
+        description="budget.deadlineMs of a job that gives none (at most max_deadline_ms).",
+    )
     max_output_tokens: int = Field(default=32_768, ge=16)
     max_wait_ms: int = Field(default=60_000, ge=0)
 
@@ -141,6 +179,45 @@ class Settings(BaseSettings):
                 )
         return value
 
+    @model_validator(mode="after")
+    def _consistent(self) -> Settings:
+        """The checks that involve two settings; every problem is reported at once."""
+        problems = []
+        if self.heartbeat_ms * 3 > self.lease_ms:
+            problems.append(
+                f"REPROMPT_HEARTBEAT_MS ({self.heartbeat_ms}) must be at most a third of "
+                f"REPROMPT_LEASE_MS ({self.lease_ms}): a lease must survive two missed "
+                "heartbeats, or a busy worker loses its jobs to another"
+            )
+        # Only when set: the default 10 minutes shrinks to a smaller cap on its own.
+        explicit = "default_deadline_ms" in self.model_fields_set
+        if explicit and self.default_deadline_ms > self.max_deadline_ms:
+            problems.append(
+                f"REPROMPT_DEFAULT_DEADLINE_MS ({self.default_deadline_ms}) must be at most "
+                f"REPROMPT_MAX_DEADLINE_MS ({self.max_deadline_ms})"
+            )
+        if problems:
+            raise ValueError("\n  ".join(problems))
+        return self
+
+    def exposed_without_auth(self) -> str | None:
+        """Why the API must not start as configured, or ``None`` when it may.
+
+        With no API keys every caller is one tenant and sees every job: fine on loopback,
+        refused on any other address unless ``insecure_no_auth`` says something in front
+        of the service authenticates callers.
+        """
+        if self.api_keys or self.insecure_no_auth or is_loopback(self.host):
+            return None
+        return (
+            f"refusing to serve the API on {self.host} without authentication: anyone who "
+            "can reach it could submit jobs (spending your provider credit) and read every "
+            "job. Set REPROMPT_API_KEYS=tenant:sha256hex,... (the SHA-256 of each bearer "
+            'key: printf %s "$KEY" | sha256sum), or listen on loopback (--host '
+            "127.0.0.1), or, if a proxy in front authenticates callers, pass "
+            "--insecure-no-auth (REPROMPT_INSECURE_NO_AUTH=1)"
+        )
+
     @property
     def keys(self) -> dict[str, ApiKey]:
         """Digest → key; empty means auth is off and every caller is tenant ``default``."""
@@ -149,3 +226,8 @@ class Settings(BaseSettings):
             tenant, _, digest = entry.partition(":")
             out[digest] = ApiKey(tenant, digest)
         return out
+
+    @property
+    def job_default_deadline_ms(self) -> int:
+        """The deadline a job without one gets: the default, within the cap."""
+        return min(self.default_deadline_ms, self.max_deadline_ms)

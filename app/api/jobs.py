@@ -16,7 +16,7 @@ from fastapi import APIRouter, Body, Depends, Header, Query, Request
 from fastapi.responses import Response
 
 from app import metrics
-from app.api.limits import check_job, check_output_schema, clamp_wait
+from app.api.limits import check_job, check_output_schema, clamp_wait, with_default_deadline
 from app.api.problems import NotFound, UnsupportedMediaType
 from app.api.resources import Res, Resources, Tenant
 from app.api.schemas import JOB_EXAMPLES, Job, JobList, problems, respond
@@ -221,6 +221,7 @@ async def _submit(
 ) -> tuple[JobView, bool]:
     router = res.require_router()
     check_job(spec, res.settings)
+    spec = with_default_deadline(spec, res.settings)
     contract = build_contract(spec)
     if spec.signature is not None:
         check_output_schema(contract.output_schema, res.settings, field="signature")

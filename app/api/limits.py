@@ -2,6 +2,7 @@
 
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)   # 413
     check_job(spec, settings)                                          # 422 naming the field
+    spec = with_default_deadline(spec, settings)                       # deadlineMs filled in
     check_output_schema(contract.output_schema, settings, field="signature")
 
 The caps are ``Settings.max_*`` (``REPROMPT_MAX_*``); JobSpec's own bounds still apply
@@ -90,6 +91,15 @@ def check_job(spec: JobSpec, settings: Settings) -> None:
         _at_most("maxOutputTokensCap", spec.max_output_tokens_cap, settings.max_output_tokens)
     if spec.schema_ is not None:
         check_output_schema(spec.schema_, settings, field="schema")
+
+
+def with_default_deadline(spec: JobSpec, settings: Settings) -> JobSpec:
+    """``spec`` with ``budget.deadlineMs`` set to the default deadline when it has none:
+    no job runs unbounded (30 calls × 3 transport attempts × 60 s would be 90 minutes)."""
+    if spec.budget.deadline_ms is not None:
+        return spec
+    budget = spec.budget.model_copy(update={"deadline_ms": settings.job_default_deadline_ms})
+    return spec.model_copy(update={"budget": budget})
 
 
 def check_output_schema(schema: Any, settings: Settings, *, field: str) -> None:

@@ -11,6 +11,7 @@ wait before trying again (``retry_after_s``, rendered as ``Retry-After``). One h
     │   └── (store) IdempotencyConflict             same Idempotency-Key, different body
     ├── (store) QueueFull      503 queue-full       retry after retry_after_s
     ├── (store) StoreUnavailable 503 store-unavailable  Redis did not answer; Retry-After
+    ├── (store) EvictingRedis                       start-up only: maxmemory-policy allkeys-*
     ├── (api) NotFound, Unauthorized, UnsupportedMediaType, ContentTooLarge, NotReady
     └── ProviderError          502                  a model call failed, classified at the edge
         ├── ProviderTimeout        llm-timeout      retryable
@@ -19,6 +20,8 @@ wait before trying again (``retry_after_s``, rendered as ``Retry-After``). One h
         │   └── ProviderCrashed                     the local model died during the call: not
         │                                           retried (the request may be what killed it)
         ├── ProviderTokenLimit     llm-token-limit  the prompt does not fit the context window
+        ├── ProviderOversized      llm-invalid-output  the reply passed its byte cap (sized
+        │                                           from the output-token limit): not retried
         ├── ProviderRefusal        llm-refusal      refusal or content filter
         └── ProviderConfigError    llm-config       401/403/404: names the provider, not the key
 
@@ -116,6 +119,14 @@ class ProviderCrashed(ProviderUnavailable):
 class ProviderTokenLimit(ProviderError):
     code = codes.LLM_TOKEN_LIMIT
     status = 422
+
+
+class ProviderOversized(ProviderError):
+    """The provider's reply was larger than any answer within the request's output-token
+    limit could be; reading stopped at the cap and nothing of it is kept."""
+
+    code = codes.LLM_INVALID_OUTPUT
+    status = 502
 
 
 class ProviderRefusal(ProviderError):

@@ -13,7 +13,7 @@ from app.core.errors import ProviderUnavailable
 from app.core.model import LLMRequest, LLMResponse
 from app.providers.config import ModelConfig, ProviderConfig
 from app.providers.structured import Capability
-from app.providers.transport import Edge, post_json
+from app.providers.transport import Edge, post_json, reply_cap
 
 
 class HttpAdapter:
@@ -54,7 +54,13 @@ class HttpAdapter:
         if key:
             headers.update(self.auth_headers(key))
         answer, _ = await post_json(
-            self._http, self.url(), headers=headers, body=body, timeout_s=timeout_s, edge=edge
+            self._http,
+            self.url(),
+            headers=headers,
+            body=body,
+            timeout_s=timeout_s,
+            edge=edge,
+            max_bytes=reply_cap(request.max_output_tokens),
         )
         try:
             return self.parse_response(

@@ -14,10 +14,14 @@ whatever went wrong, most specific first (as httpx's ``map_httpcore_exceptions``
     404                                                    -> ProviderConfigError (unknown model)
     any other 4xx: our request's fault, retrying won't help -> ProviderConfigError
     2xx whose body is not a JSON object                    -> ProviderUnavailable
+    2xx whose body passes ``max_bytes``                    -> ProviderOversized (not retried)
 
-Provider text goes into ``detail`` for operators, scrubbed of anything shaped like a key::
+Replies are streamed and read only up to a cap: ``reply_cap(max_output_tokens)`` for an
+answer, ``MAX_ERROR_BYTES`` (cut, not refused) for an error's text. Provider text goes into
+``detail`` for operators, scrubbed of anything shaped like a key::
 
-    body, headers = await post_json(http, url, headers=h, body=b, timeout_s=5.0, edge=edge)
+    body, headers = await post_json(http, url, headers=h, body=b, timeout_s=5.0, edge=edge,
+                                    max_bytes=reply_cap(request.max_output_tokens))
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ import httpx
 from app.core.errors import (
     ProviderConfigError,
     ProviderError,
+    ProviderOversized,
     ProviderRateLimited,
     ProviderTimeout,
     ProviderTokenLimit,
@@ -48,6 +53,18 @@ logger = logging.getLogger(__name__)
 
 # Provider messages are for operators; long bodies (HTML error pages) are cut.
 MAX_DETAIL_CHARS: Final = 500
+
+# The most a reply may hold: what max_output_tokens tokens can take as JSON text, plus the
+# envelope around them, never more than the ceiling. A token is a few bytes of text; JSON
+# escapes (\uXXXX for a control or non-ASCII character when the server escapes it) and a
+# tool call's arguments encoded twice make it longer, so 64 bytes a token is generous. The
+# envelope (ids, usage, finish reasons, a server's extras) fits many times in 256 KiB. At
+# the default cap of 32,768 output tokens a reply may be 2.25 MiB.
+BYTES_PER_TOKEN: Final = 64
+ENVELOPE_BYTES: Final = 256 * 1024
+CEILING_BYTES: Final = 16 * 1024 * 1024
+# An error reply is read only for its message (cut to MAX_DETAIL_CHARS in the end).
+MAX_ERROR_BYTES: Final = 64 * 1024
 REDACTED: Final = "[redacted]"
 
 # Shapes of API keys and bearer tokens that providers sometimes echo back in errors
@@ -98,6 +115,11 @@ def redact(text: str, secrets: tuple[str, ...] = ()) -> str:
     return text
 
 
+def reply_cap(max_output_tokens: int) -> int:
+    """The largest reply, in bytes, an answer of ``max_output_tokens`` tokens can need."""
+    return min(CEILING_BYTES, ENVELOPE_BYTES + BYTES_PER_TOKEN * max(max_output_tokens, 0))
+
+
 async def post_json(
     http: httpx.AsyncClient,
     url: str,
@@ -106,8 +128,13 @@ async def post_json(
     body: Mapping[str, Any],
     timeout_s: float,
     edge: Edge,
+    max_bytes: int = CEILING_BYTES,
 ) -> tuple[dict[str, Any], httpx.Headers]:
-    """POST ``body`` and return the decoded JSON object and the response headers, or raise."""
+    """POST ``body`` and return the decoded JSON object and the response headers, or raise.
+
+    A reply over ``max_bytes`` (declared or counted as it streams) is not read further:
+    ``ProviderOversized``, and the connection is dropped.
+    """
     if timeout_s <= 0:
         raise ProviderTimeout(
             f"{edge.provider}: no time left to call model {edge.model}",
@@ -117,24 +144,61 @@ async def post_json(
     logger.debug("POST %s (provider=%s model=%s)", url, edge.provider, edge.model)
     with map_transport_errors(edge, timeout_s):
         # httpx's timeouts are per operation; asyncio.timeout bounds the whole exchange.
-        async with asyncio.timeout(timeout_s):
-            response = await http.post(
-                url, json=dict(body), headers=dict(headers), timeout=timeout_s
-            )
-    if response.status_code >= 400:
-        raise classify_status(response.status_code, response.headers, response.text, edge)
+        async with (
+            asyncio.timeout(timeout_s),
+            http.stream(
+                "POST", url, json=dict(body), headers=dict(headers), timeout=timeout_s
+            ) as response,
+        ):
+            if response.status_code >= 400:
+                text = _text(response, await _read(response, MAX_ERROR_BYTES, edge, cut=True))
+                raise classify_status(response.status_code, response.headers, text, edge)
+            content = await _read(response, max_bytes, edge)
     try:
-        decoded = json.loads(response.content)
+        decoded = json.loads(content)
     except ValueError:
         decoded = None
     if not isinstance(decoded, dict):
         raise ProviderUnavailable(
             f"{edge.provider} sent a malformed body ({response.status_code}) for model "
-            f"{edge.model}: {edge.scrub(_excerpt(response.text))}",
+            f"{edge.model}: {edge.scrub(_excerpt(_text(response, content[:MAX_ERROR_BYTES])))}",
             provider=edge.provider,
             model=edge.model,
         )
     return decoded, response.headers
+
+
+async def _read(response: httpx.Response, limit: int, edge: Edge, *, cut: bool = False) -> bytes:
+    """The body, at most ``limit`` bytes of it: past that ``ProviderOversized``, or with
+    ``cut`` the first ``limit`` bytes. Either way nothing more is read."""
+    declared = response.headers.get("content-length", "").strip()
+    if not cut and declared.isdigit() and int(declared) > limit:
+        raise _oversized(edge, limit, f"declared {int(declared)} bytes")
+    content = bytearray()
+    async for chunk in response.aiter_bytes():
+        content += chunk
+        if len(content) > limit:
+            if cut:
+                return bytes(content[:limit])
+            raise _oversized(edge, limit, "still sending")
+    return bytes(content)
+
+
+def _oversized(edge: Edge, limit: int, seen: str) -> ProviderOversized:
+    return ProviderOversized(
+        f"{edge.provider} sent a reply over {limit} bytes ({seen}) for model {edge.model}: "
+        "more than any answer within the request's output-token limit needs; it was "
+        "dropped unread",
+        provider=edge.provider,
+        model=edge.model,
+    )
+
+
+def _text(response: httpx.Response, content: bytes) -> str:
+    try:
+        return content.decode(response.charset_encoding or "utf-8", errors="replace")
+    except LookupError:  # a charset Python does not know
+        return content.decode("utf-8", errors="replace")
 
 
 @contextmanager

@@ -40,7 +40,7 @@ async def test_queued_jobs_survive_a_restart_of_the_embedded_redis(tmp_path: Pat
 
 async def test_the_server_is_loopback_only_with_aof_and_no_rdb(tmp_path: Path) -> None:
     async with EmbeddedRedis(tmp_path) as server:
-        assert server.url.startswith("redis://127.0.0.1:")
+        assert server.redacted_url.startswith("redis://:***@127.0.0.1:")
         client = Redis.from_url(server.url, decode_responses=True)
         try:
             config = await client.config_get("*")

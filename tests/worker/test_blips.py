@@ -12,6 +12,7 @@ import contextlib
 import signal
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 from redis.asyncio import Redis
@@ -92,17 +93,17 @@ class Proxy:
 
 @pytest.fixture
 async def proxy(redis_url: str) -> AsyncIterator[Proxy]:
-    port = int(redis_url.rsplit(":", 1)[1].split("/", 1)[0])
-    server = Proxy(port)
+    server = Proxy(urlsplit(redis_url).port or 6379)
     await server.start()
     yield server
     await server.stop()
 
 
 async def test_a_redis_blip_at_commit_time_does_not_lose_the_paid_answer(
-    store: Store, proxy: Proxy, prefix: str, sim_url: str, tmp_path: Path
+    store: Store, proxy: Proxy, prefix: str, sim_url: str, redis_url: str, tmp_path: Path
 ) -> None:
-    behind = Redis.from_url(f"redis://127.0.0.1:{proxy.port}/0", socket_timeout=5)
+    password = urlsplit(redis_url).password or ""
+    behind = Redis.from_url(f"redis://:{password}@127.0.0.1:{proxy.port}/0", socket_timeout=5)
     leases = Leases(behind, prefix=prefix, lease_ms=10_000)
     async with sim_router(sim_url, tmp_path) as router:
         gate = Gate(router, hold=lambda n: n == 1)

@@ -223,12 +223,15 @@ async def test_a_zombie_worker_cannot_commit_over_the_new_owner(
     store: Store, router: Router
 ) -> None:
     # The zombie never heartbeats in time and its call hangs until we let it go; with one
-    # slot it cannot claim the job again while it still holds the first claim.
+    # slot it cannot claim the job again while it still holds the first claim. Settings
+    # refuse a heartbeat longer than the lease, so the zombie's are copied past validation.
     zombie_gate = Gate(router, hold=lambda n: True)
     zombie = Worker(
         store,
         zombie_gate,
-        worker_settings(heartbeat_ms=600_000, reap_interval_ms=600_000, worker_concurrency=1),
+        worker_settings(worker_concurrency=1).model_copy(
+            update={"heartbeat_ms": 600_000, "reap_interval_ms": 600_000}
+        ),
         worker_id="zombie",
     )
     job_id = await submit(store, job(name="zombie"))

@@ -1,0 +1,155 @@
+"""A job that names no deadline gets one (issue #10).
+
+With no ``budget.deadlineMs`` a job against a provider that never answers could run for
+about 30 calls × 3 transport attempts × 60 s. The API now fills in
+``REPROMPT_DEFAULT_DEADLINE_MS`` (10 minutes, never more than ``REPROMPT_MAX_DEADLINE_MS``)
+when a job is submitted without one.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from pydantic import SecretStr
+from redis import Redis
+
+from app.api.limits import with_default_deadline
+from app.assembly import api_app
+from app.core import codes
+from app.core.spec import JobSpec
+from app.loopback import serve_in_thread
+from app.providers.config import ModelConfig, ProviderConfig, ProvidersConfig
+from app.redis_server import EmbeddedRedis
+from app.settings import Settings
+from app.store.ids import shard_of
+from app.store.keys import Keys
+
+DEADLINE_MS = 1500
+# The job ends at its deadline; the bound leaves room for a busy machine, and is far
+# below the minutes the call alone could take (a 60 s provider timeout, 3 attempts).
+BOUND_S = 15.0
+PREFIX = "deadlines"
+
+
+class Silent:
+    """A loopback provider that accepts every call and never answers (until closed)."""
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+        release = self.release
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_POST(self) -> None:
+                self.rfile.read(int(self.headers.get("content-length") or 0))
+                release.wait(120)
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        host, port = self.server.server_address[:2]
+        return f"http://{host!s}:{port}"
+
+
+@pytest.fixture
+def silent() -> Iterator[Silent]:
+    provider = Silent()
+    provider.thread.start()
+    try:
+        yield provider
+    finally:
+        provider.release.set()
+        provider.server.shutdown()
+        provider.server.server_close()
+
+
+@pytest.fixture
+def service(silent: Silent, tmp_path: Path) -> Iterator[tuple[str, Redis]]:
+    """The API with an in-process worker on a real Redis; the silent provider behind it."""
+    providers = ProvidersConfig(
+        providers={
+            "p": ProviderConfig(
+                kind="openai", base_url=f"{silent.url}/v1", timeout_s=60, max_attempts=3
+            )
+        },
+        models={"m": ModelConfig(provider="p", structured="prompt")},
+    )
+    with EmbeddedRedis(tmp_path / "redis") as redis:
+        settings = Settings(
+            redis_url=SecretStr(redis.url),
+            data_dir=tmp_path,
+            key_prefix=PREFIX,
+            default_deadline_ms=DEADLINE_MS,
+            worker_metrics_port=0,
+            drain_timeout_s=0,
+        )
+        app = api_app(settings, embedded_worker=True, providers=providers)
+        client = Redis.from_url(redis.url, decode_responses=True)
+        try:
+            with serve_in_thread(
+                app, name="deadlines", lifespan="on", startup_timeout_s=60, shutdown_timeout_s=60
+            ) as url:
+                yield url, client
+        finally:
+            client.close()
+
+
+def _stored_spec(redis: Redis, job_id: str) -> dict[str, Any]:
+    raw = redis.hget(Keys(PREFIX).shard(shard_of(job_id)).job(job_id), "spec")
+    assert isinstance(raw, str)
+    spec: dict[str, Any] = json.loads(raw)
+    return spec
+
+
+JOB = {"task": "Name a city.", "signature": "{city :string}", "budget": {"maxTurns": 1}}
+
+
+def test_a_job_without_a_deadline_ends_at_the_default_one(
+    service: tuple[str, Redis],
+) -> None:
+    url, redis = service
+    began = time.monotonic()
+    with httpx.Client(base_url=url, timeout=30) as http:
+        submitted = http.post("/v1/jobs", json=JOB)
+        assert submitted.status_code == 202, submitted.text
+        job_id = submitted.json()["id"]
+        assert _stored_spec(redis, job_id)["budget"]["deadlineMs"] == DEADLINE_MS
+        job: dict[str, Any] = {}
+        while time.monotonic() - began < BOUND_S:
+            job = http.get(f"/v1/jobs/{job_id}", params={"waitMs": 2000}).json()
+            if job["status"] not in ("queued", "in_progress"):
+                break
+    assert time.monotonic() - began < BOUND_S, job
+    assert job["status"] == "failed"
+    assert job["result"]["error"] == codes.DEADLINE_EXCEEDED
+
+
+def test_a_job_that_names_its_deadline_keeps_it(service: tuple[str, Redis]) -> None:
+    url, redis = service
+    own = {**JOB, "budget": {"maxTurns": 1, "deadlineMs": 1200}}
+    with httpx.Client(base_url=url, timeout=30) as http:
+        submitted = http.post("/v1/jobs", json=own)
+        assert submitted.status_code == 202, submitted.text
+        assert _stored_spec(redis, submitted.json()["id"])["budget"]["deadlineMs"] == 1200
+
+
+def test_the_default_is_ten_minutes_within_the_cap() -> None:
+    spec = JobSpec.model_validate(JOB)
+    assert with_default_deadline(spec, Settings()).budget.deadline_ms == 600_000
+    capped = Settings(max_deadline_ms=60_000)
+    assert with_default_deadline(spec, capped).budget.deadline_ms == 60_000

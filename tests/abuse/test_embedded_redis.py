@@ -1,0 +1,162 @@
+"""The embedded redis-server is private to its owner and bounded (issue #10).
+
+It had no password (any local user could read or rewrite every job on its loopback port),
+its AOF was world-readable, and it had no memory limit. Now: a random password per start,
+passed on stdin (never in ``ps`` or on disk) and never logged; data dir 0700 and files
+0600; ``maxmemory`` with ``noeviction``: a full server refuses writes and loses nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import stat
+from collections.abc import AsyncIterator
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import pytest
+from redis.asyncio import Redis
+from redis.exceptions import AuthenticationError, OutOfMemoryError, ResponseError
+
+from app.assembly import open_parts
+from app.providers.config import ModelConfig, ProviderConfig, ProvidersConfig
+from app.redis_server import DEFAULT_MAXMEMORY_BYTES, EmbeddedRedis
+from app.settings import Settings
+
+NOWHERE = ProvidersConfig(
+    providers={"p": ProviderConfig(kind="openai", base_url="http://127.0.0.1:9/v1")},
+    models={"m": ModelConfig(provider="p")},
+)
+
+
+@pytest.fixture
+async def server(tmp_path: Path) -> AsyncIterator[EmbeddedRedis]:
+    async with EmbeddedRedis(tmp_path) as running:
+        yield running
+
+
+def _password(server: EmbeddedRedis) -> str:
+    password = urlsplit(server.url).password
+    assert password
+    return password
+
+
+async def test_a_client_without_the_password_is_refused(server: EmbeddedRedis) -> None:
+    anonymous = Redis(host="127.0.0.1", port=server.port)
+    try:
+        with pytest.raises((AuthenticationError, ResponseError), match=r"(?i)auth"):
+            await anonymous.get("anything")
+    finally:
+        await anonymous.aclose()
+    owner = Redis.from_url(server.url)
+    try:
+        assert await owner.ping()
+    finally:
+        await owner.aclose()
+
+
+async def test_every_start_has_a_new_strong_password(tmp_path: Path) -> None:
+    seen = set()
+    for _ in range(2):
+        async with EmbeddedRedis(tmp_path) as server:
+            seen.add(_password(server))
+    assert len(seen) == 2
+    assert all(len(password) >= 32 for password in seen)
+
+
+async def test_the_password_is_not_on_the_command_line_or_on_disk(server: EmbeddedRedis) -> None:
+    password = _password(server).encode()
+    client = Redis.from_url(server.url)
+    try:
+        await client.set("k", "v")
+        await client.bgrewriteaof()
+    finally:
+        await client.aclose()
+    pid = int((server.dir / "redis.pid").read_text())
+    seen = {"cmdline": _read(f"/proc/{pid}/cmdline"), "environ": _read(f"/proc/{pid}/environ")}
+    for root, _, files in os.walk(server.data_dir):
+        seen |= {name: _read(os.path.join(root, name)) for name in files}
+    assert "appendonly.aof" in seen
+    assert [where for where, data in seen.items() if password in data] == []
+
+
+def _read(path: str) -> bytes:
+    with open(path, "rb") as file:
+        return file.read()
+
+
+async def test_the_data_dir_is_0700_and_its_files_0600(server: EmbeddedRedis) -> None:
+    client = Redis.from_url(server.url)
+    try:
+        await client.set("job", "a task and its answer")
+        await client.bgrewriteaof()
+    finally:
+        await client.aclose()
+    assert stat.S_IMODE(os.stat(server.dir).st_mode) == 0o700
+    modes = {
+        name: stat.S_IMODE(os.stat(os.path.join(root, name)).st_mode)
+        for root, _, files in os.walk(server.dir)
+        for name in files
+    }
+    assert "appendonly.aof" in modes
+    assert "redis-server.log" in modes
+    assert {name: mode for name, mode in modes.items() if mode != 0o600} == {}
+
+
+async def test_what_an_older_version_left_readable_is_made_private(tmp_path: Path) -> None:
+    old = tmp_path / "redis"
+    old.mkdir(mode=0o755)
+    old.chmod(0o755)
+    aof = old / "appendonly.aof"
+    aof.write_bytes(b"")
+    aof.chmod(0o644)
+    async with EmbeddedRedis(tmp_path):
+        assert stat.S_IMODE(old.stat().st_mode) == 0o700
+        assert stat.S_IMODE(aof.stat().st_mode) == 0o600
+
+
+async def test_it_is_bounded_by_maxmemory_with_noeviction(server: EmbeddedRedis) -> None:
+    client = Redis.from_url(server.url, decode_responses=True)
+    try:
+        config = await client.config_get("maxmemory*")
+    finally:
+        await client.aclose()
+    assert int(str(config["maxmemory"])) == DEFAULT_MAXMEMORY_BYTES == 1024**3
+    assert config["maxmemory-policy"] == "noeviction"
+
+
+async def test_when_full_it_refuses_writes_and_evicts_nothing(tmp_path: Path) -> None:
+    async with EmbeddedRedis(tmp_path, maxmemory_bytes=8 * 1024 * 1024) as server:
+        client = Redis.from_url(server.url)
+        try:
+            stored = await _fill(client)
+            assert stored > 10
+            assert await client.exists(*[f"job:{i}" for i in range(stored)]) == stored
+        finally:
+            await client.aclose()
+
+
+async def _fill(client: Redis) -> int:
+    """Store 64 KiB values until the server refuses one; how many it took."""
+    for stored in range(1000):
+        try:
+            await client.set(f"job:{stored}", b"x" * 64 * 1024)
+        except OutOfMemoryError:
+            return stored
+    pytest.fail("8 MiB of maxmemory held 64 MB")
+
+
+async def test_serve_passes_its_maxmemory_setting_and_never_logs_the_password(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    settings = Settings(data_dir=tmp_path, embedded_redis_maxmemory_mb=100)
+    async with open_parts(settings, providers=NOWHERE, embedded_redis=True) as parts:
+        config = await parts.redis.config_get("maxmemory")
+        password = await parts.redis.config_get("requirepass")
+    assert int(str(config["maxmemory"])) == 100 * 1024 * 1024
+    secret = str(password["requirepass"])
+    assert len(secret) >= 32
+    assert "embedded redis-server on redis://:***@127.0.0.1:" in caplog.text
+    assert secret not in caplog.text
