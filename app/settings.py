@@ -140,6 +140,9 @@ class Settings(BaseSettings):
     max_body_bytes: int = Field(default=1_048_576, ge=1024)
     max_schema_bytes: int = Field(default=65_536, ge=256)
     max_schema_depth: int = Field(default=32, ge=2, le=128)
+    # A job's `input` (and `fallback.data`): compact JSON size, and nesting depth.
+    max_input_bytes: int = Field(default=983_040, ge=256)
+    max_input_depth: int = Field(default=64, ge=1, le=256)
     max_task_chars: int = Field(default=100_000, ge=1)
     max_turns: int = Field(default=20, ge=1, le=50)
     max_return_retries: int = Field(default=10, ge=0, le=20)

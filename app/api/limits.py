@@ -19,6 +19,7 @@ from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.api.problems import CONTENT_TOO_LARGE, problem
+from app.core import codes
 from app.core.errors import InvalidInput
 from app.core.spec import JobSpec
 from app.settings import Settings
@@ -29,7 +30,9 @@ class BodyLimit:
 
     A declared ``Content-Length`` over the cap is refused without reading a byte; a body
     without one (chunked) is counted as it streams and refused as soon as it passes the
-    cap. The body, once read in full, is replayed to the app.
+    cap. The body, once read in full, is replayed to the app. A JSON body must be UTF-8
+    (RFC 8259): any other bytes are a 422 naming ``body`` (the JSON decoder would take
+    encoded surrogates, or answer a bare 400).
     """
 
     def __init__(self, app: ASGIApp, *, max_bytes: int) -> None:
@@ -59,7 +62,10 @@ class BodyLimit:
                 return
             chunks.append(chunk)
             if not message.get("more_body", False):
-                replay = [{"type": "http.request", "body": b"".join(chunks), "more_body": False}]
+                body = b"".join(chunks)
+                if _is_json(scope) and not await _utf8(body, scope, receive, send):
+                    return
+                replay = [{"type": "http.request", "body": body, "more_body": False}]
                 break
 
         async def replayed() -> Message:
@@ -78,6 +84,31 @@ class BodyLimit:
         await response(scope, receive, send)
 
 
+def _is_json(scope: Scope) -> bool:
+    media = Headers(scope=scope).get("content-type", "").split(";", 1)[0].strip().lower()
+    return media == "application/json" or (
+        media.startswith("application/") and media.endswith("+json")
+    )
+
+
+async def _utf8(body: bytes, scope: Scope, receive: Receive, send: Send) -> bool:
+    """True if ``body`` is UTF-8; else answer 422 and return False."""
+    try:
+        body.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        detail = f"body: not valid UTF-8 at byte {exc.start} (JSON must be UTF-8 text)"
+        response = problem(
+            422,
+            codes.INVALID_INPUT,
+            detail,
+            instance=scope.get("path", ""),
+            errors=[{"field": "body", "message": detail}],
+        )
+        await response(scope, receive, send)
+        return False
+    return True
+
+
 def check_job(spec: JobSpec, settings: Settings) -> None:
     """The caps that do not need the compiled contract; ``InvalidInput`` names the field."""
     budget = spec.budget
@@ -89,6 +120,10 @@ def check_job(spec: JobSpec, settings: Settings) -> None:
     _at_most("maxOutputTokens", spec.max_output_tokens, settings.max_output_tokens)
     if spec.max_output_tokens_cap is not None:
         _at_most("maxOutputTokensCap", spec.max_output_tokens_cap, settings.max_output_tokens)
+    if spec.input is not None:
+        check_data(spec.input, settings, field="input")
+    if spec.fallback is not None:
+        check_data(spec.fallback.data, settings, field="fallback.data")
     if spec.schema_ is not None:
         check_output_schema(spec.schema_, settings, field="schema")
 
@@ -100,6 +135,14 @@ def with_default_deadline(spec: JobSpec, settings: Settings) -> JobSpec:
         return spec
     budget = spec.budget.model_copy(update={"deadline_ms": settings.job_default_deadline_ms})
     return spec.model_copy(update={"budget": budget})
+
+
+def check_data(value: Any, settings: Settings, *, field: str) -> None:
+    """Nesting depth (first: the size is measured with a recursive encoder) and compact
+    JSON bytes of data the client sends along (``input``, ``fallback.data``)."""
+    _at_most(field, depth(value), settings.max_input_depth, "levels", what=f"{field} depth")
+    size = len(json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode())
+    _at_most(field, size, settings.max_input_bytes, "bytes of JSON", what=f"{field} size")
 
 
 def check_output_schema(schema: Any, settings: Settings, *, field: str) -> None:

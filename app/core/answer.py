@@ -12,24 +12,37 @@ The turn loop's one entry point::
 
 With ``strict=True`` nothing is repaired or coerced (extraction from fences and
 prose still happens): the JSON must be right as written.
+
+The work is bounded: the whole check (every candidate's repair, coercion and schema
+check) shares a budget of ``steps_for(len(text))`` steps (``app.core.work``); past
+it, or nested too deep for the validator, the answer is rejected with ``kind == "limit"``.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from app.core.extract import Candidate, find_candidates
 from app.core.repair import coerce, line_column, repair_syntax, tokens
+from app.core.unicode import surrogate_path
 from app.core.validation import Schema, cap_errors
+from app.core.work import TooMuchWork, steps_for, work_budget
 
-DiagnosisKind = Literal["empty", "syntax", "schema"]
+DiagnosisKind = Literal["empty", "syntax", "schema", "limit"]
 
 EMPTY_ANSWER = "the answer was empty"
 NO_JSON = "the answer contained no JSON value"
 MAX_VALUE_DEPTH = 100
+
+# A high surrogate escape not followed by a low one, or a low one on its own.
+_LONE_SURROGATE = re.compile(
+    r"\\u[dD][89abAB][0-9a-fA-F]{2}(?!\\u[dD][c-fC-F][0-9a-fA-F]{2})"
+    r"|(?<!\\u[dD][89abAB][0-9a-fA-F]{2})\\u[dD][c-fC-F][0-9a-fA-F]{2}"
+)
 _EXCERPT_WIDTH = 60
 _EXCERPT_LONG_LINE = 80
 
@@ -77,6 +90,37 @@ def check_answer(
     ``prompt`` (the text that was sent) only wins when no other candidate is
     valid, and never when ``allow_echo`` is false.
     """
+    steps = steps_for(len(text))
+    try:
+        with work_budget(steps):
+            return _check_answer(
+                text,
+                schema,
+                strict=strict,
+                max_errors=max_errors,
+                prompt=prompt,
+                allow_echo=allow_echo,
+            )
+    except (TooMuchWork, RecursionError):
+        return Checked(False, None, (), "limit", (too_complex(steps),), None, None)
+
+
+def too_complex(steps: int) -> str:
+    return (
+        f"checking the answer against the schema needed more than {steps} steps "
+        "(the service's limit for an answer of this size)"
+    )
+
+
+def _check_answer(
+    text: str,
+    schema: Mapping[str, Any],
+    *,
+    strict: bool,
+    max_errors: int,
+    prompt: str,
+    allow_echo: bool,
+) -> Checked:
     if not text.strip():
         return Checked(False, None, (), "empty", (EMPTY_ANSWER,), None, None)
     compiled = Schema(schema)
@@ -215,6 +259,14 @@ def _loads(text: str) -> Any:
         raise _NotJson(f"the value is nested more than {MAX_VALUE_DEPTH} levels deep", 0) from None
     if _depth(value) > MAX_VALUE_DEPTH:
         raise _NotJson(f"the value is nested more than {MAX_VALUE_DEPTH} levels deep", 0)
+    if surrogate_path(value) is not None:
+        # "\ud800" parses to text no UTF-8 store, engine or client can take.
+        escape = _LONE_SURROGATE.search(text)
+        raise _NotJson(
+            "a \\u escape is an unpaired UTF-16 surrogate, which is not valid Unicode text "
+            "(write the character itself, or a high and low surrogate pair)",
+            escape.start() if escape else 0,
+        )
     return value
 
 
@@ -307,15 +359,7 @@ def _notes(candidate: Candidate) -> list[str]:
 
 
 def _distinct(values: list[Any]) -> int:
-    seen: list[Any] = []
-    for value in values:
-        if not any(_same(value, other) for other in seen):
-            seen.append(value)
-    return len(seen)
-
-
-def _same(a: Any, b: Any) -> bool:
-    return json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
+    return len({json.dumps(value, sort_keys=True) for value in values})
 
 
 def _root_types(schema: Schema) -> set[str] | None:

@@ -14,11 +14,13 @@ from typing import Any
 from app.core import validators as validator_kinds
 from app.core.errors import InvalidInput
 from app.core.example import example_for
+from app.core.feedback import RETRY_PROMPT_KEYS
 from app.core.prompts import check_custom
 from app.core.signature import compile_signature
 from app.core.spec import JobSpec
 from app.core.validation import check_schema, schema_errors
 from app.core.validators import Validator
+from app.core.work import TooMuchWork, steps_for, work_budget
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,6 +29,20 @@ class Contract:
     input_schema: dict[str, Any] | None
     example: str | None  # compact JSON text of a valid instance, when one could be built
     validators: tuple[Validator, ...]
+
+
+def _errors(data: Any, schema: dict[str, Any], *, field: str) -> list[str]:
+    """The schema errors of data the client sent, within a work budget its size sets."""
+    size = len(json.dumps(data, ensure_ascii=False, separators=(",", ":")))
+    try:
+        with work_budget(steps_for(size)):
+            return schema_errors(data, schema, max_errors=5)
+    except (TooMuchWork, RecursionError):
+        raise InvalidInput(
+            f"{field}: checking it against the schema needs more work than this service "
+            "allows; simplify the schema (unions inside unions multiply the work)",
+            field=field,
+        ) from None
 
 
 def build_contract(spec: JobSpec, extra_validators: Sequence[Validator] = ()) -> Contract:
@@ -41,21 +57,21 @@ def build_contract(spec: JobSpec, extra_validators: Sequence[Validator] = ()) ->
         output_schema = spec.schema_
 
     if input_schema is not None and spec.input is not None:
-        problems = schema_errors(spec.input, input_schema, max_errors=5)
+        problems = _errors(spec.input, input_schema, field="input")
         if problems:
             raise InvalidInput(
                 "input does not match the signature's input part: " + "; ".join(problems),
                 field="input",
             )
     if spec.fallback is not None:
-        problems = schema_errors(spec.fallback.data, output_schema, max_errors=5)
+        problems = _errors(spec.fallback.data, output_schema, field="fallback.data")
         if problems:
             raise InvalidInput(
                 "fallback.data does not match the output schema: " + "; ".join(problems),
                 field="fallback.data",
             )
     if spec.retry_prompt is not None:
-        check_custom(spec.retry_prompt, field="retryPrompt")
+        check_custom(spec.retry_prompt, field="retryPrompt", keys=RETRY_PROMPT_KEYS)
 
     built = tuple(validator_kinds.build(v, i) for i, v in enumerate(spec.validators))
     example = example_for(output_schema) if spec.include_example else None

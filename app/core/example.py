@@ -18,15 +18,18 @@ instance is ``null`` therefore also gets None.
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from app.core.pattern import PatternError, compile_pattern
 from app.core.validation import Schema, Scope
+from app.core.work import TooMuchWork, work_budget
 
 _MAX_DEPTH = 12
 _MAX_STEPS = 5000
+# All the schema checks of one example share this work budget (see app.core.validation).
+_MAX_CHECK_STEPS = 10_000
 _FAIL: Any = object()
 
 FORMAT_SAMPLES: dict[str, str] = {
@@ -73,11 +76,12 @@ _PATTERN_SAMPLES = (
 def example_for(schema: Mapping[str, Any]) -> Any | None:
     """A small instance that validates against ``schema``, or None when none can be built."""
     try:
-        compiled = Schema(schema)
-        value = _Builder(compiled).build((compiled.root,), frozenset(), 0, 0)
-        if value is _FAIL or not compiled.is_valid(value):
-            return None
-    except (RecursionError, ValueError, TypeError, LookupError, re.error):
+        with work_budget(_MAX_CHECK_STEPS):
+            compiled = Schema(schema)
+            value = _Builder(compiled).build((compiled.root,), frozenset(), 0, 0)
+            if value is _FAIL or not compiled.is_valid(value):
+                return None
+    except (RecursionError, ValueError, TypeError, LookupError, PatternError, TooMuchWork):
         return None
     return value
 
@@ -327,7 +331,11 @@ def _kinds(shape: _Shape) -> list[str]:
 
 def _property_scopes(shape: _Shape, name: str) -> tuple[Scope, ...]:
     found = list(shape.properties.get(name, ()))
-    found.extend(scope for pattern, scope in shape.pattern_properties if re.search(pattern, name))
+    found.extend(
+        scope
+        for pattern, scope in shape.pattern_properties
+        if compile_pattern(pattern).search(name)
+    )
     if not found:
         found.extend(shape.additional)
     return tuple(found)
@@ -346,7 +354,7 @@ def _string(shape: _Shape, variant: int) -> Any:
             option = option + "x" * (low - len(option))
         if len(option) > high:
             option = option[: int(high)]
-        if all(re.search(p, option) for p in shape.patterns):
+        if all(compile_pattern(p).search(option) for p in shape.patterns):
             return option
     return _FAIL
 

@@ -15,9 +15,10 @@ candidate too, so that its syntax error can be reported; nothing after it is.
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Literal
 
@@ -57,7 +58,7 @@ def find_candidates(
     if (parses or _parses)(whole):
         return [Candidate(whole, "whole", None)]
     found: dict[str, Candidate] = {}
-    for candidate in [*_fenced(text), *_spans(text, whole)]:
+    for candidate in itertools.chain(_fenced(text), _spans(text, whole)):
         if len(found) >= limit:
             break
         found.setdefault(candidate.text.strip(), candidate)
@@ -91,8 +92,11 @@ def _fenced(text: str) -> list[Candidate]:
     return found
 
 
-def _spans(text: str, whole: str) -> list[Candidate]:
-    found: list[Candidate] = []
+def _spans(text: str, whole: str) -> Iterator[Candidate]:
+    # A generator, and the prose around a span measured from fixed ends: many spans (most
+    # of them repeats) cost their own length each, never the whole text's.
+    lead = len(text) - len(text.lstrip())
+    tail = len(text.rstrip())
     position = 0
     while (opening := _OPENER.search(text, position)) is not None:
         start = opening.start()
@@ -102,8 +106,8 @@ def _spans(text: str, whole: str) -> list[Candidate]:
             continue
         end, closed = _span_end(text, start)
         body = text[start:end].rstrip()
-        before = len(text[:start].strip())
-        after = len(text[end:].strip())
+        before = max(0, _skip_space_back(text, start, lead) - lead)
+        after = max(0, tail - _skip_space(text, end, tail))
         note = None
         if body != whole:
             skipped = []
@@ -113,11 +117,22 @@ def _spans(text: str, whole: str) -> list[Candidate]:
                 skipped.append(f"{after} after")
             what = f" (ignored {', '.join(skipped)})" if skipped else ""
             note = f"extract: took the JSON {_kind(body)} out of surrounding prose{what}"
-        found.append(Candidate(body, "prose", note))
+        yield Candidate(body, "prose", note)
         if not closed:  # everything after an unclosed span is inside it
-            break
+            return
         position = end
-    return found
+
+
+def _skip_space_back(text: str, index: int, floor: int) -> int:
+    while index > floor and text[index - 1].isspace():
+        index -= 1
+    return index
+
+
+def _skip_space(text: str, index: int, ceiling: int) -> int:
+    while index < ceiling and text[index].isspace():
+        index += 1
+    return index
 
 
 def _span_end(text: str, start: int) -> tuple[int, bool]:

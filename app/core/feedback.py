@@ -11,12 +11,16 @@ from typing import Any
 
 from app.core import codes
 from app.core.answer import Checked
-from app.core.prompts import render, render_custom
+from app.core.prompts import fence, render, render_custom
 from app.core.turn import Outcome
 
 # Model output quoted back is capped: head and tail survive, the middle is cut.
 QUOTE_HEAD_CHARS = 1500
 QUOTE_TAIL_CHARS = 400
+# What a client's retryPrompt may name: the keys render_feedback passes, and no others.
+RETRY_PROMPT_KEYS = frozenset(
+    {"first", "diagnosis", "excerpt", "example", "attempt", "total_retries", "previous_answer"}
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +41,9 @@ def _diagnosis(**flags: Any) -> str:
         "schema": False,
         "rejected": False,
         "tools_unavailable": False,
+        "limit": False,
+        "too_large": False,
+        "bad_text": False,
         "message": "",
         "errors": [],
     }
@@ -56,6 +63,8 @@ def failure_from_check(checked: Checked) -> Failure:
             excerpt=problem.excerpt,
             show_example=True,
         )
+    if checked.kind == "limit":
+        return failure_too_complex(checked.errors[0])
     if checked.kind == "schema":
         return Failure(
             outcome="invalid",
@@ -77,6 +86,33 @@ def failure_from_validator(diagnosis: str) -> Failure:
         outcome="rejected",
         code=codes.LLM_INVALID_OUTPUT,
         diagnosis=_diagnosis(rejected=True, message=diagnosis),
+    )
+
+
+def failure_too_large(size: int, limit: int) -> Failure:
+    """The answer is longer than the request's output limit allows; it was not parsed."""
+    return Failure(
+        outcome="invalid",
+        code=codes.LLM_INVALID_OUTPUT,
+        diagnosis=_diagnosis(too_large=True, size=size, max_chars=limit),
+    )
+
+
+def failure_too_complex(message: str) -> Failure:
+    """Checking the answer passed its work budget (see app.core.answer)."""
+    return Failure(
+        outcome="invalid",
+        code=codes.LLM_INVALID_OUTPUT,
+        diagnosis=_diagnosis(limit=True, message=message),
+    )
+
+
+def failure_bad_text(where: str) -> Failure:
+    """The answer holds text that is not valid Unicode (an unpaired surrogate)."""
+    return Failure(
+        outcome="invalid",
+        code=codes.LLM_INVALID_OUTPUT,
+        diagnosis=_diagnosis(bad_text=True, message=where),
     )
 
 
@@ -120,7 +156,12 @@ def render_feedback(
     }
     if retry_prompt is not None:
         return render_custom(retry_prompt, context)
-    return render("retry_feedback", context)
+    # Quoted model output (and the example) in fences it cannot close.
+    fences = {
+        "excerpt_fence": fence(failure.excerpt or ""),
+        "example_fence": fence(context["example"] or ""),
+    }
+    return render("retry_feedback", context | fences)
 
 
 def quote(text: str) -> str:

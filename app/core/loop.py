@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
 from app.core import codes
@@ -38,14 +38,21 @@ from app.core.prompting import Prompting
 from app.core.spec import JobSpec
 from app.core.tools import Tool, run_calls
 from app.core.turn import Outcome, Rejection, TokenUsage, TurnRecord, TurnType
+from app.core.unicode import scrub
 from app.core.validators import Validator, first_failure
 from app.core.verdict import Accepted, GaveUp, Refused, Rejected, Work, classify
+from app.core.work import TooMuchWork
 
 __all__ = ["JobResult", "Runtime", "Tool", "run_job"]
 
 log = logging.getLogger(__name__)
 
 RECORDED_ANSWER_CHARS: Final = 20_000
+# What a tenant reads when the provider refused the service's credentials or configuration.
+CONFIG_FAILURE: Final = (
+    "the model provider rejected the service's credentials or configuration; "
+    "the operator's logs have the details"
+)
 # Errors after which configured fallback data is returned instead.
 _FALLBACK_ON: Final = (codes.LLM_ERRORS | codes.EVENT_ERRORS | codes.LOOP_ERRORS) - {
     codes.CANCELLED,
@@ -168,6 +175,9 @@ class _Run:
             max_output_tokens=call.request.max_output_tokens,
             validate=self._validate,
         )
+        # From here on the answer is recorded: as text that can be stored (the verdict
+        # rejected an answer that was not valid Unicode, and says why).
+        response = _scrubbed(response)
         content = response.content or ""
         match verdict:
             case Accepted():
@@ -279,8 +289,20 @@ class _Run:
                 return await self.rt.client.complete(request)
         except ProviderError as exc:
             self.ledger.spend.transport_retries += exc.transport_retries
-            await self._record(call, None, "error", exc.code, exc.detail)
-            raise _End(exc.code, f"{exc.provider}: {exc.detail}") from None
+            detail = scrub(exc.detail)
+            if exc.code == codes.LLM_CONFIG:
+                # The provider's own words may echo the service's key or name its account:
+                # they are for the operator's log (scrubbed at the transport), never the tenant.
+                log.warning(
+                    "provider %s rejected the service's credentials or configuration "
+                    "(model %s): %s",
+                    exc.provider,
+                    exc.model or call.request.model or "default",
+                    detail,
+                )
+                detail = CONFIG_FAILURE
+            await self._record(call, None, "error", exc.code, detail)
+            raise _End(exc.code, f"{exc.provider}: {detail}") from None
         except TimeoutError:
             why = "the job's deadline passed during a model call"
             await self._record(call, None, "error", codes.DEADLINE_EXCEEDED, why)
@@ -294,7 +316,7 @@ class _Run:
     async def _validate(self, value: Any) -> str | None:
         try:
             return await first_failure(self.contract.validators, value)
-        except ProviderError:
+        except (ProviderError, TooMuchWork):
             raise
         except Exception as exc:  # a validator is a black box: its crash must not crash us
             log.warning("validator raised", exc_info=True)
@@ -430,3 +452,14 @@ class _Run:
             transcript=tuple(transcript),
             history=tuple(self.ledger.history),
         )
+
+
+def _scrubbed(response: LLMResponse) -> LLMResponse:
+    """``response`` with every text that gets recorded free of unpaired surrogates."""
+    return replace(
+        response,
+        content=None if response.content is None else scrub(response.content),
+        refusal=None if response.refusal is None else scrub(response.refusal),
+        model=scrub(response.model),
+        provider=scrub(response.provider),
+    )

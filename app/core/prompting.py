@@ -5,6 +5,9 @@
     messages = conversation.messages(prompts.note(budget, "retry"))
 
 Every sentence comes from a template in ``prompts/`` (``app.core.prompts.render``).
+Data is fenced so that it cannot end its own fence: the input sits in an ``<input>`` tag
+whose name changes when the input holds ``</input`` (``data_tag``), and code fences are
+longer than any run of backticks inside them (``fence``).
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from app.core.contract import Contract
 from app.core.conversation import Conversation
 from app.core.feedback import Failure
 from app.core.model import Message, ModelClient
-from app.core.prompts import render
+from app.core.prompts import data_tag, fence, render
 from app.core.spec import JobSpec
 from app.core.turn import TurnType
 
@@ -39,6 +42,7 @@ class Prompting:
 
     def system(self, model: str | None) -> Message:
         native = self._native(model)
+        schema = schema_text(self.contract.output_schema)
         return Message(
             "system",
             render(
@@ -46,19 +50,22 @@ class Prompting:
                 {
                     "has_tools": self.has_tools and self.spec.budget.max_turns > 1,
                     "show_schema": not native,
-                    "schema": schema_text(self.contract.output_schema),
+                    "schema": schema,
+                    "schema_fence": fence(schema),
                     "can_fail": not native,
                 },
             ),
         )
 
     def conversation(self, model: str | None) -> Conversation:
+        shown = show_input(self.spec.input)
         task = render(
             "task",
             {
                 "task": self.spec.task,
                 "has_input": self.spec.input is not None,
-                "input": show_input(self.spec.input),
+                "input": shown,
+                "input_tag": data_tag(shown),
                 "has_plan": bool(self.spec.plan),
                 "plan": self.spec.plan or [],
             },
@@ -71,20 +78,26 @@ class Prompting:
 
     def simplified(self, model: str | None, last: Failure | None) -> tuple[Message, ...]:
         """Spec 004's simplified final attempt: the bare schema, an example, the last error."""
+        schema = schema_text(self.contract.output_schema)
+        example = self.contract.example
         system = render(
             "simplified_final",
             {
-                "schema": schema_text(self.contract.output_schema),
-                "example": self.contract.example,
+                "schema": schema,
+                "schema_fence": fence(schema),
+                "example": example,
+                "example_fence": fence(example or ""),
                 "can_fail": not self._native(model),
             },
         )
+        shown = show_input(self.spec.input)
         user = render(
             "simplified_task",
             {
                 "task": self.spec.task,
                 "has_input": self.spec.input is not None,
-                "input": show_input(self.spec.input),
+                "input": shown,
+                "input_tag": data_tag(shown),
                 "last_error": None if last is None else last.diagnosis,
             },
         )

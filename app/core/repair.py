@@ -38,7 +38,9 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from app.core.pattern import PatternError, compile_pattern
 from app.core.validation import Schema, Scope, brief, json_path, json_type
+from app.core.work import charge
 
 TokenKind = Literal["ws", "string", "comment", "punct", "word", "number", "other"]
 
@@ -394,7 +396,9 @@ def _coerce(
 ) -> Any:
     if depth > _MAX_DEPTH:
         return value
-    nodes = [s for scope in scopes for s in scope.flatten() if isinstance(s.node, Mapping)]
+    unique = {id(s.node): s for scope in scopes for s in scope.flatten()}
+    nodes = [s for s in unique.values() if isinstance(s.node, Mapping)]
+    charge(len(nodes))
     if not nodes:
         return value
     value = _coerce_shape(value, _wanted_types(nodes), path, notes)
@@ -537,6 +541,8 @@ def _item_scopes(nodes: list[Scope], index: int) -> list[Scope]:
 
 def _search(pattern: str, text: str) -> bool:
     try:
-        return re.search(pattern, text) is not None
-    except re.error:
+        compiled = compile_pattern(pattern)
+    except PatternError:
         return False
+    charge(compiled.cost(text))
+    return compiled.search(text)

@@ -17,11 +17,14 @@ from pydantic import (
     StrictFloat,
     StrictInt,
     StrictStr,
+    field_validator,
     model_validator,
 )
 from pydantic.alias_generators import to_camel
 
 from app.core.model import StructuredOutput
+from app.core.unicode import escaped, surrogate_path
+from app.core.validation import json_path
 
 FeedbackMode = Literal["collapsed", "full"]
 
@@ -30,6 +33,18 @@ class _Wire(BaseModel):
     model_config = ConfigDict(
         alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True
     )
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _valid_unicode(cls, value: Any) -> Any:
+        # JSON's "\ud800" escape gives Python text that no UTF-8 store or engine takes.
+        path = surrogate_path(value)
+        if path is not None:
+            where = f" at {escaped(json_path(path))}" if path else ""
+            raise ValueError(
+                f"holds an unpaired UTF-16 surrogate{where}; text must be valid Unicode"
+            )
+        return value
 
 
 class Budget(_Wire):

@@ -9,6 +9,11 @@ The one place jsonschema and referencing enter the core::
 Each error line is ``<JSONPath>: <message>``; lines are deduplicated, ordered
 as the offending values appear in the document and capped at ``max_errors``
 with a final ``... and N more errors``.
+
+Every check is bounded: the keywords are ``app.core.keywords`` (patterns on RE2, linear
+``uniqueItems``, every evaluation charged to ``app.core.work``'s budget; without an
+enclosing budget a check gets ``BASE_STEPS``). ``check_schema`` refuses a pattern RE2
+cannot run and a ``$ref``/``allOf``/... loop that never reaches a value.
 """
 
 from __future__ import annotations
@@ -28,6 +33,9 @@ from referencing.exceptions import Unresolvable
 from referencing.jsonschema import DRAFT202012
 
 from app.core.errors import InvalidInput
+from app.core.keywords import Validator, additional, identity
+from app.core.pattern import PatternError, compile_pattern, is_regex
+from app.core.work import BASE_STEPS, charge, work_budget
 
 if TYPE_CHECKING:
     # referencing exports Resolver only from its private module.
@@ -52,6 +60,12 @@ _URI = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*:[^\s]*")
 # jsonschema checks date-time, time and uri only when optional packages are
 # installed; these stand-ins keep the check deterministic across environments.
 FORMATS = FormatChecker(formats=Draft202012Validator.FORMAT_CHECKER.checkers)
+
+
+@FORMATS.checks("regex")
+def _is_regex(value: object) -> bool:
+    # ECMA-262 syntax, checked by translating for RE2: never a backtracking compile.
+    return not isinstance(value, str) or is_regex(value)
 
 
 @FORMATS.checks("date-time", raises=ValueError)
@@ -116,16 +130,26 @@ class Scope:
             return None
         return Scope(resolved.contents, resolved.resolver).enter(resolved.contents)
 
-    def flatten(self, depth: int = 0) -> list[Scope]:
-        """This node plus every node it must also satisfy (its ``$ref`` and ``allOf``)."""
-        found = [self]
-        if depth > 16 or not isinstance(self.node, Mapping):
-            return found
-        target = self.target()
-        if target is not None:
-            found.extend(target.flatten(depth + 1))
-        for member in _as_list(self.node.get("allOf")):
-            found.extend(self.enter(member).flatten(depth + 1))
+    def flatten(self) -> list[Scope]:
+        """This node plus every node it must also satisfy (its ``$ref`` and ``allOf``), each
+        once: a diamond of ``allOf``s costs its size, not two to the power of its depth."""
+        found: list[Scope] = []
+        seen: set[int] = set()
+        stack: list[tuple[Scope, int]] = [(self, 0)]
+        while stack:
+            scope, depth = stack.pop()
+            if id(scope.node) in seen:
+                continue
+            seen.add(id(scope.node))
+            charge(1)
+            found.append(scope)
+            if depth > 16 or not isinstance(scope.node, Mapping):
+                continue
+            following = [scope.enter(m) for m in _as_list(scope.node.get("allOf"))]
+            target = scope.target()
+            if target is not None:
+                following.insert(0, target)
+            stack.extend((s, depth + 1) for s in reversed(following))
         return found
 
 
@@ -139,7 +163,7 @@ class Schema:
     def __init__(self, schema: Mapping[str, Any] | bool) -> None:
         self.schema = schema
         # An empty registry: a $ref is never fetched over the network.
-        self._validator = Draft202012Validator(schema, format_checker=FORMATS, registry=Registry())
+        self._validator = Validator(schema, format_checker=FORMATS, registry=Registry())
         resource = DRAFT202012.create_resource(schema)
         self.root = Scope(schema, Registry().resolver_with_root(resource))
 
@@ -151,7 +175,8 @@ class Schema:
             # the subschema resolving against the document they came from.
             validator = validator.evolve(schema=scope.node, _resolver=scope.resolver)
         try:
-            return bool(validator.is_valid(value))
+            with work_budget(BASE_STEPS):
+                return bool(validator.is_valid(value))
         except Unresolvable as exc:
             raise _unresolvable(exc) from exc
 
@@ -162,15 +187,17 @@ class Schema:
     def error_lines(self, value: Any) -> tuple[list[str], bool]:
         """The distinct error lines, and whether that is all of them (the scan is bounded)."""
         try:
-            found = list(itertools.islice(self._validator.iter_errors(value), _ERROR_SCAN_LIMIT))
+            with work_budget(BASE_STEPS):
+                errors = self._validator.iter_errors(value)
+                found = list(itertools.islice(errors, _ERROR_SCAN_LIMIT))
         except Unresolvable as exc:
             raise _unresolvable(exc) from exc
         complete = len(found) < _ERROR_SCAN_LIMIT
         located: list[tuple[Path, str]] = []
         for error in found:
             located.extend(_describe(error))
-        order = {path: _position(value, path) for path, _ in located}
-        located.sort(key=lambda item: order[item[0]])
+        order = _Positions(value)
+        located.sort(key=lambda item: order.of(item[0]))
         lines = (_clip(f"{json_path(path)}: {message}", _LINE_LIMIT) for path, message in located)
         return list(dict.fromkeys(lines)), complete
 
@@ -214,7 +241,8 @@ def check_schema(schema: Any, *, max_depth: int = 32) -> None:
     if _nesting(schema, limit=max_depth * 8) > max_depth * 8:
         raise InvalidInput(f"schema is nested too deeply (over {max_depth} levels)", field="schema")
     try:
-        Draft202012Validator.check_schema(schema)
+        # Our format checker: the meta-schema's "format": "regex" never compiles with `re`.
+        Draft202012Validator.check_schema(schema, format_checker=FORMATS)
     except RecursionError:
         raise InvalidInput(
             f"schema is nested too deeply (over {max_depth} levels)", field="schema"
@@ -227,7 +255,9 @@ def check_schema(schema: Any, *, max_depth: int = 32) -> None:
             field="schema",
         ) from exc
     root = DRAFT202012.create_resource(schema)
-    _check_refs(Scope(schema, Registry().resolver_with_root(root)), (), 1, max_depth)
+    walked: list[tuple[Scope, Path]] = []
+    _check_refs(Scope(schema, Registry().resolver_with_root(root)), (), 1, max_depth, walked)
+    _check_cycles(walked)
 
 
 def json_path(path: Sequence[str | int]) -> str:
@@ -295,11 +325,7 @@ def _describe(error: ValidationError | SchemaError) -> list[tuple[Path, str]]:
     if keyword == "additionalProperties" and isinstance(instance, Mapping):
         allowed = list(schema.get("properties", {}))
         patterns = list(schema.get("patternProperties", {}))
-        extra = [
-            name
-            for name in instance
-            if name not in allowed and not any(re.search(p, name) for p in patterns)
-        ]
+        extra = list(additional(instance, schema))
         if allowed:
             hint = f"(allowed: {_names(allowed)})"
         elif patterns:
@@ -447,21 +473,37 @@ def _alternative(error: ValidationError) -> str:
 _UNKNOWN_POSITION = 1 << 30
 
 
-def _position(value: Any, path: Path) -> tuple[int, ...]:
-    """Where ``path`` sits in ``value``'s document order (parents before children)."""
-    steps: list[int] = []
-    node = value
-    for step in path:
-        if isinstance(node, Mapping) and step in node:
-            steps.append(list(node).index(step))
-            node = node[step]
-        elif isinstance(node, list) and isinstance(step, int) and 0 <= step < len(node):
-            steps.append(step)
-            node = node[step]
-        else:
-            steps.append(_UNKNOWN_POSITION)
-            break
-    return tuple(steps)
+class _Positions:
+    """Where a path sits in ``value``'s document order (parents before children); each
+    object's key order is indexed once, however many errors it holds."""
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+        self._keys: dict[int, dict[str, int]] = {}
+        self._paths: dict[Path, tuple[int, ...]] = {}
+
+    def of(self, path: Path) -> tuple[int, ...]:
+        if path not in self._paths:
+            self._paths[path] = self._find(path)
+        return self._paths[path]
+
+    def _find(self, path: Path) -> tuple[int, ...]:
+        steps: list[int] = []
+        node = self.value
+        for step in path:
+            if isinstance(node, Mapping) and step in node:
+                keys = self._keys.get(id(node))
+                if keys is None:
+                    keys = self._keys[id(node)] = {k: i for i, k in enumerate(node)}
+                steps.append(keys[step])  # type: ignore[index]
+                node = node[step]
+            elif isinstance(node, list) and isinstance(step, int) and 0 <= step < len(node):
+                steps.append(step)
+                node = node[step]
+            else:
+                steps.append(_UNKNOWN_POSITION)
+                break
+        return tuple(steps)
 
 
 def _types(value: Any) -> str:
@@ -509,16 +551,13 @@ def _plural(count: Any, noun: str) -> str:
 
 
 def _duplicate(items: Any) -> str:
-    seen: list[Any] = []
+    seen: set[Any] = set()
     for item in items:
-        if any(_same(item, other) for other in seen):
+        key = identity(item)
+        if key in seen:
             return _brief(item)
-        seen.append(item)
+        seen.add(key)
     return "an item"
-
-
-def _same(a: Any, b: Any) -> bool:
-    return json_type(a) == json_type(b) and a == b
 
 
 def _clip(text: str, limit: int) -> str:
@@ -555,7 +594,10 @@ def _nesting(value: Any, *, limit: int) -> int:
     return deepest
 
 
-def _check_refs(scope: Scope, path: Path, depth: int, max_depth: int) -> None:
+def _check_refs(
+    scope: Scope, path: Path, depth: int, max_depth: int, walked: list[tuple[Scope, Path]]
+) -> None:
+    """Depth, ``$ref``s and patterns of every subschema; ``walked`` collects them all."""
     if depth > max_depth:
         raise InvalidInput(
             f"schema is nested too deeply: more than {max_depth} subschemas "
@@ -565,6 +607,8 @@ def _check_refs(scope: Scope, path: Path, depth: int, max_depth: int) -> None:
     node = scope.node
     if not isinstance(node, Mapping):
         return
+    walked.append((scope, path))
+    _check_patterns(node, path)
     ref = node.get("$ref")
     if isinstance(ref, str):
         try:
@@ -577,7 +621,98 @@ def _check_refs(scope: Scope, path: Path, depth: int, max_depth: int) -> None:
             ) from None
     # Subschemas are found by keyword (not by referencing's crawler) so errors can name them.
     for child_path, child in _subschemas(node):
-        _check_refs(scope.enter(child), path + child_path, depth + 1, max_depth)
+        _check_refs(scope.enter(child), path + child_path, depth + 1, max_depth, walked)
+
+
+def _check_patterns(node: Mapping[str, Any], path: Path) -> None:
+    """Every pattern must compile for RE2 (``app.core.pattern`` lists what is refused)."""
+    found: list[tuple[Path, Any]] = []
+    if "pattern" in node:
+        found.append(((*path, "pattern"), node["pattern"]))
+    properties = node.get("patternProperties")
+    if isinstance(properties, Mapping):
+        found.extend(((*path, "patternProperties", key), key) for key in properties)
+    for where, source in found:
+        if not isinstance(source, str):
+            continue  # the meta-schema check has said so already
+        try:
+            compile_pattern(source)
+        except PatternError as exc:
+            raise InvalidInput(
+                _clip(f"schema pattern {_brief(source, 60)} at {json_path(where)}: {exc}", 300),
+                field="schema",
+            ) from None
+
+
+# Keywords that apply a subschema to the same value: a loop of them never ends.
+_IN_PLACE_ONE = ("not", "if", "then", "else")
+_IN_PLACE_MANY = ("allOf", "anyOf", "oneOf")
+
+
+def _in_place(scope: Scope) -> Iterator[Scope]:
+    node = scope.node
+    if not isinstance(node, Mapping):
+        return
+    for keyword in ("$ref", "$dynamicRef"):
+        ref = node.get(keyword)
+        if isinstance(ref, str):
+            try:
+                resolved = scope.resolver.lookup(ref)
+            except Unresolvable:
+                continue
+            yield Scope(resolved.contents, resolved.resolver).enter(resolved.contents)
+    for keyword in _IN_PLACE_ONE:
+        if keyword in node:
+            yield scope.enter(node[keyword])
+    for keyword in _IN_PLACE_MANY:
+        for member in _as_list(node.get(keyword)):
+            yield scope.enter(member)
+    dependent = node.get("dependentSchemas")
+    if isinstance(dependent, Mapping):
+        for member in dependent.values():
+            yield scope.enter(member)
+
+
+def _check_cycles(walked: list[tuple[Scope, Path]]) -> None:
+    """Refuse a ``$ref``/``allOf``/... loop that comes back to a subschema without going
+    down into the value (``{"$ref": "#"}``): checking any value against it never ends.
+    Recursion through ``properties``, ``items`` and the like is fine."""
+    where = {id(scope.node): path for scope, path in walked}
+    state: dict[int, int] = {}  # 1: on the current path, 2: done
+    for start, _ in walked:
+        if id(start.node) in state:
+            continue
+        state[id(start.node)] = 1
+        stack: list[tuple[Scope, Iterator[Scope]]] = [(start, _in_place(start))]
+        while stack:
+            scope, following = stack[-1]
+            child = next(following, None)
+            if child is None:
+                state[id(scope.node)] = 2
+                stack.pop()
+                continue
+            seen = state.get(id(child.node))
+            if seen == 1:
+                loop = [s for s, _ in stack]
+                first = next(i for i, s in enumerate(loop) if s.node is child.node)
+                shown = [_where(where, s) for s in (*loop[first:], child)]
+                raise InvalidInput(
+                    _clip(
+                        "schema has a $ref cycle that never reaches a value: "
+                        + " → ".join(shown)
+                        + "; a recursive schema must recurse through properties or items",
+                        300,
+                    ),
+                    field="schema",
+                )
+            if seen is None and isinstance(child.node, Mapping):
+                state[id(child.node)] = 1
+                stack.append((child, _in_place(child)))
+
+
+def _where(where: Mapping[int, Path], scope: Scope) -> str:
+    path = where.get(id(scope.node))
+    return "(elsewhere)" if path is None else json_path(path)
 
 
 _SCHEMA_IN_PLACE = (

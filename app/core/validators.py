@@ -15,14 +15,15 @@ import inspect
 import json
 import math
 import operator
-import re
 from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from app.core import jsonpath
 from app.core.errors import InvalidInput
+from app.core.pattern import Pattern, PatternError, compile_pattern
 from app.core.spec import ValidatorSpec
+from app.core.work import charge
 
 Verdict = tuple[bool, str | None]
 Validator = Callable[[Any], Awaitable[Verdict] | Verdict]
@@ -133,9 +134,10 @@ def _build_compare(spec: ValidatorSpec, where: str) -> Validator:
 def _build_regex(spec: ValidatorSpec, where: str) -> Validator:
     path, pattern_text = _need(spec, where, "path"), _need(spec, where, "pattern")
     try:
-        pattern = re.compile(pattern_text)
-    except re.error as exc:
-        raise InvalidInput(f"{where}.pattern: not a valid regex: {exc}", field=where) from exc
+        pattern = compile_pattern(pattern_text)
+    except PatternError as exc:
+        # Named like a schema pattern: the same engine, the same refusals (app.core.pattern).
+        raise InvalidInput(f"{where}.pattern: {exc}", field=where) from None
 
     def check_regex(value: Any) -> Verdict:
         bad = [v for v in jsonpath.select(value, path) if not _matches(pattern, v)]
@@ -172,8 +174,11 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
-def _matches(pattern: re.Pattern[str], value: Any) -> bool:
-    return isinstance(value, str) and pattern.search(value) is not None
+def _matches(pattern: Pattern, value: Any) -> bool:
+    if not isinstance(value, str):
+        return False
+    charge(pattern.cost(value))
+    return pattern.search(value)
 
 
 def _literal(text: str, field: str) -> tuple[Any]:

@@ -6,35 +6,54 @@
         case Accepted(value=value): ...
         case Rejected(failure=failure): ...
 
-The order matters and follows spec 000/004: a refusal, then tool work, then truncation
-(whose complete part may still be used), then an explicit fail, then parsing and the
-schema, then the semantic validators.
+The order matters and follows spec 000/004: a refusal, then tool work, then the answer's
+size and text (an answer longer than the output limit allows, or one that is not valid
+Unicode, is rejected before anything parses it), then truncation (whose complete part may
+still be used), then an explicit fail, then parsing and the schema, then the semantic
+validators.
+
+The check of an answer is bounded (``app.core.answer``); a long answer is checked in a
+worker thread (``THREAD_ABOVE_CHARS``), so a busy check never stalls the event loop that
+runs the worker's heartbeats and its other jobs.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, replace
 from typing import Any, Final
 
-from app.core.answer import check_answer
+from app.core.answer import Checked, check_answer
 from app.core.contract import Contract
 from app.core.feedback import (
     Failure,
+    failure_bad_text,
     failure_from_check,
     failure_from_validator,
+    failure_too_complex,
+    failure_too_large,
     failure_tools_unavailable,
     failure_truncated,
 )
 from app.core.model import LLMResponse, ToolCall
 from app.core.spec import JobSpec
+from app.core.unicode import described, scrub, surrogate_at
+from app.core.work import TooMuchWork, steps_for, work_budget
 
 # The reserved shape a model uses to give up (told to it in prompts/explicit_fail.mustache).
 # Linear: the two alternatives of the repeated group never match the same character.
 _FAIL: Final = re.compile(r'\{\s*"\$fail"\s*:\s*"((?:[^"\\]|\\.)*)"\s*\}')
 _FENCE: Final = "```"
+# An answer may be this many characters per output token the request allowed, and never
+# more than MAX_ANSWER_CHARS: past that it is rejected unread (tokens are 3-4 characters of
+# text on average; 16 leaves room for any tokenizer and any script).
+ANSWER_CHARS_PER_TOKEN: Final = 16
+MAX_ANSWER_CHARS: Final = 524_288
+# Answers longer than this are checked in a thread; shorter ones take a few ms at most.
+THREAD_ABOVE_CHARS: Final = 8_192
 _SALVAGED: Final = (
     "extract: the answer was cut off at the output limit; "
     "used the complete JSON value written before the cut"
@@ -86,28 +105,76 @@ async def classify(
 ) -> Verdict:
     content = response.content or ""
     if response.finish_reason in ("refusal", "content_filter"):
-        return Refused(response.refusal or f"the provider stopped with {response.finish_reason}")
+        reason = response.refusal or f"the provider stopped with {response.finish_reason}"
+        return Refused(scrub(reason))
     if response.tool_calls and not content.strip():
-        return Work(response.tool_calls) if tools_offered else Rejected(failure_tools_unavailable())
+        if not tools_offered:
+            return Rejected(failure_tools_unavailable())
+        return Work(tuple(_clean_call(call) for call in response.tool_calls))
+    unreadable = _unreadable(content, max_output_tokens)
+    if unreadable is not None:
+        return Rejected(unreadable)
     schema = contract.output_schema
     if response.finish_reason == "length":
         # A rambling model may have written a whole answer before the cut; never one
         # copied from the prompt, and never in strict mode.
         if not spec.strict:
-            salvaged = check_answer(content, schema, prompt=prompt_text, allow_echo=False)
-            if salvaged.ok and await validate(salvaged.value) is None:
+            salvaged = await _check(content, schema, prompt=prompt_text, allow_echo=False)
+            if salvaged.ok and await _passes(validate, salvaged.value, content):
                 return Accepted(salvaged.value, (*salvaged.warnings, _SALVAGED))
         return Rejected(failure_truncated(max_output_tokens))
     fail = _FAIL.fullmatch(unfenced(content))
     if fail is not None:
         return GaveUp(_unescape(fail.group(1))[:500] or "the model gave no reason")
-    checked = check_answer(content, schema, strict=spec.strict, prompt=prompt_text)
+    checked = await _check(content, schema, strict=spec.strict, prompt=prompt_text)
     if not checked.ok:
         return Rejected(failure_from_check(checked))
-    problem = await validate(checked.value)
+    try:
+        problem = await _validated(validate, checked.value, content)
+    except TooMuchWork as exc:
+        return Rejected(failure_too_complex(f"the checks needed more than {exc.limit} steps"))
     if problem is not None:
         return Rejected(failure_from_validator(problem))
     return Accepted(checked.value, checked.warnings)
+
+
+def answer_limit(max_output_tokens: int) -> int:
+    """The longest answer, in characters, a request with this output limit may get."""
+    return min(max_output_tokens * ANSWER_CHARS_PER_TOKEN, MAX_ANSWER_CHARS)
+
+
+def _unreadable(content: str, max_output_tokens: int) -> Failure | None:
+    """Too long to have been written within the output limit, or not valid Unicode."""
+    limit = answer_limit(max_output_tokens)
+    if len(content) > limit:
+        return failure_too_large(len(content), limit)
+    at = surrogate_at(content)
+    if at is not None:
+        return failure_bad_text(described(content, at))
+    return None
+
+
+async def _check(content: str, schema: Mapping[str, Any], **options: Any) -> Checked:
+    if len(content) <= THREAD_ABOVE_CHARS:
+        return check_answer(content, schema, **options)
+    return await asyncio.to_thread(check_answer, content, schema, **options)
+
+
+async def _validated(validate: Validate, value: Any, content: str) -> str | None:
+    """The semantic checks, under the same kind of work budget as the schema check."""
+    with work_budget(steps_for(len(content))):
+        return await validate(value)
+
+
+async def _passes(validate: Validate, value: Any, content: str) -> bool:
+    try:
+        return await _validated(validate, value, content) is None
+    except TooMuchWork:
+        return False
+
+
+def _clean_call(call: ToolCall) -> ToolCall:
+    return replace(call, id=scrub(call.id), name=scrub(call.name), arguments=scrub(call.arguments))
 
 
 def unfenced(text: str) -> str:
@@ -130,6 +197,6 @@ def unfenced(text: str) -> str:
 
 def _unescape(text: str) -> str:
     try:
-        return str(json.loads(f'"{text}"'))
+        return scrub(str(json.loads(f'"{text}"')))  # "\ud800" decodes to a lone surrogate
     except json.JSONDecodeError:
         return text

@@ -1,0 +1,71 @@
+"""The work budget of a check: how many steps checking one value may take.
+
+Schema keywords, pattern matches, coercions and the semantic checks all ``charge`` the
+budget in force; past it they raise ``TooMuchWork``, so no schema and value together can
+keep a process busy for long, whatever they hold::
+
+    with work_budget(steps_for(len(answer))):    # every check inside shares these steps
+        Schema(schema).errors(value)              # TooMuchWork past them
+
+A step is about a microsecond of CPU: one schema keyword evaluated, one subschema
+visited, or the worst case of a pattern match (``app.core.pattern.Pattern.cost``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import Final
+
+# A check gets a floor, plus a share per character of what it checks: a big value gets
+# room in proportion, and a small hostile one is stopped within milliseconds.
+BASE_STEPS: Final = 10_000
+STEPS_PER_CHAR: Final = 8
+
+
+class TooMuchWork(Exception):
+    """A check passed its work budget of ``limit`` steps."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"the check needed more than {limit} steps")
+        self.limit = limit
+
+
+class _Budget:
+    __slots__ = ("left", "limit")
+
+    def __init__(self, limit: int) -> None:
+        self.left = limit
+        self.limit = limit
+
+
+_BUDGET: ContextVar[_Budget | None] = ContextVar("reprompt_work_budget", default=None)
+
+
+def steps_for(chars: int) -> int:
+    """The budget of checking a value written in ``chars`` characters of JSON."""
+    return BASE_STEPS + STEPS_PER_CHAR * chars
+
+
+@contextmanager
+def work_budget(steps: int) -> Iterator[None]:
+    """Every check inside shares ``steps``; an enclosing budget, if any, rules instead."""
+    if _BUDGET.get() is not None:
+        yield
+        return
+    token = _BUDGET.set(_Budget(steps))
+    try:
+        yield
+    finally:
+        _BUDGET.reset(token)
+
+
+def charge(steps: int) -> None:
+    """Spend ``steps`` of the budget in force (none: free); ``TooMuchWork`` past it."""
+    budget = _BUDGET.get()
+    if budget is None:
+        return
+    budget.left -= steps
+    if budget.left < 0:
+        raise TooMuchWork(budget.limit)

@@ -1,0 +1,137 @@
+"""Every regular expression the product compiles runs in linear time on hostile text.
+
+The audit of issue #10, kept as a test: each module-level ``re.Pattern`` in ``app`` (found
+by importing every module, so a new one is covered the day it is added) is run over 100 KB
+inputs built to make a backtracking engine work hard: long runs of each character the
+pattern mentions, the same runs after an opener (quotes, fences, comments, escapes) and
+left unclosed, and two characters alternating. A quadratic pattern takes minutes on these;
+a linear one milliseconds. A run is cut off with an alarm after ``BOUND_S``.
+
+Most patterns run with ``search``, ``match``, ``fullmatch`` and ``finditer``. A few are
+lexer pieces that the product only ever anchors (``match``/``fullmatch`` at a position it
+chose, once per token): an unclosed string is linear to find from its quote, but a
+``search`` would retry from every later quote. Those are listed in ``ANCHORED``, run
+anchored only, and the test checks the source never searches with them.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+import re
+import signal
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from types import FrameType
+
+import pytest
+
+import app
+
+SIZE = 100_000
+BOUND_S = 0.5  # per run; linear runs take well under 10 ms
+OPENERS = ('"', "'", "“", "/*", "//", "#", "```", "{", "[", "\\", "\\u", "-", ".", ":")
+FILLERS = ("a", "0", " ", "\t", "\\", '"', ".", "\n")
+ANCHORED = {
+    "app.core.extract._ITEM_START",
+    "app.core.extract._KEY_START",
+    "app.core.repair._BLOCK_COMMENT",
+    "app.core.repair._CURLY",
+    "app.core.repair._DOUBLE",
+    "app.core.repair._SINGLE",
+    "app.core.signature._TOKEN",
+    "app.core.validation._URI",
+}
+SEARCHING = (".search(", ".finditer(", ".findall(", ".sub(", ".subn(", ".split(")
+# Modules that are entry points, not libraries: importing them runs nothing, but skip them
+# so the test never depends on what a command line does at import.
+SKIP = {"app.__main__"}
+
+
+def builtin_patterns() -> list[tuple[str, re.Pattern[str]]]:
+    found: dict[int, tuple[str, re.Pattern[str]]] = {}
+    for module_info in pkgutil.walk_packages(app.__path__, "app."):
+        if module_info.name in SKIP:
+            continue
+        module = importlib.import_module(module_info.name)
+        for name, value in vars(module).items():
+            members = list(value) if isinstance(value, tuple | list) else [value]
+            for index, member in enumerate(members):
+                if isinstance(member, re.Pattern) and isinstance(member.pattern, str):
+                    label = name if member is value else f"{name}[{index}]"
+                    found.setdefault(id(member), (f"{module_info.name}.{label}", member))
+    return sorted(found.values())
+
+
+def hostile_inputs(pattern: re.Pattern[str]) -> Iterator[str]:
+    alphabet = sorted({c for c in pattern.pattern if c.isprintable()} | set(FILLERS))
+    for char in alphabet:
+        run = char * SIZE
+        yield run
+        yield run + "\x00"
+    for opener in OPENERS:
+        for filler in FILLERS:
+            yield opener + filler * SIZE
+    for first in FILLERS:
+        for second in FILLERS:
+            if first != second:
+                yield (first + second) * (SIZE // 2)
+
+
+class _TooSlow(Exception):
+    pass
+
+
+def _alarm(signum: int, frame: FrameType | None) -> None:
+    raise _TooSlow
+
+
+PATTERNS = builtin_patterns()
+
+
+def test_the_audit_finds_the_patterns_that_read_model_output_and_client_input() -> None:
+    names = {name for name, _ in PATTERNS}
+    for expected in (
+        "app.core.extract._FENCE_OPEN",
+        "app.core.repair._DOUBLE",
+        "app.core.repair._BLOCK_COMMENT",
+        "app.core.verdict._FAIL",
+        "app.core.signature._TOKEN",
+        "app.core.jsonpath._STEP",
+        "app.providers.transport._TOKEN_LIMIT_TEXT",
+        "app.providers.transport._KEY_PATTERNS[3]",
+    ):
+        assert expected in names
+
+
+def test_anchored_patterns_are_never_searched_with() -> None:
+    for name in ANCHORED:
+        module, _, attribute = name.rpartition(".")
+        source = Path(importlib.import_module(module).__file__ or "").read_text(encoding="utf-8")
+        for call in SEARCHING:
+            assert attribute + call not in source, f"{name}{call} would be quadratic"
+
+
+@pytest.mark.parametrize(("name", "pattern"), PATTERNS, ids=[name for name, _ in PATTERNS])
+def test_a_builtin_pattern_is_linear_on_hostile_input(name: str, pattern: re.Pattern[str]) -> None:
+    runs: list[Callable[[str], object]] = [pattern.match, pattern.fullmatch]
+    if name not in ANCHORED:
+        runs += [pattern.search, lambda t: sum(1 for _ in pattern.finditer(t))]
+    previous = signal.signal(signal.SIGALRM, _alarm)
+    slowest = 0.0
+    try:
+        for text in hostile_inputs(pattern):
+            for run in runs:
+                began = time.perf_counter()
+                signal.setitimer(signal.ITIMER_REAL, BOUND_S)
+                try:
+                    run(text)
+                except _TooSlow:
+                    pytest.fail(f"{name} took over {BOUND_S}s on {text[:12]!r}… ({len(text)})")
+                finally:
+                    signal.setitimer(signal.ITIMER_REAL, 0)
+                slowest = max(slowest, time.perf_counter() - began)
+    finally:
+        signal.signal(signal.SIGALRM, previous)
+    assert slowest < BOUND_S
