@@ -21,7 +21,8 @@ errors, Starlette's 404/405, anything unexpected) are mapped in ``install``::
     ├── NotReady                      503 llm-config or not-ready, names what to configure
     ├── (app.store) QueueFull         429 queue-full, Retry-After (per tenant)
     ├── (app.store) TenantQuota       429 quota-exceeded, Retry-After (per tenant)
-    └── (app.store) StoreUnavailable  503 store-unavailable, Retry-After: Redis is down
+    ├── (app.store) StoreUnavailable  503 store-unavailable, Retry-After: Redis is down
+    └── (app.store) StoreFull         503 store-full, Retry-After: Redis is at maxmemory
     anything else                     500 internal-error, logged, no details in the answer
 
 Every ``RepromptError`` is rendered by ``render`` from its own ``code``, ``status`` and
@@ -44,7 +45,7 @@ from starlette.responses import JSONResponse, Response
 from app.api.fairness import TOO_MANY_REQUESTS
 from app.core import codes
 from app.core.errors import InvalidInput, RepromptError, SignatureError
-from app.store.errors import QUEUE_FULL, QUOTA_EXCEEDED, STORE_UNAVAILABLE
+from app.store.errors import QUEUE_FULL, QUOTA_EXCEEDED, STORE_FULL, STORE_UNAVAILABLE
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +75,7 @@ TITLES: Final[dict[str, str]] = {
     QUOTA_EXCEEDED: "Quota exceeded",
     TOO_MANY_REQUESTS: "Too many requests",
     STORE_UNAVAILABLE: "Job store unavailable",
+    STORE_FULL: "Job store full",
     NOT_READY: "Not ready",
     BAD_REQUEST: "Bad request",
 }

@@ -26,7 +26,13 @@ back out is typed (``records.py``).
 """
 
 from app.store.connection import StoreOptions, connect
-from app.store.errors import IdempotencyConflict, QueueFull, StoreUnavailable, TenantQuota
+from app.store.errors import (
+    IdempotencyConflict,
+    QueueFull,
+    StoreFull,
+    StoreUnavailable,
+    TenantQuota,
+)
 from app.store.ids import is_job_id, new_job_id, shard_of
 from app.store.jobs import STATUSES, JobStore, body_digest
 from app.store.leases import Leases, Written
@@ -43,6 +49,7 @@ __all__ = [
     "QueueFull",
     "ReapResult",
     "StoreOptions",
+    "StoreFull",
     "StoreUnavailable",
     "TenantQuota",
     "Written",

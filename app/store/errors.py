@@ -6,7 +6,8 @@ transport failures to ``StoreUnavailable``::
     RepromptError
     ├── QueueFull             429 queue-full      the tenant's queue is full; Retry-After
     ├── TenantQuota           429 quota-exceeded  the tenant stored its bytes' worth; Retry-After
-    └── StoreUnavailable      503 store-unavailable  Redis did not answer; retry after 5 s
+    ├── StoreUnavailable      503 store-unavailable  Redis did not answer; retry after 5 s
+    └── StoreFull             503 store-full      Redis is at its maxmemory; retry after 30 s
 """
 
 from __future__ import annotations
@@ -15,12 +16,14 @@ import functools
 from collections.abc import Callable, Coroutine
 from typing import Any, ParamSpec, TypeVar
 
+from redis.exceptions import ClusterDownError, OutOfMemoryError, ResponseError, TryAgainError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from app.core.errors import InvalidInput, RepromptError
 
 STORE_UNAVAILABLE = "store-unavailable"
+STORE_FULL = "store-full"
 QUEUE_FULL = "queue-full"
 QUOTA_EXCEEDED = "quota-exceeded"
 
@@ -32,6 +35,16 @@ class StoreUnavailable(RepromptError):
     status = 503
     retryable = True
     retry_after_s = 5.0
+
+
+class StoreFull(RepromptError):
+    """Redis refused a write: it holds its ``maxmemory`` (and evicts nothing, as it must).
+    Finished jobs expiring make room; retry later."""
+
+    code = STORE_FULL
+    status = 503
+    retryable = True
+    retry_after_s = 30.0
 
 
 class IdempotencyConflict(InvalidInput):
@@ -90,7 +103,14 @@ def edge(
     async def mapped(*args: _P.args, **kwargs: _P.kwargs) -> _T:
         try:
             return await method(*args, **kwargs)
-        except (RedisConnectionError, RedisTimeoutError) as exc:
+        except (RedisConnectionError, RedisTimeoutError, ClusterDownError, TryAgainError) as exc:
             raise StoreUnavailable(f"Redis is not reachable ({type(exc).__name__})") from exc
+        except ResponseError as exc:
+            # A script's write refused for memory arrives as "Error running script ...: OOM".
+            if isinstance(exc, OutOfMemoryError) or "OOM command not allowed" in str(exc):
+                raise StoreFull(
+                    "the job store is full (Redis is at its maxmemory); retry later"
+                ) from exc
+            raise
 
     return mapped

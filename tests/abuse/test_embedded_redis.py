@@ -160,3 +160,25 @@ async def test_serve_passes_its_maxmemory_setting_and_never_logs_the_password(
     assert len(secret) >= 32
     assert "embedded redis-server on redis://:***@127.0.0.1:" in caplog.text
     assert secret not in caplog.text
+
+
+async def test_a_full_store_refuses_a_submission_as_503_store_full(tmp_path: Path) -> None:
+    from app.api.problems import render
+    from app.store import JobStore, StoreFull
+
+    async with EmbeddedRedis(tmp_path, maxmemory_bytes=8 * 1024 * 1024) as server:
+        client = Redis.from_url(server.url)
+        store = JobStore(client)
+        try:
+            await _fill(client)
+            spec = {"task": "x", "input": "y" * 65536, "signature": "{a :int}"}
+            with pytest.raises(StoreFull) as full:  # right away, or after a few that fit
+                for _ in range(200):
+                    await store.submit(tenant="acme", spec=spec)
+        finally:
+            await store.aclose()
+            await client.aclose()
+    answer = render(full.value, "/v1/jobs")
+    assert answer.status_code == 503
+    assert answer.headers["retry-after"] == "30"
+    assert b'"code":"store-full"' in answer.body
