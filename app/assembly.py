@@ -83,6 +83,7 @@ def store_options(settings: Settings) -> StoreOptions:
         idempotency_ttl_s=settings.idempotency_ttl_s,
         max_queued=math.ceil(settings.max_queued / shards),
         max_tenant_bytes=math.ceil(settings.max_tenant_bytes / shards),
+        max_in_flight=math.ceil(settings.max_in_flight_per_tenant / shards),
         max_job_s=math.ceil(settings.max_deadline_ms / 1000),
     )
 

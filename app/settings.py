@@ -132,6 +132,12 @@ class Settings(BaseSettings):
 
     # Caps on what a client may ask for.
     max_queued: int = Field(default=10_000, ge=1, description="Queued jobs per tenant.")
+    max_in_flight_per_tenant: int = Field(
+        default=0,
+        ge=0,
+        description="Jobs one tenant may have running at once (0: no cap; claims take tenants "
+        "in turn anyway).",
+    )
     max_tenant_bytes: int = Field(
         default=1 << 30,
         ge=0,

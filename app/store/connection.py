@@ -73,6 +73,7 @@ class StoreOptions:
     idempotency_ttl_s: int = 86_400
     max_queued: int = 10_000  # per tenant, per shard
     max_tenant_bytes: int = 0  # per tenant, shard and window (retention); 0: no cap
+    max_in_flight: int = 0  # running jobs per tenant, per shard; 0: no cap
     max_job_s: int = 3_600  # how long a job can run at most (its deadline cap)
 
     def __post_init__(self) -> None:

@@ -233,7 +233,13 @@ class JobStore(Role):
         ended = JobEnded(status="cancelled", result=result)
         outcome = await self._run(
             "cancel",
-            [shard.job(job_id), shard.tenant_queue(tenant), shard.ring, shard.leases],
+            [
+                shard.job(job_id),
+                shard.tenant_queue(tenant),
+                shard.ring,
+                shard.leases,
+                shard.running,
+            ],
             [
                 job_id,
                 tenant,

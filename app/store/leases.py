@@ -67,13 +67,14 @@ class Leases(Role):
             shard = self.keys.shard((start + step) % shards)
             reply = await self._run(
                 "claim",
-                [shard.ring, shard.leases],
+                [shard.ring, shard.leases, shard.running],
                 [
                     shard.job_prefix,
                     shard.queue_prefix,
                     worker_id,
                     self.options.lease_ms,
                     n - len(claims),
+                    self.options.max_in_flight,
                 ],
             )
             for i in range(0, len(reply), 7):
@@ -166,7 +167,7 @@ class Leases(Role):
         appended.append(_event("job_end", ended))
         reply = await self._run(
             "complete",
-            [shard.job(claim.job_id), shard.leases],
+            [shard.job(claim.job_id), shard.leases, shard.running],
             [
                 claim.job_id,
                 claim.token,
@@ -196,6 +197,7 @@ class Leases(Role):
                 shard.leases,
                 shard.tenant_queue(claim.tenant),
                 shard.ring,
+                shard.running,
             ],
             [claim.job_id, claim.token, self._queued_result, self.channels["work"], shard.index],
         )
@@ -222,7 +224,7 @@ class Leases(Role):
             while True:
                 again, dead, scanned = await self._run(
                     "reap",
-                    [shard.leases, shard.ring],
+                    [shard.leases, shard.ring, shard.running],
                     [
                         "" if now_ms is None else now_ms,
                         options.max_attempts,

@@ -452,3 +452,26 @@ async def test_an_idempotent_replay_finds_its_job_on_a_sharded_store(
 
     assert (created, again_created) == (True, False)
     assert again.id == first.id
+
+
+async def test_a_tenant_at_its_running_cap_waits_while_others_run(
+    make_store: StoreFactory, redis: Redis
+) -> None:
+    store = make_store(max_in_flight=2)
+    for _ in range(5):
+        await submit(store, tenant="flood")
+    quiet = await submit(store, tenant="quiet")
+
+    batch = await store.claim("w1", n=10)
+
+    assert sorted(c.tenant for c in batch) == ["flood", "flood", "quiet"]
+    assert await store.claim("w1", n=10) == []  # flood is at its cap, quiet has nothing
+    done = next(c for c in batch if c.tenant == "flood")
+    assert await complete(store, done)  # one of flood's jobs ends: room for one more
+    (next_one,) = await store.claim("w1", n=10)
+    assert next_one.tenant == "flood"
+    lost = next(c for c in batch if c.tenant == "quiet")
+    await store.cancel(lost.job_id, tenant="quiet")
+    await store.reap(now_ms=await after_lease(redis, store))  # flood's two come back
+    assert len(await store.claim("w1", n=10)) == 2
+    assert quiet.id == lost.job_id

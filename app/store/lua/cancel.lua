@@ -1,9 +1,9 @@
 -- Cancel a job of this tenant. Terminal jobs stay as they are.
--- KEYS: 1 job  2 tenant queue  3 ring  4 leases
+-- KEYS: 1 job  2 tenant queue  3 ring  4 leases  5 running counts
 -- ARGV: 1 id  2 tenant  3 cancelled result json  4 job_end event json  5 retention s
 --       6 done channel  7 cancel channel  8 finished ms
 -- Returns 'missing' | 'unchanged' | 'cancelled'
-local f = redis.call('HMGET', KEYS[1], 'status', 'tenant', 'events')
+local f = redis.call('HMGET', KEYS[1], 'status', 'tenant', 'events', 'counted')
 if not f[1] or f[2] ~= ARGV[2] then
   return 'missing'
 end
@@ -15,10 +15,11 @@ if status == 'queued' then
   redis.call('LREM', KEYS[2], 1, ARGV[1])  -- an emptied queue leaves the ring at a claim
 else
   redis.call('ZREM', KEYS[4], ARGV[1])
+  uncount(KEYS[5], f[2], f[4])
 end
 -- Status leaves in_progress here, so every later write under the old claim is refused.
 finish(KEYS[1], ARGV[1], 'cancelled', ARGV[3], append(f[3], ARGV[4]), ARGV[8], ARGV[5],
-  ARGV[6], {})
+  ARGV[6], {'counted', '0'})
 if status == 'in_progress' then
   redis.call('PUBLISH', ARGV[7], ARGV[1])
 end

@@ -1,7 +1,10 @@
 -- Lease up to n queued jobs of this shard to a worker, taking tenants in turn (round
--- robin over the ring), so one tenant's backlog never starves another's jobs.
--- KEYS: 1 ring  2 leases
+-- robin over the ring), so one tenant's backlog never starves another's jobs. With a cap
+-- on a tenant's running jobs (ARGV[6] > 0), a tenant at its cap is passed over: its jobs
+-- wait, the other tenants' go.
+-- KEYS: 1 ring  2 leases  3 running counts (hash: tenant → running jobs)
 -- ARGV: 1 job key prefix  2 tenant queue prefix  3 worker id  4 lease ms  5 n
+--       6 most running jobs per tenant (0: no cap)
 -- Returns a flat list, 7 values per job:
 --   id, attempt, spec, tenant, created_ms, model or '', spent by earlier attempts or ''
 local ring = KEYS[1]
@@ -10,28 +13,54 @@ if tenants == 0 then
   return {}
 end
 local budget = tonumber(ARGV[5])
+local cap = tonumber(ARGV[6])
 local picked = {}  -- job ids, in the order they are taken
+
+-- How many more jobs the tenant may start (nil: no cap).
+local function room(tenant)
+  if cap <= 0 then
+    return nil
+  end
+  return cap - (tonumber(redis.call('HGET', KEYS[3], tenant)) or 0)
+end
 
 if tenants == 1 then
   -- One tenant waiting: take its jobs in one go.
   local tenant = redis.call('LINDEX', ring, 0)
-  local ids = redis.call('LPOP', ARGV[2] .. tenant, budget) or {}
-  if #ids < budget then
-    redis.call('DEL', ring)  -- its queue is empty now
+  local take = budget
+  local left = room(tenant)
+  if left then
+    take = math.min(take, left)
   end
-  picked = ids
+  if take > 0 then
+    local ids = redis.call('LPOP', ARGV[2] .. tenant, take) or {}
+    if #ids < take then
+      redis.call('DEL', ring)  -- its queue is empty now
+    end
+    picked = ids
+  end
 else
   -- Several: one job per tenant per round. A tenant found with an empty queue (drained,
-  -- or emptied by cancels) leaves the ring. Every pass takes a job or drops a tenant, so
-  -- this ends.
-  while budget > #picked and tenants > 0 do
+  -- or emptied by cancels) leaves the ring; one at its cap is passed over. Every pass
+  -- takes a job, drops a tenant or passes one over, and passing every tenant over in a
+  -- row ends the claim, so this ends.
+  local passed = 0
+  local taken = {}  -- per tenant, in this claim
+  while budget > #picked and tenants > 0 and passed < tenants do
     local tenant = redis.call('LMOVE', ring, ring, 'LEFT', 'RIGHT')
-    local id = redis.call('LPOP', ARGV[2] .. tenant)
-    if id then
-      table.insert(picked, id)
+    local left = room(tenant)
+    if left and left - (taken[tenant] or 0) <= 0 then
+      passed = passed + 1
     else
-      redis.call('RPOP', ring)  -- the tenant LMOVE just moved to the end
-      tenants = tenants - 1
+      local id = redis.call('LPOP', ARGV[2] .. tenant)
+      if id then
+        table.insert(picked, id)
+        taken[tenant] = (taken[tenant] or 0) + 1
+        passed = 0
+      else
+        redis.call('RPOP', ring)  -- the tenant LMOVE just moved to the end
+        tenants = tenants - 1
+      end
     end
   end
 end
@@ -46,8 +75,14 @@ for _, id in ipairs(picked) do
   if f[1] == 'queued' then
     local attempt = (tonumber(f[2]) or 0) + 1
     local events = append(f[8], event('job_start', '{"attempt":' .. attempt .. '}'))
-    redis.call('HSET', job, 'status', 'in_progress', 'attempts', attempt, 'owner', ARGV[3],
-      'started_ms', f[9] or now, 'events', events)
+    local fields = {'status', 'in_progress', 'attempts', attempt, 'owner', ARGV[3],
+      'started_ms', f[9] or now, 'events', events}
+    if cap > 0 then
+      redis.call('HINCRBY', KEYS[3], f[4], 1)
+      table.insert(fields, 'counted')
+      table.insert(fields, 1)
+    end
+    redis.call('HSET', job, unpack(fields))
     table.insert(leased, lease_end)
     table.insert(leased, id)
     for _, v in ipairs({id, attempt, f[3], f[4], f[5], f[6] or '', f[7] or ''}) do

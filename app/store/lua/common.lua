@@ -73,3 +73,12 @@ local function finish(job, id, status, result, events, finished, retention, chan
   redis.call('EXPIRE', job, retention)
   redis.call('PUBLISH', channel, id)
 end
+
+-- A job leaves in_progress: if its claim counted it among its tenant's running jobs, it
+-- no longer does (the caller clears the job's ``counted`` field in its own HSET when the
+-- job goes back to the queue). ``running`` is the shard's count hash.
+local function uncount(running, tenant, counted)
+  if counted == '1' then
+    redis.call('HINCRBY', running, tenant, -1)
+  end
+end

@@ -1,12 +1,13 @@
 -- Commit a job's end, fenced: a worker that lost its claim commits nothing (but the paid
 -- call of its last turn is still recorded while the job has not ended).
--- KEYS: 1 job  2 leases
+-- KEYS: 1 job  2 leases  3 running counts
 -- ARGV: 1 id  2 token  3 status  4 result json  5 history json  6 transcript json
 --       7 last turn record json ('' = none)  8 its spend json ('' = none)
 --       9 events to append (json, comma-separated, ending with job_end)  10 retention s
 --       11 done channel  12 finished ms
 -- Returns 1 (committed), 0 (not ours), -1 (the job had already ended)
-local f = redis.call('HMGET', KEYS[1], 'status', 'attempts', 'turns', 'events', 'spent')
+local f = redis.call('HMGET', KEYS[1], 'status', 'attempts', 'turns', 'events', 'spent',
+  'tenant', 'counted')
 if not f[1] or terminal(f[1]) then
   return -1
 end
@@ -31,6 +32,9 @@ if spent then
   table.insert(fields, spent)
 end
 redis.call('ZREM', KEYS[2], ARGV[1])
+uncount(KEYS[3], f[6], f[7])
+table.insert(fields, 'counted')
+table.insert(fields, '0')
 finish(KEYS[1], ARGV[1], ARGV[3], ARGV[4], append(f[4], ARGV[9]), ARGV[12], ARGV[10],
   ARGV[11], fields)
 return 1
