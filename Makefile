@@ -69,6 +69,7 @@ bench:
 	$(BIN)/python bench/scale.py
 	$(BIN)/python bench/efficacy.py
 	$(BIN)/python bench/real_model.py
+	$(BIN)/python bench/fairness.py
 
 bench-quick:
 	$(MAKE) install EXTRAS=dev,local,sim,bench
@@ -76,6 +77,7 @@ bench-quick:
 	$(BIN)/python bench/scale.py --quick
 	$(BIN)/python bench/efficacy.py --quick
 	$(BIN)/python bench/real_model.py --quick
+	$(BIN)/python bench/fairness.py --quick
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis

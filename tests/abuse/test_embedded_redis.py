@@ -13,6 +13,7 @@ import os
 import stat
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
@@ -173,8 +174,7 @@ async def test_a_full_store_refuses_a_submission_as_503_store_full(tmp_path: Pat
             await _fill(client)
             spec = {"task": "x", "input": "y" * 65536, "signature": "{a :int}"}
             with pytest.raises(StoreFull) as full:  # right away, or after a few that fit
-                for _ in range(200):
-                    await store.submit(tenant="acme", spec=spec)
+                await _submit_until_refused(store, spec)
         finally:
             await store.aclose()
             await client.aclose()
@@ -182,3 +182,8 @@ async def test_a_full_store_refuses_a_submission_as_503_store_full(tmp_path: Pat
     assert answer.status_code == 503
     assert answer.headers["retry-after"] == "30"
     assert b'"code":"store-full"' in answer.body
+
+
+async def _submit_until_refused(store: Any, spec: dict[str, Any]) -> None:
+    for _ in range(200):
+        await store.submit(tenant="acme", spec=spec)
