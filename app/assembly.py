@@ -195,11 +195,7 @@ def api_app(
                 router=parts.router,
                 provider_problem=parts.provider_problem,
                 model_providers=parts.model_providers,
-                fairness=Fairness(
-                    rate_per_s=settings.rate_per_tenant,
-                    burst=settings.burst_per_tenant,
-                    max_waits=settings.max_waits_per_tenant,
-                ),
+                fairness=_fairness(settings),
             )
 
     return create_app(settings, resources)
@@ -307,6 +303,18 @@ async def _running(worker: Worker) -> AsyncIterator[None]:
         stop.set()
         with contextlib.suppress(Exception):  # already logged by _worker_ended
             await task
+
+
+def _fairness(settings: Settings) -> Fairness:
+    """Per-tenant limits, when there are tenants: without API keys every caller is the one
+    tenant ``default``, and limiting it would only throttle the one user."""
+    if not settings.api_keys:
+        return Fairness(rate_per_s=0, burst=1, max_waits=0)
+    return Fairness(
+        rate_per_s=settings.rate_per_tenant,
+        burst=settings.burst_per_tenant,
+        max_waits=settings.max_waits_per_tenant,
+    )
 
 
 def _connect(url: str, settings: Settings) -> RedisClient:
