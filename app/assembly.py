@@ -27,9 +27,10 @@ import logging
 import math
 import os
 import signal
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Coroutine, Mapping
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
+from typing import Any
 
 from fastapi import FastAPI
 from pydantic import ValidationError
@@ -247,7 +248,7 @@ def run_worker(settings: Settings | None = None) -> int:
         )
         return 2
     try:
-        return asyncio.run(_worker_process(settings))
+        return _run_loop(_worker_process(settings))
     except RepromptError as exc:  # a configuration problem, e.g. no provider
         log.error("%s", exc.detail)
         return 2
@@ -303,6 +304,16 @@ async def _running(worker: Worker) -> AsyncIterator[None]:
         stop.set()
         with contextlib.suppress(Exception):  # already logged by _worker_ended
             await task
+
+
+def _run_loop(main: Coroutine[Any, Any, int]) -> int:
+    """``asyncio.run`` on uvloop when it is installed (it is, with uvicorn[standard]): the
+    worker spends much of its CPU in the event loop's own bookkeeping."""
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - uvloop does not build on every platform
+        return asyncio.run(main)
+    return uvloop.run(main)
 
 
 def _fairness(settings: Settings) -> Fairness:

@@ -12,8 +12,9 @@ valid, so every job is one turn) at zero latency and at 300 ms ± 50, called
 - **jobs**: ``POST /v1/jobs`` then ``GET /v1/jobs/{id}?waitMs=60000``;
 
 at several closed-loop concurrency levels, on two deployments: ``serve`` (one
-``reprompt serve`` process: API + in-process worker + the embedded redis-server it
-starts) and ``split`` (one redis-server, one ``reprompt api``, two ``reprompt worker``).
+``reprompt serve`` process: API + in-process worker, on a redis-server like the
+embedded one, started by the bench so it can read its command counts) and ``split``
+(one redis-server, one ``reprompt api``, two ``reprompt worker``).
 CPU per job is utime+stime from /proc of the reprompt processes (and redis-server).
 With ``--profile`` (on in the full run) py-spy samples the ``serve`` process during a
 32-concurrency zero-latency ``/v1/generate`` run. Writes docs/benchmarks/overhead.md
@@ -29,7 +30,6 @@ import contextlib
 import gzip
 import json
 import os
-import re
 import shutil
 import signal
 import subprocess
@@ -189,12 +189,12 @@ def capture_messages(url: str) -> list[dict[str, str]]:
 
 def deploy(stack: Stack, kind: str, sim_url: str) -> tuple[str, list[Proc], list[int], str]:
     """Start a deployment; returns (API url, processes, pids whose CPU counts, redis url)."""
-    if kind == "serve":
-        srv = stack.service("serve", stack.env(sim_url, None, REPROMPT_WORKER_CONCURRENCY=64))
-        assert srv.log is not None
-        found = re.search(r"embedded redis-server on (redis://\S+)", srv.log.read_text())
-        return srv.url, [srv], srv.pids(), found.group(1) if found else ""
     redis_url, redis_pid = stack.redis()
+    if kind == "serve":
+        # The same redis-server the embedded default would start, started here so the bench
+        # holds its password (the embedded one's never leaves the serve process).
+        srv = stack.service("serve", stack.env(sim_url, redis_url, REPROMPT_WORKER_CONCURRENCY=64))
+        return srv.url, [srv], [redis_pid, *srv.pids()], redis_url
     env = stack.env(sim_url, redis_url, REPROMPT_WORKER_CONCURRENCY=32)
     api = stack.service("api", env)
     workers = [stack.service("worker", env, name=f"worker{i}") for i in (1, 2)]
@@ -381,7 +381,8 @@ def write_report(
         "- **generate**: `POST /v1/generate?waitMs=60000`. **jobs**: `POST /v1/jobs` then"
         " `GET /v1/jobs/{id}?waitMs=60000`.",
         "- **serve**: one `reprompt serve` process (API + in-process worker,"
-        " `REPROMPT_WORKER_CONCURRENCY=64`) and the embedded redis-server it starts."
+        " `REPROMPT_WORKER_CONCURRENCY=64`) on one redis-server (`EmbeddedRedis`, the embedded"
+        " default, started by the bench so it can read `INFO commandstats`)."
         " **split**: one redis-server (`EmbeddedRedis`), one `reprompt api`, two"
         " `reprompt worker` (`REPROMPT_WORKER_CONCURRENCY=32` each).",
         "- Load generator: one Python process, closed loop with *c* concurrent callers over"

@@ -9,7 +9,8 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from functools import lru_cache
+from typing import Any, Final
 
 from app.core import validators as validator_kinds
 from app.core.errors import InvalidInput
@@ -45,16 +46,30 @@ def _errors(data: Any, schema: dict[str, Any], *, field: str) -> list[str]:
         ) from None
 
 
+@dataclass(frozen=True, slots=True)
+class _Shape:
+    """What the signature or schema alone decides; shared between jobs, never mutated."""
+
+    output_schema: dict[str, Any]
+    input_schema: dict[str, Any] | None
+    example: str | None
+
+
+# Jobs of one service mostly repeat a few shapes: compiling a signature, checking a schema
+# (a millisecond for a small one) and building the example are done once per distinct text.
+_SHAPES_CACHED: Final = 256
+_SHAPE_TEXT_CACHED: Final = 64 * 1024  # longer sources are compiled every time, not kept
+
+
 def build_contract(spec: JobSpec, extra_validators: Sequence[Validator] = ()) -> Contract:
     """Compile the signature or check the schema, and check everything that depends on it."""
-    input_schema: dict[str, Any] | None = None
     if spec.signature is not None:
-        signature = compile_signature(spec.signature)
-        output_schema, input_schema = signature.output_schema, signature.input_schema
+        shape = _shape("signature", spec.signature, spec.include_example)
     else:
         assert spec.schema_ is not None  # JobSpec guarantees one of the two
-        check_schema(spec.schema_)
-        output_schema = spec.schema_
+        text = json.dumps(spec.schema_, ensure_ascii=False, separators=(",", ":"))
+        shape = _shape("schema", text, spec.include_example)
+    output_schema, input_schema = shape.output_schema, shape.input_schema
 
     if input_schema is not None and spec.input is not None:
         problems = _errors(spec.input, input_schema, field="input")
@@ -74,10 +89,35 @@ def build_contract(spec: JobSpec, extra_validators: Sequence[Validator] = ()) ->
         check_custom(spec.retry_prompt, field="retryPrompt", keys=RETRY_PROMPT_KEYS)
 
     built = tuple(validator_kinds.build(v, i) for i, v in enumerate(spec.validators))
-    example = example_for(output_schema) if spec.include_example else None
     return Contract(
         output_schema=output_schema,
         input_schema=input_schema,
-        example=None if example is None else json.dumps(example, ensure_ascii=False),
+        example=shape.example,
         validators=built + tuple(extra_validators),
     )
+
+
+def _shape(kind: str, text: str, include_example: bool) -> _Shape:
+    if len(text) > _SHAPE_TEXT_CACHED:
+        return _compile_shape(kind, text, include_example)
+    return _cached_shape(kind, text, include_example)
+
+
+def _compile_shape(kind: str, text: str, include_example: bool) -> _Shape:
+    """Raises InvalidInput (not cached: a bad source is compiled again, and refused again)."""
+    input_schema: dict[str, Any] | None = None
+    if kind == "signature":
+        signature = compile_signature(text)
+        output_schema, input_schema = signature.output_schema, signature.input_schema
+    else:
+        output_schema = json.loads(text)  # a private copy: the job's own dict is never kept
+        check_schema(output_schema)
+    example = example_for(output_schema) if include_example else None
+    return _Shape(
+        output_schema=output_schema,
+        input_schema=input_schema,
+        example=None if example is None else json.dumps(example, ensure_ascii=False),
+    )
+
+
+_cached_shape = lru_cache(maxsize=_SHAPES_CACHED)(_compile_shape)

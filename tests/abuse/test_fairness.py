@@ -8,6 +8,7 @@ simulator (the fixtures of tests/service.py). Each test floods as ``alice`` and 
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import time
 import uuid
 from typing import Any
@@ -26,13 +27,17 @@ def test_a_tenants_flood_of_long_polls_gets_429_and_others_are_served(
 ) -> None:
     url = start_api(embedded_worker=True, api_keys=api_keys(), max_waits_per_tenant=20)
     alice, bob = clients(url)
-    with alice, bob:
+    # Clients first (each builds a TLS context: slow), so the flood starts at once and the
+    # slow job (SLOW_MS) is still running while all of it waits.
+    own = [client(url, KEYS["alice"]) for _ in range(60)]
+    with alice, bob, contextlib.ExitStack() as held:
+        for each in own:
+            held.enter_context(each)
         slow = alice.post("/v1/jobs", json=scripted("flood wait", ["slow", "ok"])).json()
         path = f"/v1/jobs/{slow['id']}"
 
-        def poll(_: int) -> int:
-            with httpx.Client(base_url=url, headers=alice.headers, timeout=30) as own:
-                return own.get(path, params={"waitMs": 3000}).status_code
+        def poll(i: int) -> int:
+            return own[i].get(path, params={"waitMs": 3000}).status_code
 
         with concurrent.futures.ThreadPoolExecutor(60) as pool:
             flood = [pool.submit(poll, i) for i in range(60)]
