@@ -73,6 +73,7 @@ bench:
 
 bench-quick:
 	$(MAKE) install EXTRAS=dev,local,sim,bench
+	$(BIN)/python bench/guard.py
 	$(BIN)/python bench/overhead.py --quick
 	$(BIN)/python bench/scale.py --quick
 	$(BIN)/python bench/efficacy.py --quick

@@ -1,0 +1,111 @@
+"""Regression guard: per-job CPU and Redis commands against the checked-in figures.
+
+    .venv/bin/python bench/guard.py            # measure, compare, exit 1 on a regression
+    .venv/bin/python bench/guard.py --update   # measure and check the figures in
+
+One zero-latency simulator, the split deployment of bench/overhead.py (a redis-server, one
+``reprompt api``, two ``reprompt worker``), single-turn jobs by ``POST /v1/jobs`` and a
+long-poll, at 1 and 16 callers, ``ROUNDS`` rounds each; the direct call to the simulator
+is measured in the same rounds. Per cell it takes the median over the rounds of
+
+- **CPU/job ÷ sim CPU/call**: reprompt's CPU per job (API, workers and redis-server, from
+  /proc) over the simulator's CPU per direct call in the same round. The simulator is a
+  Python HTTP server on the same machine, so the ratio stays put when the machine is
+  slower or busier, where milliseconds would not;
+- **Redis commands/job**: ``INFO`` total_commands_processed per job (commands run inside
+  scripts included): a count, not a time;
+- **× direct**: jobs/s through reprompt over direct calls/s (printed, not judged: it
+  moves with the load generator's share of the two cores).
+
+It fails when the CPU ratio grows by more than ``CPU_SLACK`` or commands/job by more than
+``COMMANDS_SLACK`` over ``bench/guard.json``. Not part of the test suite (it measures,
+it does not check behaviour); ``make bench-quick`` runs it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import sys
+from pathlib import Path
+from typing import Any, Final
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.common import Stack, raise_fd_limit
+from bench.overhead import capture_messages, deploy, measure
+
+FIGURES: Final = Path(__file__).with_name("guard.json")
+CALLERS: Final = (1, 16)
+JOBS: Final = 300
+ROUNDS: Final = 3
+CPU_SLACK: Final = 1.25  # a CPU ratio 25 % over the checked-in one fails
+COMMANDS_SLACK: Final = 1.10  # commands/job 10 % over fail
+
+
+def measure_all() -> dict[str, dict[str, float]]:
+    cells: dict[str, dict[str, list[float]]] = {}
+    with Stack() as stack:
+        sim = stack.sim(latency_ms=0, jitter_ms=0, seed=1)
+        url, _procs, pids, redis_url = deploy(stack, "split", sim.url)
+        messages = capture_messages(url)
+        for _ in range(ROUNDS):
+            for c in CALLERS:
+                direct = asyncio.run(measure("direct", sim.url, messages, JOBS, c, [], sim.pid))
+                jobs = asyncio.run(
+                    measure("jobs", url, messages, JOBS, c, pids, sim.pid, redis_url)
+                )
+                if jobs["fails"] or direct["fails"]:
+                    raise SystemExit(f"failed calls at c={c}: {jobs['fails']}, {direct['fails']}")
+                cell = cells.setdefault(f"c{c}", {"cpu": [], "commands": [], "direct": []})
+                cell["cpu"].append(jobs["cpu_ms_job"] / direct["sim_cpu_ms_job"])
+                cell["commands"].append(jobs["redis_cmds_job"])
+                cell["direct"].append(jobs["rps"] / direct["rps"])
+    return {
+        name: {k: round(statistics.median(v), 2) for k, v in cell.items()}
+        for name, cell in cells.items()
+    }
+
+
+def compare(now: dict[str, dict[str, float]], then: dict[str, dict[str, float]]) -> list[str]:
+    """The regressions of ``now`` against the checked-in ``then``; empty when none."""
+    failed = []
+    for name, cell in now.items():
+        was = then.get(name)
+        if was is None:
+            continue
+        if cell["cpu"] > was["cpu"] * CPU_SLACK:
+            failed.append(f"{name}: CPU/job is {cell['cpu']}× a sim call, was {was['cpu']}×")
+        if cell["commands"] > was["commands"] * COMMANDS_SLACK:
+            failed.append(f"{name}: {cell['commands']} Redis commands/job, was {was['commands']}")
+    return failed
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--update", action="store_true", help="check these figures in")
+    ns = parser.parse_args()
+    raise_fd_limit()
+    now = measure_all()
+    then: dict[str, Any] = json.loads(FIGURES.read_text()) if FIGURES.exists() else {}
+    print("cell  CPU/job ÷ sim call  Redis cmds/job  × direct   (checked in)")
+    for name, cell in now.items():
+        was = then.get(name, {})
+        print(
+            f"{name:<5} {cell['cpu']:>17.2f}  {cell['commands']:>14.1f}  {cell['direct']:>8.2f}"
+            f"   ({was.get('cpu', '–')}, {was.get('commands', '–')}, {was.get('direct', '–')})"
+        )
+    if ns.update:
+        FIGURES.write_text(json.dumps(now, indent=2) + "\n")
+        print(f"wrote {FIGURES}")
+        return 0
+    failed = compare(now, then)
+    for line in failed:
+        print("REGRESSION", line)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
