@@ -58,6 +58,7 @@ from bench.common import (
     total_cpu,
 )
 
+BEFORE = DOCS / "overhead-before.json"
 SEED = 1
 OUT = DOCS  # --quick writes to $TMPDIR/reprompt-bench instead
 WAIT_MS = 60_000
@@ -355,12 +356,7 @@ def write_report(
     argv: list[str],
     elapsed: float,
 ) -> None:
-    direct = {(r["latency"], r["c"]): r for r in rows if r["path"] == "direct"}
-    for r in rows:
-        d = direct[(r["latency"], r["c"])]
-        r["added_p50_ms"] = r["p50_ms"] - d["p50_ms"]
-        r["rps_ratio"] = r["rps"] / d["rps"]
-        r["p50_ratio"] = r["p50_ms"] / d["p50_ms"]
+    derive(rows)
     plot(rows)
     cmd = "python bench/overhead.py" + (" --quick" if quick else "")
     out = [
@@ -416,6 +412,8 @@ def write_report(
             )
         out.append("")
     out += ["![throughput and latency](overhead.png)", ""]
+    if BEFORE.exists() and not quick:
+        out += before_after(rows, json.loads(BEFORE.read_text())["rows"])
     if prof:
         s = prof["summary"]
         run = prof["run"]
@@ -481,6 +479,46 @@ def write_report(
         )
     )
     print(f"wrote {path}")
+
+
+def derive(rows: list[dict[str, Any]]) -> None:
+    """Each row against the direct row of its latency and concurrency."""
+    direct = {(r["latency"], r["c"]): r for r in rows if r["path"] == "direct"}
+    for r in rows:
+        d = direct[(r["latency"], r["c"])]
+        r["added_p50_ms"] = r["p50_ms"] - d["p50_ms"]
+        r["added_p99_ms"] = r["p99_ms"] - d["p99_ms"]
+        r["rps_ratio"] = r["rps"] / d["rps"]
+        r["p50_ratio"] = r["p50_ms"] / d["p50_ms"]
+
+
+def before_after(rows: list[dict[str, Any]], before: list[dict[str, Any]]) -> list[str]:
+    """The /v1/jobs cells of this run next to the same cells of the run saved in BEFORE."""
+    derive(before)
+    was = {(r["latency"], r["deployment"], r["path"], r["c"]): r for r in before}
+    out = [
+        "## Before and after",
+        "",
+        "The same command on the same machine before this release's store and hot-path work"
+        " (`docs/benchmarks/overhead-before.json`, the run checked in before it) and now;"
+        " `POST /v1/jobs` + long-poll only.",
+        "",
+        "| latency | deployment | c | × jobs/s before | after | added p50 ms before | after |"
+        " added p99 ms before | after | CPU ms/job before | after | redis cmds/job before |"
+        " after |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        b = was.get((r["latency"], r["deployment"], r["path"], r["c"]))
+        if r["path"] != "jobs" or b is None:
+            continue
+        out.append(
+            f"| {r['latency']} | {r['deployment']} | {r['c']} | {b['rps_ratio']:.2f} |"
+            f" {r['rps_ratio']:.2f} | {b['added_p50_ms']:+.1f} | {r['added_p50_ms']:+.1f} |"
+            f" {b['added_p99_ms']:+.1f} | {r['added_p99_ms']:+.1f} | {b['cpu_ms_job']:.2f} |"
+            f" {r['cpu_ms_job']:.2f} | {b['redis_cmds_job']:.1f} | {r['redis_cmds_job']:.1f} |"
+        )
+    return [*out, ""]
 
 
 def plot(rows: list[dict[str, Any]]) -> None:
