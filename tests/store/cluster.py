@@ -13,6 +13,7 @@ create`` splits the 16,384 slots evenly. ``start()`` returns once every node say
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import random
 import signal
@@ -59,6 +60,7 @@ class LocalCluster:
 
     def start(self) -> Self:
         self.dir.mkdir(parents=True, exist_ok=True)
+        atexit.register(self.stop)  # a run that dies without its teardown leaves no nodes
         try:
             for port in _free_ports(self.masters):
                 self._start_node(port)
@@ -78,6 +80,7 @@ class LocalCluster:
         return self
 
     def stop(self) -> None:
+        atexit.unregister(self.stop)
         for process in self._processes:
             if process.poll() is None:
                 process.kill()
