@@ -61,7 +61,7 @@ lock: $(BIN)/python
 	  --python-version 3.11 --python-platform x86_64-unknown-linux-gnu \
 	  --custom-compile-command "make lock" --annotation-style line --output-file $(LOCK)
 
-## bench: every benchmark of docs/benchmarks.md, from scratch (about 20 minutes)
+## bench: every benchmark of docs/benchmarks.md, from scratch (about 25 minutes)
 bench:
 	$(MAKE) install EXTRAS=dev,local,sim,bench
 	$(BIN)/python bench/context_growth.py
@@ -70,6 +70,7 @@ bench:
 	$(BIN)/python bench/efficacy.py
 	$(BIN)/python bench/real_model.py
 	$(BIN)/python bench/fairness.py
+	$(BIN)/python bench/shards.py
 
 bench-quick:
 	$(MAKE) install EXTRAS=dev,local,sim,bench
@@ -79,6 +80,7 @@ bench-quick:
 	$(BIN)/python bench/efficacy.py --quick
 	$(BIN)/python bench/real_model.py --quick
 	$(BIN)/python bench/fairness.py --quick
+	$(BIN)/python bench/shards.py --quick
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis

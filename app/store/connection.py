@@ -173,9 +173,10 @@ def _script_source(name: str) -> str:
 
 def _pubsub_client(redis: RedisClient) -> Redis:
     """A plain client for pub/sub. On a cluster, messages published on any node reach
-    subscribers on every node, so one node's connection hears them all."""
+    subscribers on every node, so one node's connection hears them all: the node the URL
+    names (a new client has not discovered the others yet)."""
     if isinstance(redis, RedisCluster):
-        node = redis.get_default_node() or redis.get_nodes()[0]
+        node = redis.get_default_node() or (redis.get_nodes() or redis.startup_nodes)[0]
         kwargs = dict(getattr(redis, "connection_kwargs", {}))
         kwargs.pop("max_connections", None)
         return Redis(host=node.host, port=int(node.port), **_plain(kwargs))

@@ -16,7 +16,13 @@ import functools
 from collections.abc import Callable, Coroutine
 from typing import Any, ParamSpec, TypeVar
 
-from redis.exceptions import ClusterDownError, OutOfMemoryError, ResponseError, TryAgainError
+from redis.exceptions import (
+    ClusterDownError,
+    OutOfMemoryError,
+    RedisClusterException,
+    ResponseError,
+    TryAgainError,
+)
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
@@ -90,6 +96,18 @@ class TenantQuota(RepromptError):
         self.retry_after_s = retry_after_s
 
 
+# What redis-py raises when Redis does not answer. ``RedisClusterException`` (not a
+# ``RedisError``) is what a cluster client raises when no node answers its discovery or no
+# node serves a slot; a cross-slot command would raise it too, but every script of the
+# store touches one shard's slot.
+UNREACHABLE = (
+    RedisConnectionError,
+    RedisTimeoutError,
+    ClusterDownError,
+    TryAgainError,
+    RedisClusterException,
+)
+
 _P = ParamSpec("_P")
 _T = TypeVar("_T")
 
@@ -103,7 +121,7 @@ def edge(
     async def mapped(*args: _P.args, **kwargs: _P.kwargs) -> _T:
         try:
             return await method(*args, **kwargs)
-        except (RedisConnectionError, RedisTimeoutError, ClusterDownError, TryAgainError) as exc:
+        except UNREACHABLE as exc:
             raise StoreUnavailable(f"Redis is not reachable ({type(exc).__name__})") from exc
         except ResponseError as exc:
             # A script's write refused for memory arrives as "Error running script ...: OOM".

@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any, Final
 
+from redis.asyncio.cluster import ClusterNode, RedisCluster
 from redis.exceptions import RedisError
 
 from app.core.errors import RepromptError
@@ -37,23 +38,44 @@ class EvictingRedis(RepromptError):
 
 async def eviction_policy(redis: RedisClient, *, timeout_s: float = READ_TIMEOUT_S) -> str | None:
     """``CONFIG GET maxmemory-policy``, else ``INFO memory``'s ``maxmemory_policy`` (managed
-    Redis often disables CONFIG); ``None`` when neither answers."""
+    Redis often disables CONFIG); ``None`` when neither answers. On a cluster, every
+    master's, and the least safe of them (both commands ask one node by default)."""
     try:
         async with asyncio.timeout(timeout_s):
-            try:
-                config = await redis.config_get(POLICY)
-            except RedisError:
-                config = {}
-            policy = _text(_get(config, POLICY))
-            if policy is None:
-                try:
-                    info = await redis.info("memory")
-                except RedisError:
-                    info = {}
-                policy = _text(_get(info, "maxmemory_policy"))
+            if isinstance(redis, RedisCluster):
+                await redis.initialize()
+                policies = [await _policy(redis, node) for node in redis.get_primaries()]
+                return max(policies, key=_risk) if policies else None
+            return await _policy(redis)
     except TimeoutError:
         return None
+
+
+async def _policy(redis: RedisClient, node: ClusterNode | None = None) -> str | None:
+    target: dict[str, Any] = {} if node is None else {"target_nodes": node}
+    try:
+        config = await redis.config_get(POLICY, **target)
+    except RedisError:
+        config = {}
+    policy = _text(_get(config, POLICY))
+    if policy is None:
+        try:
+            info = await redis.info("memory", **target)
+        except RedisError:
+            info = {}
+        policy = _text(_get(info, "maxmemory_policy"))
     return policy
+
+
+def _risk(policy: str | None) -> int:
+    """How much a policy may lose, to pick a cluster's worst master (``judge``'s order)."""
+    if policy is None:
+        return 2
+    if policy.startswith("allkeys-"):
+        return 3
+    if policy.startswith("volatile-") or policy != SAFE:
+        return 1
+    return 0
 
 
 def judge(policy: str | None) -> str | None:

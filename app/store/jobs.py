@@ -19,7 +19,8 @@ import time
 from collections.abc import Mapping
 from typing import Any, Final
 
-from redis.exceptions import RedisError
+from redis.asyncio.cluster import RedisCluster
+from redis.exceptions import RedisClusterException, RedisError
 
 from app.core import codes
 from app.core.envelope import Envelope
@@ -268,9 +269,13 @@ class JobStore(Role):
         return depth, oldest_ms / 1000
 
     async def ping(self) -> bool:
+        """Whether Redis answers; on a cluster, whether every master does (each holds
+        shards: PING alone asks one node)."""
         try:
+            if isinstance(self._redis, RedisCluster):
+                return bool(await self._redis.ping(target_nodes=RedisCluster.PRIMARIES))
             return bool(await self._redis.ping())
-        except (RedisError, OSError):
+        except (RedisError, RedisClusterException, OSError):
             return False
 
     async def _newest(self, tenant: str, below: str | None, count: int) -> list[str]:
