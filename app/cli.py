@@ -34,7 +34,7 @@ from app.child import free_loopback_port
 from app.client import ApiClient, ApiError
 from app.core.conversation import TranscriptEntry
 from app.core.errors import RepromptError
-from app.core.events import LoopEvent, TurnEnded, TurnStarted, TurnSummary
+from app.core.events import LoopEvent, ToolsAnswered, TurnEnded, TurnStarted, TurnSummary
 from app.core.loop import JobResult, Runtime, run_job
 from app.core.spec import JobSpec
 from app.core.turn import REJECTED
@@ -361,6 +361,10 @@ class Progress:
         self.stream = stream
 
     def __call__(self, event: LoopEvent | TurnSummary) -> None:
+        if isinstance(event, ToolsAnswered):
+            outcomes = ", ".join(f"{c.name}: {c.outcome}" for c in event.calls)
+            self._say(f"[Tools] the client answered ({outcomes})")
+            return
         if isinstance(event, TurnEnded):
             event = event.summary()
         tag = f"[Attempt {event.attempt}]"

@@ -8,7 +8,7 @@ model, turn type, outcome, status, error code — never a job id, tenant or prom
 from __future__ import annotations
 
 import errno
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from prometheus_client import (
@@ -22,7 +22,7 @@ from prometheus_client import (
 )
 
 from app.core.envelope import Envelope
-from app.core.turn import REJECTED, TurnRecord
+from app.core.turn import REJECTED, ToolCallRecord, TurnRecord
 
 REGISTRY = CollectorRegistry(auto_describe=True)
 P = "reprompt_"
@@ -118,6 +118,23 @@ POISON_JOBS = Counter(
     "Jobs failed because their workers were lost too many times.",
     registry=REGISTRY,
 )
+TOOL_CALLS = Counter(
+    f"{P}tool_calls",
+    "Tool calls of work turns by who runs them (client, http, local) and how they ended.",
+    ["mode", "outcome"],
+    registry=REGISTRY,
+)
+JOBS_PAUSED = Counter(
+    f"{P}jobs_requires_action",
+    "Times a job paused in requires_action for its client's tool outputs.",
+    registry=REGISTRY,
+)
+TOOL_WAIT = Histogram(
+    f"{P}requires_action_wait_seconds",
+    "Time a job waited in requires_action, from the pause to the outputs (or the timeout).",
+    buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600),
+    registry=REGISTRY,
+)
 STALE_COMMITS = Counter(
     f"{P}stale_commits_rejected",
     "Writes refused because the worker no longer held the job's lease.",
@@ -158,6 +175,12 @@ def record_turn(record: TurnRecord, *, calls_left: int) -> None:
             WASTED_COST.labels(**labels).inc(cost)
     if record.outcome in REJECTED and calls_left > 0:
         REASKS.labels(error=record.error_code or "").inc()
+
+
+def record_tool_calls(calls: Iterable[ToolCallRecord]) -> None:
+    """Count tool calls once their outcome is known (a client's call when it is answered)."""
+    for call in calls:
+        TOOL_CALLS.labels(mode=call.mode, outcome=call.outcome).inc()
 
 
 def record_job(envelope: Envelope, *, duration_s: float) -> None:

@@ -160,6 +160,15 @@ class Settings(BaseSettings):
     )
     max_output_tokens: int = Field(default=32_768, ge=16)
     max_wait_ms: int = Field(default=60_000, ge=0)
+    tool_timeout_ms: int = Field(
+        default=300_000,
+        ge=1000,
+        description="How long a job in requires_action waits for its tool outputs when it "
+        "gives no toolTimeoutMs (the wait also counts toward its deadline).",
+    )
+    max_tool_output_bytes: int = Field(
+        default=262_144, ge=256, description="Compact JSON bytes of one client tool output."
+    )
 
     # Fairness between tenants, per API process (0: no limit).
     rate_per_tenant: float = Field(

@@ -28,20 +28,23 @@ import socket
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any, Final, Literal
 
 from pydantic import ValidationError
 
 from app import metrics
 from app.core import codes
+from app.core.checkpoint import Checkpoint, RequiredAction, Resume
+from app.core.clock import iso
 from app.core.conversation import TranscriptEntry, stored_transcript
 from app.core.envelope import Envelope, Progress
-from app.core.events import LoopEvent, TurnEnded
+from app.core.events import LoopEvent, ToolsAnswered, TurnEnded
 from app.core.loop import Runtime, run_job
 from app.core.model import ModelClient
 from app.core.prompting import show_input
 from app.core.spec import JobSpec
-from app.core.turn import Rejection, TurnRecord
+from app.core.turn import Rejection, Spend, TurnRecord
 from app.core.wire import Wire
 from app.settings import Settings
 from app.store import Claim, Leases, StoreUnavailable, Written
@@ -64,6 +67,7 @@ UNWIND_TIMEOUT_S: Final = 10.0
 RECANCEL_S: Final = 0.1
 
 StopReason = Literal["cancelled", "lease-lost", "drain"]
+Ended = tuple[Envelope, tuple[Rejection, ...], tuple[TranscriptEntry, ...]]
 
 
 class _LeaseLost(Exception):
@@ -242,7 +246,9 @@ class Worker:
         )
         try:
             outcome = await self._execute(job)
-            if outcome is not None and job.stopped is None:
+            if isinstance(outcome, Paused) and job.stopped is None:
+                await self._pause(job, outcome)
+            elif outcome is not None and not isinstance(outcome, Paused) and job.stopped is None:
                 await self._commit(job, *outcome)
         except asyncio.CancelledError:
             await self._stopped(job)
@@ -259,10 +265,9 @@ class Worker:
         if job.stopped == "drain":
             await self._release(job)
 
-    async def _execute(
-        self, job: _Job
-    ) -> tuple[Envelope, tuple[Rejection, ...], tuple[TranscriptEntry, ...]] | None:
-        """The envelope, history and transcript to commit; None when the job is not ours."""
+    async def _execute(self, job: _Job) -> Ended | Paused | None:
+        """The envelope, history and transcript to commit, or the pause for client tools;
+        None when the job is not ours."""
         try:
             spec = JobSpec.model_validate(job.claim.spec)
         except ValidationError as exc:
@@ -275,24 +280,45 @@ class Worker:
         runtime = Runtime(
             client=self.client, tracer=trace, cancelled=lambda: job.stopped is not None
         )
+        claim = job.claim
+        resume = None
+        if claim.checkpoint is not None:
+            outputs = claim.outputs
+            resume = Resume(
+                claim.checkpoint,
+                None if outputs is None else outputs.by_call,
+                None if outputs is None else outputs.received_ms,
+            )
+            waited_ms = (
+                outputs.received_ms if outputs is not None else int(time.time() * 1000)
+            ) - claim.checkpoint.paused_ms
+            metrics.TOOL_WAIT.observe(max(0, waited_ms) / 1000)
         try:
-            result = await run_job(spec, runtime)
+            result = await run_job(spec, runtime, resume=resume)
         except _LeaseLost:
             return None
         except Exception:  # a bug in the loop ends this job, never the worker
             log.exception("job %s: the turn loop failed", job.id)
             detail = "the worker failed while running the job"
             return Envelope.failure(codes.INTERNAL_ERROR, detail), (), ()
+        if result.paused is not None:
+            return Paused(spec, result.paused)
         transcript = stored_transcript(result.transcript, show_input(spec.input))
         return result.envelope, result.history, transcript
 
     async def _trace(self, job: _Job, event: LoopEvent) -> None:
         """Mirror the loop's events into the job's outbox and the metrics; the outbox is
         written after ``FLUSH_AFTER_S``, with the next write, or with the commit."""
-        if isinstance(event, TurnEnded):
+        if isinstance(event, ToolsAnswered):
+            metrics.record_tool_calls(event.calls)
+            job.events.append((event.name, event))
+        elif isinstance(event, TurnEnded):
             record = event.record
             # The call was made and paid for, whoever owns the job now.
             metrics.record_turn(record, calls_left=event.calls_left)
+            metrics.record_tool_calls(
+                c for c in record.tool_call_details if c.outcome != "requires_action"
+            )
             if job.turn is not None:  # one record per write: flush the one before
                 await self._flush(job)
             job.turn = record.model_copy(update={"job_attempt": job.claim.attempt})
@@ -380,45 +406,24 @@ class Worker:
         history: tuple[Rejection, ...],
         transcript: tuple[TranscriptEntry, ...],
     ) -> None:
-        """Commit the end, with whatever the outbox still holds, in one fenced script.
-
-        A Redis blip does not discard a paid answer: the commit is retried with backoff
-        while heartbeats go on, until Redis answers or the lease is long gone (then the
-        reaper runs the job again, and the late commit still records the paid turn).
-        """
+        """Commit the end, with whatever the outbox still holds, in one fenced script."""
         claim = job.claim
-        job.committing = True
-        if job.flush is not None:
-            job.flush.cancel()
-            job.flush = None
-        if job.flushing is not None:
-            await asyncio.gather(job.flushing, return_exceptions=True)
-        envelope = envelope.with_earlier(claim.earlier)
-        turn, events = job.turn, job.events
-        job.turn, job.events = None, []
-        give_up = time.monotonic() + 2 * self.settings.lease_ms / 1000
-        wait_s = 0.1
-        tries = 0
-        while True:
-            tries += 1
-            try:
-                written = await self.store.complete(
-                    claim,
-                    envelope=envelope,
-                    history=history,
-                    transcript=transcript,
-                    turn=turn,
-                    events=events,
-                )
-                break
-            except (StoreUnavailable, OSError) as exc:
-                if time.monotonic() + wait_s > give_up:
-                    # The lease runs out and the reaper requeues the job: it is not lost.
-                    log.error("job %s: commit failed, the job will be run again: %r", job.id, exc)
-                    return
-                log.warning("job %s: commit failed (%r), retrying in %.1fs", job.id, exc, wait_s)
-                await asyncio.sleep(wait_s)
-                wait_s = min(wait_s * 2, 2.0)
+        turn, events = await self._last_outbox(job)
+        envelope = envelope.with_earlier(_earlier(claim))
+
+        async def complete() -> Written:
+            return await self.store.complete(
+                claim,
+                envelope=envelope,
+                history=history,
+                transcript=transcript,
+                turn=turn,
+                events=events,
+            )
+
+        written, tries = await self._settle(job, "commit", complete)
+        if written is None:
+            return
         committed = written is Written.OURS
         if not committed and tries > 1:
             # An earlier try may have committed and lost only its reply.
@@ -443,6 +448,91 @@ class Worker:
             0 if execution is None else execution.llm_calls,
             duration_s,
         )
+
+    async def _pause(self, job: _Job, paused: Paused) -> None:
+        """Hand the job to its client: ``requires_action`` with the checkpoint, fenced.
+
+        The job leaves this worker (lease, slot and all); whichever worker claims it after
+        the client's outputs resumes it from the checkpoint.
+        """
+        claim, spec = job.claim, paused.spec
+        turn, events = await self._last_outbox(job)
+        state = paused.checkpoint.model_copy(update={"earlier": _earlier(claim)})
+        timeout_ms = spec.tool_timeout_ms or self.settings.tool_timeout_ms
+        expires_ms = state.paused_ms + timeout_ms
+        if spec.budget.deadline_ms is not None:  # the wait counts toward the deadline
+            expires_ms = min(expires_ms, state.started_ms + spec.budget.deadline_ms)
+        expires = datetime.fromtimestamp(expires_ms / 1000, tz=UTC)
+        action = RequiredAction.of(state, iso(expires))
+        last = state.turns[-1] if state.turns else None
+        progress = Progress(
+            phase="requires_action",
+            turn=None if last is None else last.index,
+            type=None if last is None else last.type,
+            calls_left=state.work_remaining + state.retry_remaining,
+        )
+
+        async def pause() -> Written:
+            return await self.store.pause(
+                claim,
+                state=state,
+                action=action,
+                expires_ms=expires_ms,
+                progress=progress,
+                turn=turn,
+                events=events,
+            )
+
+        written, _ = await self._settle(job, "pause", pause)
+        if written is Written.OURS:
+            metrics.JOBS_PAUSED.inc()
+            log.info(
+                "job %s requires_action: %d tool call(s) for the client, until %s",
+                job.id,
+                len(action.tool_calls),
+                action.expires_at,
+            )
+        elif written is not None:
+            metrics.STALE_COMMITS.inc()
+            log.warning("job %s: stale pause refused (lease lost or job cancelled)", job.id)
+
+    async def _last_outbox(self, job: _Job) -> tuple[TurnRecord | None, list[tuple[str, Wire]]]:
+        """Stop flushing the outbox and take what it holds: it goes with the last write."""
+        job.committing = True
+        if job.flush is not None:
+            job.flush.cancel()
+            job.flush = None
+        if job.flushing is not None:
+            await asyncio.gather(job.flushing, return_exceptions=True)
+        turn, events = job.turn, job.events
+        job.turn, job.events = None, []
+        return turn, events
+
+    async def _settle(
+        self, job: _Job, what: str, write: Callable[[], Awaitable[Written]]
+    ) -> tuple[Written | None, int]:
+        """The job's last write (commit or pause), tried through a Redis blip.
+
+        A blip does not discard a paid answer: the write is retried with backoff while
+        heartbeats go on, until Redis answers or the lease is long gone (then the reaper
+        runs the job again, and a late write still records the paid turn). ``(None, tries)``
+        when it gave up.
+        """
+        give_up = time.monotonic() + 2 * self.settings.lease_ms / 1000
+        wait_s = 0.1
+        tries = 0
+        while True:
+            tries += 1
+            try:
+                return await write(), tries
+            except (StoreUnavailable, OSError) as exc:
+                if time.monotonic() + wait_s > give_up:
+                    # The lease runs out and the reaper requeues the job: it is not lost.
+                    log.error("job %s: %s failed, the job will be run again: %r", job.id, what, exc)
+                    return None, tries
+                log.warning("job %s: %s failed (%r), retrying in %.1fs", job.id, what, exc, wait_s)
+                await asyncio.sleep(wait_s)
+                wait_s = min(wait_s * 2, 2.0)
 
     async def _committed(self, job: _Job, envelope: Envelope) -> bool:
         """Whether the job already holds exactly this result (best effort)."""
@@ -560,11 +650,30 @@ class Worker:
                     metrics.LEASES_EXPIRED.inc(expired)
                 for job_id in reaped.requeued:
                     log.warning("job %s: its worker was lost, requeued", job_id)
+                for job_id in reaped.expired:
+                    log.info("job %s: no tool outputs in time, requeued without them", job_id)
                 for job_id in reaped.failed:
                     metrics.POISON_JOBS.inc()
                     metrics.JOBS_FINISHED.labels(status="failed", error=codes.WORKER_LOST).inc()
                     log.error("job %s failed: its workers were lost too many times", job_id)
             await _wait(stop, period)
+
+
+@dataclass(frozen=True, slots=True)
+class Paused:
+    """A run that stopped for client tools: the job's spec and the loop's checkpoint."""
+
+    spec: JobSpec
+    checkpoint: Checkpoint
+
+
+def _earlier(claim: Claim) -> Spend | None:
+    """What calls outside the loop's own records spent: lost attempts before a pause (the
+    checkpoint carries them) and since it (the store's running total)."""
+    carried = None if claim.checkpoint is None else claim.checkpoint.earlier
+    if carried is None:
+        return claim.earlier
+    return carried.plus(claim.earlier)
 
 
 def _fields(exc: ValidationError) -> str:

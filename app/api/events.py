@@ -1,9 +1,12 @@
 """``GET /v1/jobs/{id}/events``: a job's events as Server-Sent Events.
 
-Every stored event is sent with ``id:`` (its Redis stream id), ``event:`` (its name:
-``job_queued``, ``job_start``, ``turn_start``, ``turn_end``, ``job_requeued``, ``job_end``)
-and ``data:`` (JSON). ``Last-Event-ID`` resumes after that id. The stream ends after
-``job_end``; while nothing happens, ``: ping`` comments keep proxies from closing it::
+Every stored event is sent with ``id:`` (its number), ``event:`` (its name:
+``job_queued``, ``job_start``, ``turn_start``, ``turn_end``, ``job_requeued``,
+``requires_action``, ``tool_outputs_received``, ``tool_outputs``, ``job_end``) and
+``data:`` (JSON). ``Last-Event-ID`` resumes after that id. ``requires_action`` comes as
+soon as the job pauses for client tools, and the stream stays open: the resumed run's
+events follow once the outputs are posted. The stream ends after ``job_end``; while
+nothing happens, ``: ping`` comments keep proxies from closing it::
 
     curl -N http://127.0.0.1:8080/v1/jobs/$ID/events
 """
@@ -20,7 +23,15 @@ from app.api.fairness import Fairness
 from app.api.problems import NotFound
 from app.api.resources import Res, Tenant
 from app.api.schemas import problems
-from app.core.events import JobEnded, QueueEvent, TurnStarted, TurnSummary
+from app.core.checkpoint import RequiredAction
+from app.core.events import (
+    JobEnded,
+    QueueEvent,
+    ToolOutputsEvent,
+    ToolsAnswered,
+    TurnStarted,
+    TurnSummary,
+)
 from app.core.wire import Wire
 from app.store import Event, JobStore
 
@@ -33,6 +44,9 @@ SSE_EVENTS: Final[dict[str, type[Wire]]] = {
     "job_queued": QueueEvent,
     "job_start": QueueEvent,
     "job_requeued": QueueEvent,
+    "requires_action": RequiredAction,
+    "tool_outputs_received": ToolOutputsEvent,
+    ToolsAnswered.name: ToolsAnswered,
 }
 PING_S: Final = 15
 # How long one read blocks before the job is looked at again (it may have expired).

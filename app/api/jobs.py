@@ -4,6 +4,7 @@ POST /v1/jobs                 202 + Location (200 on an Idempotency-Key replay)
 GET  /v1/jobs/{id}?waitMs=    the job; waits up to waitMs for it to end
 GET  /v1/jobs?cursor=&limit=&status=
 POST /v1/jobs/{id}/cancel
+POST /v1/jobs/{id}/tool-outputs   answer a job's requires_action; it goes on
 POST /v1/generate?waitMs=     200 with the finished job, or 202 + Location
 """
 
@@ -16,10 +17,18 @@ from fastapi import APIRouter, Body, Depends, Header, Query, Request
 from fastapi.responses import Response
 
 from app import metrics
-from app.api.limits import check_job, check_output_schema, clamp_wait, with_default_deadline
+from app.api.limits import (
+    check_data,
+    check_job,
+    check_output_schema,
+    check_tools,
+    clamp_wait,
+    with_default_deadline,
+)
 from app.api.problems import NotFound, UnsupportedMediaType
 from app.api.resources import Res, Resources, Tenant
-from app.api.schemas import JOB_EXAMPLES, Job, JobList, problems, respond
+from app.api.schemas import JOB_EXAMPLES, Job, JobList, ToolOutputsBody, problems, respond
+from app.core.checkpoint import ToolOutput
 from app.core.contract import build_contract
 from app.core.errors import InvalidInput
 from app.core.spec import JobSpec
@@ -114,7 +123,8 @@ async def submit_job(
     responses=problems(401, 404, 422, 503),
 )
 async def get_job(job_id: str, res: Res, tenant: Tenant, wait_ms: WaitMs = 0) -> Response:
-    """The job now, or, with ``waitMs``, as soon as it ends (at most ``waitMs`` later)."""
+    """The job now, or, with ``waitMs``, as soon as it ends or needs tool outputs
+    (``requires_action``), at most ``waitMs`` later."""
     if wait_ms > 0:
         with res.fairness.waiting(tenant):
             job = await res.store.wait(
@@ -150,7 +160,8 @@ async def list_jobs(
     cursor: Annotated[str | None, Query(description="`next` from the previous page.")] = None,
     limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = DEFAULT_PAGE,
     status: Annotated[
-        Literal["queued", "in_progress", "succeeded", "failed", "cancelled"] | None,
+        Literal["queued", "in_progress", "requires_action", "succeeded", "failed", "cancelled"]
+        | None,
         Query(description="Only jobs in this state."),
     ] = None,
 ) -> Response:
@@ -179,6 +190,44 @@ async def cancel_job(job_id: str, res: Res, tenant: Tenant) -> Response:
     if job is None:
         raise _not_found(job_id)
     return _job(job, 200)
+
+
+@router.post(
+    "/v1/jobs/{job_id}/tool-outputs",
+    response_model=Job,
+    summary="Answer a job's tool calls (requires_action)",
+    dependencies=[Depends(require_json)],
+    responses={
+        200: {
+            "description": "Accepted: the job is queued to go on. The same body again "
+            "answers 200 with Idempotent-Replayed: true.",
+            "headers": {
+                "Idempotent-Replayed": {
+                    "description": "true on a repeat",
+                    "schema": {"type": "string"},
+                }
+            },
+        },
+        **problems(401, 404, 409, 413, 415, 422, 429, 503),
+    },
+)
+async def submit_tool_outputs(
+    job_id: str, body: ToolOutputsBody, res: Res, tenant: Tenant
+) -> Response:
+    """Every call of ``requiredAction.toolCalls`` answered once: ``output`` (any JSON) or
+    ``error`` (the tool failed; the model reads it). The job goes back to the queue and the
+    loop continues with the tool work in its context."""
+    for i, item in enumerate(body.outputs):
+        if item.output is not None:
+            check_data(item.output, res.settings, field=f"outputs[{i}].output", cap="tool")
+    outputs = [
+        ToolOutput(tool_call_id=o.tool_call_id, output=o.output, error=o.error)
+        for o in body.outputs
+    ]
+    job, replayed = await res.store.submit_outputs(job_id, tenant=tenant, outputs=outputs)
+    if job is None:
+        raise _not_found(job_id)
+    return _job(job, 200, {"Idempotent-Replayed": "true"} if replayed else None)
 
 
 @router.post(
@@ -221,6 +270,15 @@ async def _submit(
 ) -> tuple[JobView, bool]:
     router = res.require_router()
     check_job(spec, res.settings)
+    check_tools(spec, res.settings)
+    if spec.tools and spec.budget.max_turns > 1:
+        lacking = router.without_tools(spec.model)
+        if lacking:
+            raise InvalidInput(
+                f"{', '.join(lacking)} cannot call tools (no native tool calling, e.g. the "
+                "embedded local model); give another model, or no tools",
+                field="tools",
+            )
     spec = with_default_deadline(spec, res.settings)
     contract = build_contract(spec)
     if spec.signature is not None:

@@ -22,6 +22,7 @@ from app.api.problems import CONTENT_TOO_LARGE, problem
 from app.core import codes
 from app.core.errors import InvalidInput
 from app.core.spec import JobSpec
+from app.core.validation import check_schema
 from app.settings import Settings
 
 
@@ -137,12 +138,30 @@ def with_default_deadline(spec: JobSpec, settings: Settings) -> JobSpec:
     return spec.model_copy(update={"budget": budget})
 
 
-def check_data(value: Any, settings: Settings, *, field: str) -> None:
+def check_data(value: Any, settings: Settings, *, field: str, cap: str = "input") -> None:
     """Nesting depth (first: the size is measured with a recursive encoder) and compact
-    JSON bytes of data the client sends along (``input``, ``fallback.data``)."""
+    JSON bytes of data the client sends along (``input``, ``fallback.data``, a tool's
+    output: ``cap="tool"``)."""
     _at_most(field, depth(value), settings.max_input_depth, "levels", what=f"{field} depth")
     size = len(json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode())
-    _at_most(field, size, settings.max_input_bytes, "bytes of JSON", what=f"{field} size")
+    limit = settings.max_tool_output_bytes if cap == "tool" else settings.max_input_bytes
+    _at_most(field, size, limit, "bytes of JSON", what=f"{field} size")
+
+
+def check_tools(spec: JobSpec, settings: Settings) -> None:
+    """Each tool's ``parameters``: an object schema, held to the answer schema's limits;
+    the wait for client outputs within the deadline cap."""
+    for i, tool in enumerate(spec.tools):
+        field = f"tools[{i}].parameters"
+        check_output_schema(tool.parameters, settings, field=field)
+        try:
+            check_schema(tool.parameters, max_depth=settings.max_schema_depth)
+        except InvalidInput as exc:
+            raise InvalidInput(exc.detail.replace("schema", "parameters", 1), field=field) from None
+        if tool.parameters.get("type") != "object":
+            raise InvalidInput('parameters must be {"type": "object", ...}', field=field)
+    if spec.tool_timeout_ms is not None:
+        _at_most("toolTimeoutMs", spec.tool_timeout_ms, settings.max_deadline_ms, "ms")
 
 
 def check_output_schema(schema: Any, settings: Settings, *, field: str) -> None:

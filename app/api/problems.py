@@ -45,7 +45,7 @@ from starlette.responses import JSONResponse, Response
 from app.api.fairness import TOO_MANY_REQUESTS
 from app.core import codes
 from app.core.errors import InvalidInput, RepromptError, SignatureError
-from app.store.errors import QUEUE_FULL, QUOTA_EXCEEDED, STORE_FULL, STORE_UNAVAILABLE
+from app.store.errors import CONFLICT, QUEUE_FULL, QUOTA_EXCEEDED, STORE_FULL, STORE_UNAVAILABLE
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +77,7 @@ TITLES: Final[dict[str, str]] = {
     STORE_UNAVAILABLE: "Job store unavailable",
     STORE_FULL: "Job store full",
     NOT_READY: "Not ready",
+    CONFLICT: "Conflict",
     BAD_REQUEST: "Bad request",
 }
 _BY_STATUS: Final[dict[int, str]] = {

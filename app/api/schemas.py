@@ -11,8 +11,9 @@ from __future__ import annotations
 from typing import Any, Final, Literal
 
 from fastapi.responses import Response
-from pydantic import ConfigDict, Field
+from pydantic import ConfigDict, Field, model_validator
 
+from app.core.checkpoint import RequiredAction
 from app.core.conversation import TranscriptEntry
 from app.core.envelope import Envelope, JobStatus
 from app.core.turn import Rejection, TurnRecord
@@ -86,6 +87,45 @@ JOB_EXAMPLES: dict[str, dict[str, Any]] = {
         },
     },
 }
+
+
+# -- tool outputs --------------------------------------------------------------------------
+
+
+class ToolOutputIn(_Out):
+    """The answer to one tool call: ``output`` (any JSON), or ``error`` (the tool failed)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    tool_call_id: str = Field(min_length=1, max_length=128)
+    output: Any = None
+    error: str | None = Field(default=None, max_length=2000)
+
+    @model_validator(mode="after")
+    def _one(self) -> ToolOutputIn:
+        if self.error is not None and self.output is not None:
+            raise ValueError("give output or error, not both")
+        return self
+
+
+class ToolOutputsBody(_Out):
+    """``POST /v1/jobs/{id}/tool-outputs``: one entry per call of ``requiredAction``."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "examples": [
+                {
+                    "outputs": [
+                        {"toolCallId": "call_1", "output": {"sku": "H-1", "price": 12.5}},
+                        {"toolCallId": "call_2", "error": "warehouse API timed out"},
+                    ]
+                }
+            ]
+        },
+    )
+
+    outputs: list[ToolOutputIn] = Field(min_length=1, max_length=32)
 
 
 # -- jobs ----------------------------------------------------------------------------------
@@ -178,6 +218,11 @@ class Job(_Out):
     metadata: dict[str, str]
     model: str | None = Field(description="The model or route the job targets.")
     idempotency_key: str | None
+    required_action: RequiredAction | None = Field(
+        default=None,
+        description="While requires_action: the tool calls to answer with "
+        "POST /v1/jobs/{id}/tool-outputs, and until when.",
+    )
 
     @classmethod
     def of(cls, view: JobView) -> Job:
@@ -196,6 +241,7 @@ class Job(_Out):
             metadata=view.metadata,
             model=view.model,
             idempotency_key=view.idempotency_key,
+            required_action=view.required_action if view.status == "requires_action" else None,
         )
 
 
@@ -330,6 +376,8 @@ def problems(*statuses: int, **descriptions: str) -> dict[int | str, dict[str, A
 _DESCRIPTIONS: Final[dict[int, str]] = {
     401: "No API key, or an unknown one (when keys are configured).",
     404: "No such job for this tenant (another tenant's job is a 404 too).",
+    409: "The job is not waiting for tool outputs (already answered with other outputs, "
+    "or never asked).",
     413: "The request body is over REPROMPT_MAX_BODY_BYTES.",
     415: "The body is not application/json.",
     422: "The job (or a parameter) is invalid; `errors` names each field.",

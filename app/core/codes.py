@@ -47,6 +47,8 @@ CANCELLED: Final = "cancelled"
 INTERNAL_ERROR: Final = "internal-error"
 # The service's own end: the job's worker vanished (lease expired) too many times.
 WORKER_LOST: Final = "worker-lost"
+# A job waiting in requires_action got no tool outputs within its toolTimeoutMs.
+TOOL_TIMEOUT: Final = "tool-timeout"
 
 ErrorCode = Literal[
     "llm-refusal",
@@ -69,6 +71,7 @@ ErrorCode = Literal[
     "cancelled",
     "internal-error",
     "worker-lost",
+    "tool-timeout",
 ]
 
 LLM_ERRORS: Final = frozenset(
@@ -95,6 +98,7 @@ LOOP_ERRORS: Final = frozenset(
         CANCELLED,
         INTERNAL_ERROR,
         WORKER_LOST,
+        TOOL_TIMEOUT,
     }
 )
 ALL_ERRORS: Final = LLM_ERRORS | EVENT_ERRORS | LOOP_ERRORS | {INVALID_INPUT}

@@ -33,7 +33,7 @@ class Conversation:
     system: Message
     task: Message
     full: bool = False
-    _log: list[tuple[EntryKind, tuple[Message, ...]]] = field(default_factory=list)
+    log: list[tuple[EntryKind, tuple[Message, ...]]] = field(default_factory=list)
     transcript: list[Message] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -41,7 +41,7 @@ class Conversation:
 
     def add_work(self, *messages: Message) -> None:
         """Tool calls and their results: the investigation the model keeps seeing."""
-        self._log.append(("work", messages))
+        self.log.append(("work", messages))
         self.transcript.extend(messages)
 
     def add_failure(
@@ -50,7 +50,7 @@ class Conversation:
         """A rejected answer and the correction. ``recorded`` is the answer as the transcript
         keeps it (the prompt gets ``answer``, which may be shortened)."""
         sent = (feedback,) if answer is None else (answer, feedback)
-        self._log.append(("failure", sent))
+        self.log.append(("failure", sent))
         if recorded is not None:
             self.transcript.append(Message("assistant", recorded))
         self.transcript.append(feedback)
@@ -62,14 +62,14 @@ class Conversation:
         """What the next call sends; ``note`` (turn info, must-return warning) ends it."""
         out = [self.system, self.task]
         if self.full:
-            for _, entry in self._log:
+            for _, entry in self.log:
                 out.extend(entry)
         else:
-            for kind, entry in self._log:
+            for kind, entry in self.log:
                 if kind == "work":
                     out.extend(entry)
-            if self._log and self._log[-1][0] == "failure":
-                out.extend(self._log[-1][1])
+            if self.log and self.log[-1][0] == "failure":
+                out.extend(self.log[-1][1])
         if note:
             last = out[-1]
             if last.role == "user":
@@ -80,7 +80,7 @@ class Conversation:
 
     def purified(self) -> list[Message]:
         """Spec 002 purify: the task, the tool work and the accepted answer; no failures."""
-        work = [m for kind, entry in self._log if kind == "work" for m in entry]
+        work = [m for kind, entry in self.log if kind == "work" for m in entry]
         return [self.system, self.task, *work, self.transcript[-1]]
 
 

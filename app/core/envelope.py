@@ -20,7 +20,7 @@ from app.core.codes import ErrorCode, ResultStatus
 from app.core.turn import Outcome, Spend, TurnType
 from app.core.wire import Wire
 
-JobStatus = Literal["queued", "in_progress", "succeeded", "failed", "cancelled"]
+JobStatus = Literal["queued", "in_progress", "requires_action", "succeeded", "failed", "cancelled"]
 TERMINAL: frozenset[JobStatus] = frozenset({"succeeded", "failed", "cancelled"})
 
 
@@ -47,7 +47,7 @@ class Execution(Wire):
 class Progress(Wire):
     """Where a queued or running job is: ``phase`` and, once a turn started, which."""
 
-    phase: Literal["queued", "model-call", "turn-done"] = "queued"
+    phase: Literal["queued", "model-call", "turn-done", "requires_action"] = "queued"
     turn: int | None = None
     type: TurnType | None = None
     attempt: int | None = None

@@ -18,7 +18,7 @@ from typing import ClassVar, Literal
 from pydantic import Field
 
 from app.core.envelope import Envelope, JobStatus
-from app.core.turn import Outcome, TurnRecord, TurnType
+from app.core.turn import Outcome, ToolCallRecord, TurnRecord, TurnType
 from app.core.wire import Wire
 
 
@@ -86,7 +86,15 @@ class TurnEnded(Wire):
         )
 
 
-LoopEvent = TurnStarted | TurnEnded
+class ToolsAnswered(Wire):
+    """A paused job goes on: how each client tool call was answered (or timed out)."""
+
+    name: ClassVar[Literal["tool_outputs"]] = "tool_outputs"
+
+    calls: tuple[ToolCallRecord, ...]
+
+
+LoopEvent = TurnStarted | TurnEnded | ToolsAnswered
 Tracer = Callable[[LoopEvent], Awaitable[None] | None]
 
 
@@ -97,6 +105,13 @@ async def emit(tracer: Tracer | None, event: LoopEvent) -> None:
     result = tracer(event)
     if inspect.isawaitable(result):
         await result
+
+
+class ToolOutputsEvent(Wire):
+    """The data of ``tool_outputs_received``: the client answered these calls; the job is
+    queued to go on."""
+
+    tool_call_ids: tuple[str, ...]
 
 
 class JobEnded(Wire):
@@ -114,4 +129,4 @@ class QueueEvent(Wire):
 
     status: Literal["queued"] | None = None
     attempt: int | None = None
-    reason: Literal["lease-expired", "released"] | None = None
+    reason: Literal["lease-expired", "released", "tool-timeout"] | None = None

@@ -10,6 +10,10 @@ an explicit fail ends the job at once; the worst case is ``maxTurns + returnRetr
 calls. Resource limits are checked before every call. Transport retries happen inside
 ``ModelClient.complete`` and never count here.
 
+When the model calls a client tool (one without a handler), the loop stops: the result is
+``paused`` with a ``Checkpoint`` and the calls the client must answer; ``run_job`` with
+``resume=Resume(checkpoint, outputs)`` goes on from there (``app.core.checkpoint``).
+
 A turn is: prepare the request (``prompting``), call, classify the answer into a typed
 verdict (``verdict``), act on it here; what was spent and the envelope are kept by the
 ``ledger``.
@@ -25,25 +29,34 @@ from typing import Any, Final
 
 from app.core import codes
 from app.core.budget import Limits, TurnBudget, estimate_tokens
+from app.core.checkpoint import (
+    Checkpoint,
+    PendingCall,
+    Resume,
+    StoredEntry,
+    StoredFailure,
+    StoredMessage,
+    StoredSpend,
+)
 from app.core.clock import Clock, SystemClock, iso
 from app.core.contract import Contract, build_contract
 from app.core.conversation import Conversation
-from app.core.envelope import Envelope
+from app.core.envelope import Envelope, Progress
 from app.core.errors import InvalidInput, ProviderError
-from app.core.events import Tracer, TurnEnded, TurnStarted, emit
+from app.core.events import ToolsAnswered, Tracer, TurnEnded, TurnStarted, emit
 from app.core.feedback import Failure, quote, render_feedback
 from app.core.ledger import Ledger
-from app.core.model import LLMRequest, LLMResponse, Message, ModelClient
+from app.core.model import LLMRequest, LLMResponse, Message, ModelClient, ToolCall, ToolSpec
 from app.core.prompting import Prompting
-from app.core.spec import JobSpec
-from app.core.tools import Tool, run_calls
-from app.core.turn import Outcome, Rejection, TokenUsage, TurnRecord, TurnType
+from app.core.spec import JobSpec, ToolChoiceName
+from app.core.tools import Handled, Tool, Toolbox, answered, handle_calls, work_messages
+from app.core.turn import Outcome, Rejection, TokenUsage, ToolCallRecord, TurnRecord, TurnType
 from app.core.unicode import scrub
 from app.core.validators import Validator, first_failure
 from app.core.verdict import Accepted, GaveUp, Refused, Rejected, Work, classify
 from app.core.work import TooMuchWork
 
-__all__ = ["JobResult", "Runtime", "Tool", "run_job"]
+__all__ = ["JobResult", "Resume", "Runtime", "Tool", "run_job"]
 
 log = logging.getLogger(__name__)
 
@@ -80,11 +93,24 @@ class JobResult:
     turns: tuple[TurnRecord, ...]
     transcript: tuple[Message, ...]
     history: tuple[Rejection, ...]  # spec 000 "error evolution": one entry per rejection
+    # Set when the job stopped for a client tool: resume from it with the outputs.
+    paused: Checkpoint | None = None
 
 
-async def run_job(spec: JobSpec, runtime: Runtime) -> JobResult:
-    """Run one job to its end. Never raises for model or input trouble: that is in the envelope."""
-    return await _Run(spec, runtime).run()
+async def run_job(spec: JobSpec, runtime: Runtime, *, resume: Resume | None = None) -> JobResult:
+    """Run one job to its end, or to a pause for client tools (``JobResult.paused``).
+
+    Never raises for model or input trouble: that is in the envelope.
+    """
+    return await _Run(spec, runtime).run(resume)
+
+
+class _Pause(Exception):
+    """Internal: a work turn called client tools; the job waits for their outputs."""
+
+    def __init__(self, handled: list[Handled]) -> None:
+        super().__init__("requires_action")
+        self.handled = handled
 
 
 class _End(Exception):
@@ -121,7 +147,7 @@ class _Run:
             max_tokens=spec.budget.max_tokens,
             max_cost_usd=None if max_cost is None else float(max_cost),
         )
-        self.tools = {tool.spec.name: tool for tool in runtime.tools}
+        self.tools = Toolbox(())
         self.ledger = Ledger(self.clock)
         self.rejected = 0
         self.max_out = spec.max_output_tokens
@@ -129,19 +155,26 @@ class _Run:
         deadline_ms = spec.budget.deadline_ms
         started = self.ledger.started
         self.deadline = None if deadline_ms is None else started + deadline_ms / 1000
+        self.started_ms = _epoch_ms(self.clock)
 
     # -- the loop -------------------------------------------------------------------------
 
-    async def run(self) -> JobResult:
+    async def run(self, resume: Resume | None = None) -> JobResult:
         try:
+            self.tools = Toolbox(_job_tools(self.spec, self.rt.tools))
             self.contract: Contract = build_contract(self.spec, self.rt.validators)
             self.prompts = Prompting(
                 self.spec, self.contract, self.rt.client, has_tools=bool(self.tools)
             )
-            conversation = self.prompts.conversation(self.spec.model)
+            if resume is None:
+                conversation = self.prompts.conversation(self.spec.model)
+            else:
+                conversation = self._restore(resume.checkpoint)
         except InvalidInput as exc:  # includes a model that cannot give structuredOutput
             return self._finish(Envelope.failure(codes.INVALID_INPUT, exc.detail), None)
         try:
+            if resume is not None:
+                await self._answered(conversation, resume)
             while self.budget.phase != "exhausted":
                 accepted = await self._turn(conversation)
                 if accepted is not None:
@@ -160,6 +193,8 @@ class _Run:
             return self._finish(envelope, conversation)
         except InvalidInput as exc:  # e.g. the escalation model cannot give structuredOutput
             return self._finish(Envelope.failure(codes.INVALID_INPUT, exc.detail), conversation)
+        except _Pause as pause:
+            return self._pause(conversation, pause.handled)
 
     async def _turn(self, conversation: Conversation) -> Accepted | None:
         """One model call and what follows from it; the accepted answer ends the job."""
@@ -189,10 +224,14 @@ class _Run:
             case Rejected(failure=failure):
                 await self._reject(conversation, call, response, failure, content)
             case Work(calls=calls):
-                conversation.add_work(*await run_calls(self.tools, calls))
+                handled = await handle_calls(self.tools, calls)
                 self.budget.consume()
                 names = tuple(c.name for c in calls)
-                await self._record(call, response, "tool_calls", calls=names)
+                details = tuple(h.record for h in handled)
+                await self._record(call, response, "tool_calls", calls=names, details=details)
+                if any(h.waiting for h in handled):
+                    raise _Pause(handled)
+                conversation.add_work(*work_messages(handled))
             case Refused(reason=reason):
                 await self._record(
                     call, response, "refusal", codes.LLM_REFUSAL, reason, answer=content
@@ -223,7 +262,7 @@ class _Run:
             and self.budget.calls_left == 1
             and self.rejected > 0
         )
-        tools = tuple(t.spec for t in self.tools.values()) if self.budget.tools_available else ()
+        tools = self.tools.specs if self.budget.tools_available else ()
         if simplified:
             messages = self.prompts.simplified(model, self.last_failure)
         else:
@@ -242,11 +281,14 @@ class _Run:
         )
         if not verdict.ok:
             raise _End(verdict.error or codes.INTERNAL_ERROR, verdict.detail or "")
+        choice = self.spec.tool_choice
         call = _Call(
             request=LLMRequest(
                 messages=messages,
                 model=model,
                 tools=tools,
+                tool_choice="auto" if isinstance(choice, ToolChoiceName) else choice,
+                forced_tool=choice.name if isinstance(choice, ToolChoiceName) else None,
                 max_output_tokens=verdict.max_output_tokens,
                 temperature=None if self.spec.temperature is None else float(self.spec.temperature),
                 seed=self.spec.seed,
@@ -381,6 +423,7 @@ class _Run:
         *,
         answer: str | None = None,
         calls: tuple[str, ...] = (),
+        details: tuple[ToolCallRecord, ...] = (),
         warnings: tuple[str, ...] = (),
     ) -> None:
         usage = response.usage if response is not None else None
@@ -405,6 +448,7 @@ class _Run:
             message_count=len(call.request.messages),
             tools_offered=len(call.request.tools),
             tool_calls=calls,
+            tool_call_details=details,
             transport_retries=response.transport_retries if response is not None else 0,
             transport_wait_ms=response.transport_wait_ms if response is not None else 0,
             escalated=call.escalated,
@@ -422,6 +466,122 @@ class _Run:
                 calls_left=self.budget.calls_left,
             ),
         )
+
+    # -- pause and resume (client tools) ------------------------------------------------------
+
+    def _pause(self, conversation: Conversation, handled: list[Handled]) -> JobResult:
+        """Stop for the client: everything the next worker needs, in a checkpoint."""
+        ledger, spend = self.ledger, self.ledger.spend
+        checkpoint = Checkpoint(
+            work_remaining=self.budget.work_remaining,
+            retry_remaining=self.budget.retry_remaining,
+            rejected=self.rejected,
+            max_out=self.max_out,
+            last_failure=None if self.last_failure is None else StoredFailure.of(self.last_failure),
+            started_ms=self.started_ms,
+            started_at=ledger.started_at,
+            paused_ms=_epoch_ms(self.clock),
+            spend=StoredSpend(
+                input_tokens=spend.input_tokens,
+                output_tokens=spend.output_tokens,
+                cost=spend.cost,
+                cost_known=spend.cost_known,
+                transport_retries=spend.transport_retries,
+            ),
+            warnings=tuple(ledger.warnings),
+            turns=tuple(ledger.turns),
+            history=tuple(ledger.history),
+            system=StoredMessage.of(conversation.system),
+            task=StoredMessage.of(conversation.task),
+            full=conversation.full,
+            log=tuple(
+                StoredEntry(kind=kind, messages=tuple(StoredMessage.of(m) for m in entry))
+                for kind, entry in conversation.log
+            ),
+            transcript=tuple(StoredMessage.of(m) for m in conversation.transcript),
+            pending=tuple(
+                PendingCall(
+                    id=h.call.id,
+                    name=h.call.name,
+                    arguments=h.call.arguments,
+                    parsed=h.arguments,
+                    record=h.record,
+                    text=h.text,
+                )
+                for h in handled
+            ),
+        )
+        return JobResult(
+            envelope=Envelope.in_progress(Progress(phase="requires_action")),
+            turns=tuple(ledger.turns),
+            transcript=tuple(conversation.transcript),
+            history=tuple(ledger.history),
+            paused=checkpoint,
+        )
+
+    def _restore(self, checkpoint: Checkpoint) -> Conversation:
+        """The state a checkpoint kept; the conversation it had."""
+        self.budget.work_remaining = checkpoint.work_remaining
+        self.budget.retry_remaining = checkpoint.retry_remaining
+        self.rejected = checkpoint.rejected
+        self.max_out = checkpoint.max_out
+        failure = checkpoint.last_failure
+        self.last_failure = None if failure is None else failure.failure()
+        ledger = self.ledger
+        # The job's clock runs on while it waits: its duration and deadline count the wait.
+        self.started_ms = checkpoint.started_ms
+        ledger.started = self.clock.monotonic() - (_epoch_ms(self.clock) - self.started_ms) / 1000
+        ledger.started_at = checkpoint.started_at
+        deadline_ms = self.spec.budget.deadline_ms
+        self.deadline = None if deadline_ms is None else ledger.started + deadline_ms / 1000
+        stored = checkpoint.spend
+        ledger.spend.input_tokens = stored.input_tokens
+        ledger.spend.output_tokens = stored.output_tokens
+        ledger.spend.cost = stored.cost
+        ledger.spend.cost_known = stored.cost_known
+        ledger.spend.transport_retries = stored.transport_retries
+        ledger.warnings = list(checkpoint.warnings)
+        ledger.turns = list(checkpoint.turns)
+        ledger.history = list(checkpoint.history)
+        conversation = Conversation(
+            checkpoint.system.message(), checkpoint.task.message(), full=checkpoint.full
+        )
+        conversation.log = [
+            (entry.kind, tuple(m.message() for m in entry.messages)) for entry in checkpoint.log
+        ]
+        conversation.transcript = [m.message() for m in checkpoint.transcript]
+        return conversation
+
+    async def _answered(self, conversation: Conversation, resume: Resume) -> None:
+        """The paused work turn, completed with the client's outputs (or without them)."""
+        checkpoint, outputs = resume.checkpoint, resume.outputs
+        handled: list[Handled] = []
+        for pending in checkpoint.pending:
+            call = ToolCall(pending.id, pending.name, pending.arguments)
+            done = Handled(call, pending.record, pending.text, pending.parsed)
+            if done.waiting:
+                if outputs is None:
+                    why = "the client did not answer this call in time"
+                    done = answered(done, error=why, duration_ms=None)
+                else:
+                    output = outputs[pending.id]
+                    received = resume.received_ms or checkpoint.paused_ms
+                    waited = max(0, received - checkpoint.paused_ms)
+                    done = answered(
+                        done, output=output.output, error=output.error, duration_ms=waited
+                    )
+            handled.append(done)
+        conversation.add_work(*work_messages(handled))
+        if outputs is None:
+            # spec 000's must-return: no more work, the next turn must answer.
+            self.budget.work_remaining = min(self.budget.work_remaining, 1)
+            self.ledger.warn(
+                "the client did not answer the tool calls within toolTimeoutMs; "
+                "the job went on without them"
+            )
+        waiting = {call.id for call in checkpoint.waiting}
+        answers = tuple(h.record for h in handled if h.call.id in waiting)
+        await emit(self.rt.tracer, ToolsAnswered(calls=answers))
 
     # -- the end ------------------------------------------------------------------------------
 
@@ -452,6 +612,29 @@ class _Run:
             transcript=tuple(transcript),
             history=tuple(self.ledger.history),
         )
+
+
+def _job_tools(spec: JobSpec, given: Sequence[Tool]) -> list[Tool]:
+    """The runtime's tools, and the job's own: a tool without a url is the client's; one
+    with a url needs a handler from the runtime (the worker's HTTP tools)."""
+    tools = list(given)
+    names = {tool.spec.name for tool in tools}
+    for tool in spec.tools:
+        if tool.name in names:
+            continue
+        if not tool.client_side:
+            raise InvalidInput(
+                f"the tool {tool.name!r} has a url, and no HTTP tool client is configured here",
+                field="tools",
+            )
+        tools.append(
+            Tool(ToolSpec(tool.name, tool.description, tool.parameters), None, mode="client")
+        )
+    return tools
+
+
+def _epoch_ms(clock: Clock) -> int:
+    return int(clock.now().timestamp() * 1000)
 
 
 def _scrubbed(response: LLMResponse) -> LLMResponse:

@@ -18,6 +18,8 @@ FinishReason = Literal["stop", "length", "tool_calls", "refusal", "content_filte
 StructuredOutput = Literal["auto", "native", "prompt"]
 # What a client actually does for a model when asked for structured output.
 StructuredMode = Literal["json_schema", "json_object", "tool", "prompt"]
+# Whether the model may call the offered tools: as it likes, never, or it must call one.
+ToolChoiceMode = Literal["auto", "none", "required"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,12 +67,15 @@ class LLMRequest:
     ``output_schema`` is the JSON Schema the answer must satisfy, for adapters that can
     constrain decoding; ``structured_output`` says whether they may ("auto"), must
     ("native") or must not ("prompt"). ``timeout_s`` bounds the whole call including
-    transport retries (the job's remaining deadline).
+    transport retries (the job's remaining deadline). ``tool_choice`` and ``forced_tool``
+    (a tool it must call) apply to ``tools``.
     """
 
     messages: tuple[Message, ...]
     model: str | None = None
     tools: tuple[ToolSpec, ...] = ()
+    tool_choice: ToolChoiceMode = "auto"
+    forced_tool: str | None = None
     max_output_tokens: int = 1024
     temperature: float | None = None
     seed: int | None = None

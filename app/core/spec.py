@@ -95,6 +95,60 @@ class ValidatorSpec(_Wire):
     message: StrictStr | None = Field(default=None, max_length=500)
 
 
+# A tool name as every provider accepts it (OpenAI: ^[a-zA-Z0-9_-]{1,64}$; Anthropic the same).
+TOOL_NAME = r"^[A-Za-z][A-Za-z0-9_-]{0,63}$"
+# Names the service uses itself: the forced output tool of structured output.
+RESERVED_TOOL_NAMES = frozenset({"final_answer"})
+ToolTimeoutMode = Literal["fail", "must_return"]
+
+
+class ToolDef(_Wire):
+    """A tool the model may call on work turns (spec 000).
+
+    Without ``url`` the client runs it: the job pauses in ``requires_action`` until the
+    client posts the outputs. With ``url`` the service POSTs the arguments there (signed,
+    through the outbound guard) and gives the model the answer.
+    """
+
+    name: StrictStr = Field(pattern=TOOL_NAME, description="Unique in the job.")
+    description: StrictStr = Field(default="", max_length=2000)
+    parameters: dict[str, Any] = Field(
+        default_factory=lambda: {"type": "object"},
+        description="JSON Schema of the arguments (an object), checked before the call.",
+    )
+    url: StrictStr | None = Field(
+        default=None, max_length=2048, description="HTTPS endpoint the service calls."
+    )
+    headers: dict[str, StrictStr] = Field(
+        default_factory=dict,
+        max_length=16,
+        description="Extra headers for an HTTP tool; values may name a tenant secret "
+        "as {{secret:NAME}}.",
+    )
+    timeout_ms: StrictInt | None = Field(
+        default=None, ge=100, le=60_000, description="Per-call timeout of an HTTP tool."
+    )
+
+    @model_validator(mode="after")
+    def _http_only(self) -> ToolDef:
+        if self.url is None and (self.headers or self.timeout_ms is not None):
+            raise ValueError("headers and timeoutMs apply only to a tool with a url")
+        return self
+
+    @property
+    def client_side(self) -> bool:
+        return self.url is None
+
+
+class ToolChoiceName(_Wire):
+    """Force one tool (on normal work turns)."""
+
+    name: StrictStr = Field(pattern=TOOL_NAME)
+
+
+ToolChoice = Literal["auto", "none", "required"] | ToolChoiceName
+
+
 class JobSpec(_Wire):
     """A generation job: a task, the shape of the answer, a budget and options."""
 
@@ -130,6 +184,23 @@ class JobSpec(_Wire):
     temperature: StrictFloat | StrictInt | None = Field(default=None, ge=0, le=2)
     seed: StrictInt | None = None
     plan: list[StrictStr] | None = Field(default=None, max_length=50)
+    tools: list[ToolDef] = Field(
+        default_factory=list, max_length=32, description="Tools offered on work turns."
+    )
+    tool_choice: ToolChoice = Field(
+        default="auto", description="auto | none | required | {name}: on normal work turns."
+    )
+    tool_timeout_ms: StrictInt | None = Field(
+        default=None,
+        ge=1000,
+        description="How long a requires_action pause waits for the outputs "
+        "(default: the service's REPROMPT_TOOL_TIMEOUT_MS).",
+    )
+    on_tool_timeout: ToolTimeoutMode = Field(
+        default="fail",
+        description="fail: the job fails tool-timeout; must_return: it goes on without "
+        "the outputs, on a must-return turn.",
+    )
     metadata: dict[str, StrictStr] = Field(default_factory=dict, max_length=64)
 
     @model_validator(mode="after")
@@ -141,7 +212,27 @@ class JobSpec(_Wire):
         cap = self.max_output_tokens_cap
         if cap is not None and cap < self.max_output_tokens:
             raise ValueError("maxOutputTokensCap must be at least maxOutputTokens")
+        choice = self.tool_choice
+        if isinstance(choice, ToolChoiceName) and choice.name not in self.tool_names:
+            raise ValueError(f"toolChoice: {choice.name!r} is not one of the job's tools")
+        if choice == "required" and not self.tools:
+            raise ValueError("toolChoice 'required' needs tools")
         return self
+
+    @field_validator("tools")
+    @classmethod
+    def _unique_tools(cls, tools: list[ToolDef]) -> list[ToolDef]:
+        names = [tool.name for tool in tools]
+        for name in names:
+            if name in RESERVED_TOOL_NAMES:
+                raise ValueError(f"the tool name {name!r} is reserved")
+            if names.count(name) > 1:
+                raise ValueError(f"the tool name {name!r} is used twice")
+        return tools
+
+    @property
+    def tool_names(self) -> tuple[str, ...]:
+        return tuple(tool.name for tool in self.tools)
 
     @property
     def output_cap(self) -> int:

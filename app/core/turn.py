@@ -26,6 +26,32 @@ REJECTED: Final[frozenset[str]] = frozenset({"invalid", "rejected", "truncated"}
 WASTED: Final[frozenset[str]] = REJECTED | {"refusal", "explicit_fail"}
 
 
+ToolMode = Literal["client", "http", "local"]
+ToolOutcome = Literal[
+    "ok",  # the tool answered
+    "error",  # the tool failed (its error went to the model)
+    "invalid_arguments",  # the model's arguments were not JSON or did not fit the schema
+    "unknown_tool",  # the model called a tool the job does not have
+    "requires_action",  # a client tool: the job paused for the client's output
+    "timeout",  # the tool did not answer in time (an HTTP tool, or the client)
+    "refused",  # the outbound guard refused the tool's URL
+    "too_large",  # the tool's answer was over the byte cap
+]
+
+
+class ToolCallRecord(Wire):
+    """One tool call of a work turn: who runs it, how it ended, how long, how many bytes."""
+
+    id: str
+    name: str
+    mode: ToolMode
+    outcome: ToolOutcome
+    duration_ms: int | None = Field(
+        default=None, description="Time to the answer; null while the client has not answered."
+    )
+    bytes: int = Field(description="Size of the tool's answer as the model got it (UTF-8).")
+
+
 class TokenUsage(Wire):
     input_tokens: int
     output_tokens: int
@@ -51,6 +77,9 @@ class TurnRecord(Wire):
     message_count: int
     tools_offered: int
     tool_calls: tuple[str, ...]
+    tool_call_details: tuple[ToolCallRecord, ...] = Field(
+        default=(), description="Each tool call of a work turn, in order."
+    )
     transport_retries: int
     transport_wait_ms: int
     escalated: bool
@@ -87,6 +116,17 @@ class Spend(Wire):
     output_tokens: int = 0
     cost: float = 0.0
     cost_known: bool = True
+
+    def plus(self, other: Spend | None) -> Spend:
+        if other is None:
+            return self
+        return Spend(
+            calls=self.calls + other.calls,
+            input_tokens=self.input_tokens + other.input_tokens,
+            output_tokens=self.output_tokens + other.output_tokens,
+            cost=self.cost + other.cost,
+            cost_known=self.cost_known and other.cost_known,
+        )
 
     @classmethod
     def of(cls, record: TurnRecord) -> Spend:

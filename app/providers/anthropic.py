@@ -47,23 +47,38 @@ def request_body(
         body["system"] = system
     if request.temperature is not None:
         body["temperature"] = request.temperature
-    if request.tools:
-        body["tools"] = [
-            {"name": t.name, "description": t.description, "input_schema": dict(t.parameters)}
-            for t in request.tools
-        ]
+    tools = [
+        {"name": t.name, "description": t.description, "input_schema": dict(t.parameters)}
+        for t in request.tools
+    ]
+    choice = _tool_choice(request)
     wrapped = False
     if request.output_schema is not None and mechanism == "tool":
+        # The answer is a call of the output tool, beside any work tools: the model must
+        # call one of them (the output tool alone when it may not work).
         parameters, wrapped = tool_parameters(request.output_schema)
-        body["tools"] = [
-            {
-                "name": OUTPUT_TOOL,
-                "description": OUTPUT_TOOL_DESCRIPTION,
-                "input_schema": parameters,
-            }
-        ]
-        body["tool_choice"] = {"type": "tool", "name": OUTPUT_TOOL}
+        if request.tool_choice == "none":
+            tools = []
+        output = {"name": OUTPUT_TOOL, "description": OUTPUT_TOOL_DESCRIPTION}
+        tools.append({**output, "input_schema": parameters})
+        if len(tools) == 1:
+            choice = {"type": "tool", "name": OUTPUT_TOOL}
+        elif request.forced_tool is None:
+            choice = {"type": "any"}
+    if tools:
+        body["tools"] = tools
+        if choice is not None:
+            body["tool_choice"] = choice
     return body, wrapped
+
+
+def _tool_choice(request: LLMRequest) -> dict[str, Any] | None:
+    """Anthropic's ``tool_choice`` for the work tools (None: the default, "auto")."""
+    if request.forced_tool is not None:
+        return {"type": "tool", "name": request.forced_tool}
+    if request.tool_choice == "required":
+        return {"type": "any"}
+    return None if request.tool_choice == "auto" else {"type": "none"}
 
 
 def parse_response(

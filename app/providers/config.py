@@ -122,6 +122,9 @@ class ModelConfig(_Strict):
     # Chat templates without a system role (Gemma's) drop system messages silently;
     # False folds the system prompt into the first user message instead.
     system_role: bool = True
+    # Native tool calling (OpenAI ``tools``, Anthropic ``tool_use``). llama.cpp's Gemma chat
+    # format has none: a job with tools for such a model is refused at submit.
+    tools: bool = True
 
     @model_validator(mode="after")
     def _both_prices(self) -> ModelConfig:

@@ -87,6 +87,7 @@ def with_local_model(config: ProvidersConfig, server: LocalModelServer) -> Provi
         max_output_tokens=settings.max_output_tokens,
         strict=False,
         system_role=False,
+        tools=False,
     )
     provider = ProviderConfig(kind="openai", base_url=server.base_url, max_attempts=2)
     return config.with_provider(LOCAL_PROVIDER, provider, {settings.name: model}, default=True)

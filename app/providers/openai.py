@@ -51,27 +51,46 @@ def request_body(
         body["temperature"] = request.temperature
     if request.seed is not None:
         body["seed"] = request.seed
-    if request.tools:
-        body["tools"] = [
-            _function(t.name, t.description, dict(t.parameters)) for t in request.tools
-        ]
+    tools = [_function(t.name, t.description, dict(t.parameters)) for t in request.tools]
+    choice = _tool_choice(request)
     wrapped = False
     schema = dict(request.output_schema) if request.output_schema is not None else None
-    if schema is not None and mechanism != "prompt":
-        if mechanism == "json_schema":
-            body["response_format"] = {
-                "type": "json_schema",
-                "json_schema": {"name": SCHEMA_NAME, "schema": schema, "strict": spec.strict},
-            }
-        elif mechanism == "json_object_schema":
-            body["response_format"] = {"type": "json_object", "schema": schema}
-        elif mechanism == "json_object":
-            body["response_format"] = {"type": "json_object"}
-        elif mechanism == "tool":
-            parameters, wrapped = tool_parameters(schema)
-            body["tools"] = [_function(OUTPUT_TOOL, OUTPUT_TOOL_DESCRIPTION, parameters)]
-            body["tool_choice"] = {"type": "function", "function": {"name": OUTPUT_TOOL}}
+    if schema is not None and mechanism == "tool":
+        # The answer is a call of the output tool, beside any work tools: the model must
+        # call one of them (the output tool alone when it may not work).
+        parameters, wrapped = tool_parameters(schema)
+        if request.tool_choice == "none":
+            tools = []
+        tools.append(_function(OUTPUT_TOOL, OUTPUT_TOOL_DESCRIPTION, parameters))
+        if len(tools) == 1:
+            choice = {"type": "function", "function": {"name": OUTPUT_TOOL}}
+        elif request.forced_tool is None:
+            choice = "required"
+    elif schema is not None and mechanism != "prompt":
+        body["response_format"] = _response_format(schema, mechanism, strict=spec.strict)
+    if tools:
+        body["tools"] = tools
+        if choice is not None:
+            body["tool_choice"] = choice
     return body, wrapped
+
+
+def _response_format(schema: dict[str, Any], mechanism: Capability, *, strict: bool) -> Any:
+    if mechanism == "json_schema":
+        return {
+            "type": "json_schema",
+            "json_schema": {"name": SCHEMA_NAME, "schema": schema, "strict": strict},
+        }
+    if mechanism == "json_object_schema":
+        return {"type": "json_object", "schema": schema}
+    return {"type": "json_object"}
+
+
+def _tool_choice(request: LLMRequest) -> str | dict[str, Any] | None:
+    """OpenAI's ``tool_choice`` for the work tools (None: the default, "auto")."""
+    if request.forced_tool is not None:
+        return {"type": "function", "function": {"name": request.forced_tool}}
+    return None if request.tool_choice == "auto" else request.tool_choice
 
 
 def parse_response(

@@ -147,6 +147,10 @@ class Router:
                 )
         return structured.weakest(modes)
 
+    def without_tools(self, model: str | None) -> list[str]:
+        """The models ``model`` (a model or a route) tries that cannot call tools."""
+        return [n for n in self.resolve(model) if not self._targets[n].spec.tools]
+
     def estimate_cost(
         self, model: str | None, input_tokens: int, output_tokens: int
     ) -> float | None:

@@ -28,6 +28,7 @@ back out is typed (``records.py``).
 from app.store.connection import StoreOptions, connect
 from app.store.errors import (
     IdempotencyConflict,
+    NotWaiting,
     QueueFull,
     StoreFull,
     StoreUnavailable,
@@ -46,6 +47,7 @@ __all__ = [
     "JobStore",
     "JobView",
     "Leases",
+    "NotWaiting",
     "QueueFull",
     "ReapResult",
     "StoreFull",

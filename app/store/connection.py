@@ -39,6 +39,9 @@ SCRIPTS: Final = (
     "cancel",
     "reap",
     "stats",
+    "pause",
+    "outputs",
+    "expire",
 )
 CHANNELS: Final = ("work", "done", "events", "cancel")
 # The job hash's fields a view is built from (``app.store.records.job_view``).
@@ -58,6 +61,8 @@ VIEW_FIELDS: Final = (
     "model",
     "idem",
     "events",
+    "action",
+    "pauses",
 )
 
 RedisClient = Redis | RedisCluster

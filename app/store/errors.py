@@ -6,6 +6,7 @@ transport failures to ``StoreUnavailable``::
     RepromptError
     ├── QueueFull             429 queue-full      the tenant's queue is full; Retry-After
     ├── TenantQuota           429 quota-exceeded  the tenant stored its bytes' worth; Retry-After
+    ├── NotWaiting            409 conflict        tool outputs for a job not waiting for them
     ├── StoreUnavailable      503 store-unavailable  Redis did not answer; retry after 5 s
     └── StoreFull             503 store-full      Redis is at its maxmemory; retry after 30 s
 """
@@ -32,6 +33,7 @@ STORE_UNAVAILABLE = "store-unavailable"
 STORE_FULL = "store-full"
 QUEUE_FULL = "queue-full"
 QUOTA_EXCEEDED = "quota-exceeded"
+CONFLICT = "conflict"
 
 
 class StoreUnavailable(RepromptError):
@@ -94,6 +96,26 @@ class TenantQuota(RepromptError):
             "per caller within its retention window"
         )
         self.retry_after_s = retry_after_s
+
+
+class NotWaiting(RepromptError):
+    """Tool outputs for a job that is not waiting for them: already answered with other
+    outputs, never paused, or over."""
+
+    code = CONFLICT
+    status = 409
+    retryable = False
+
+    def __init__(self, status: str) -> None:
+        super().__init__(
+            f"the job is {status}, not waiting for tool outputs"
+            + (
+                " (these calls were answered already, with other outputs)"
+                if status in ("queued", "in_progress", "requires_action")
+                else ""
+            )
+        )
+        self.job_status = status
 
 
 # What redis-py raises when Redis does not answer. ``RedisClusterException`` (not a

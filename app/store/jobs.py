@@ -16,23 +16,24 @@ import itertools
 import json
 import re
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import RedisClusterException, RedisError
 
 from app.core import codes
+from app.core.checkpoint import RequiredAction, ToolOutput
 from app.core.envelope import Envelope
 from app.core.errors import InvalidInput
-from app.core.events import JobEnded
+from app.core.events import JobEnded, ToolOutputsEvent
 from app.store.connection import Role, dumps
-from app.store.errors import IdempotencyConflict, QueueFull, TenantQuota, edge
+from app.store.errors import IdempotencyConflict, NotWaiting, QueueFull, TenantQuota, edge
 from app.store.ids import id_floor, is_job_id, new_job_id
-from app.store.records import Event, JobView, events_of, iso, text
+from app.store.records import Event, JobView, StoredOutputs, events_of, iso, text
 
 STATUSES: Final[frozenset[str]] = frozenset(
-    {"queued", "in_progress", "succeeded", "failed", "cancelled"}
+    {"queued", "in_progress", "requires_action", "succeeded", "failed", "cancelled"}
 )
 _EVENT_ID: Final = re.compile(r"^\d{1,9}$")
 # With a status filter, ids looked at per call before a (possibly short) page is returned.
@@ -169,7 +170,8 @@ class JobStore(Role):
 
     @edge
     async def wait(self, job_id: str, *, tenant: str, wait_ms: int) -> JobView | None:
-        """The job once it is terminal, or as it is when ``wait_ms`` has passed.
+        """The job once it is terminal or waits for tool outputs (``requires_action``), or
+        as it is when ``wait_ms`` has passed.
 
         Watches the process's one subscription to job ends (registered before the read, so
         an end in between is not missed); holds no Redis connection while it waits.
@@ -181,7 +183,7 @@ class JobStore(Role):
             while True:
                 view = await self.get(job_id, tenant=tenant)
                 left = deadline - time.monotonic()
-                if view is None or view.terminal or left <= 0:
+                if view is None or view.terminal or view.status == "requires_action" or left <= 0:
                     return view
                 await watch.wait(left)
 
@@ -240,6 +242,7 @@ class JobStore(Role):
                 shard.ring,
                 shard.leases,
                 shard.running,
+                shard.actions,
             ],
             [
                 job_id,
@@ -255,6 +258,51 @@ class JobStore(Role):
         if text(outcome) == "missing":
             return None
         return await self.get(job_id, tenant=tenant)
+
+    @edge
+    async def submit_outputs(
+        self, job_id: str, *, tenant: str, outputs: Sequence[ToolOutput]
+    ) -> tuple[JobView | None, bool]:
+        """Answer a job's ``requires_action``: ``(job, replayed)``; ``(None, False)`` when
+        there is no such job for ``tenant``.
+
+        Every call of the pause must be answered once (``InvalidInput`` naming ``outputs``
+        otherwise); the same outputs again answer as the first time did (replayed);
+        different outputs for an answered pause, or a job not waiting, raise
+        ``NotWaiting``.
+        """
+        view = await self.get(job_id, tenant=tenant)
+        if view is None:
+            return None, False
+        digest = outputs_digest(outputs)
+        action = view.required_action
+        if action is not None:
+            _check_outputs(action, outputs)
+        shard = self.shard_of(job_id)
+        stored = StoredOutputs(outputs=tuple(outputs), received_ms=int(time.time() * 1000))
+        event = ToolOutputsEvent(tool_call_ids=tuple(o.tool_call_id for o in outputs))
+        reply = await self._run(
+            "outputs",
+            [shard.job(job_id), shard.tenant_queue(tenant), shard.ring, shard.actions],
+            [
+                job_id,
+                tenant,
+                stored.model_dump_json(),
+                digest,
+                view.pauses,
+                _event("tool_outputs_received", event.model_dump_json()),
+                self._queued_result,
+                self.channels["work"],
+                shard.index,
+                self.channels["events"],
+            ],
+        )
+        outcome = text(reply[0])
+        if outcome == "missing":
+            return None, False
+        if outcome == "state":
+            raise NotWaiting(text(reply[1]))
+        return await self.get(job_id, tenant=tenant), outcome == "existing"
 
     @edge
     async def queue_stats(self) -> tuple[int, float]:
@@ -360,6 +408,35 @@ class JobStore(Role):
 
 def _event(name: str, data: str) -> str:
     return '{"name":' + dumps(name) + ',"data":' + data + "}"
+
+
+def outputs_digest(outputs: Sequence[ToolOutput]) -> str:
+    """The identity of an outputs body: SHA-256 of its canonical JSON."""
+    canonical = json.dumps(
+        [o.model_dump(mode="json") for o in outputs],
+        sort_keys=True,
+        separators=(",", ":"),
+        ensure_ascii=False,
+    )
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def _check_outputs(action: RequiredAction, outputs: Sequence[ToolOutput]) -> None:
+    """Each call of the pause answered exactly once, nothing else."""
+    wanted = [call.id for call in action.tool_calls]
+    given = [o.tool_call_id for o in outputs]
+    twice = sorted({i for i in given if given.count(i) > 1})
+    unknown = sorted(set(given) - set(wanted))
+    missing = [i for i in wanted if i not in given]
+    problems = []
+    if twice:
+        problems.append(f"answered more than once: {', '.join(twice)}")
+    if unknown:
+        problems.append(f"not a call this job waits for: {', '.join(unknown)}")
+    if missing:
+        problems.append(f"not answered: {', '.join(missing)}")
+    if problems:
+        raise InvalidInput("; ".join(problems), field="outputs")
 
 
 def _encode_cursor(job_id: str) -> str:

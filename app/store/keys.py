@@ -12,6 +12,7 @@ spread over the slot space so any number of masters shares them::
     shard.ring                     # rp:{s2-…}:ring          list: tenants with queued jobs
     shard.leases                   # rp:{s2-…}:leases        zset: running id → lease end (ms)
     shard.running                  # rp:{s2-…}:running       hash: tenant → running jobs (capped)
+    shard.actions                  # rp:{s2-…}:actions       zset: requires_action id → expiry (ms)
     shard.tenant_index("acme")     # rp:{s2-…}:t:acme        zset: acme's ids by created ms
     shard.tenant_bytes("acme", w)  # rp:{s2-…}:b:acme:<w>    counter: bytes submitted in window w
     shard.idempotency("acme", k)   # rp:{s2-…}:idem:acme:<sha256(k)>   "<id> <body sha256>"
@@ -66,7 +67,7 @@ def shard_tag(index: int) -> str:
 class ShardKeys:
     """The keys of one shard."""
 
-    __slots__ = ("base", "index", "job_prefix", "leases", "ring", "running", "tag")
+    __slots__ = ("actions", "base", "index", "job_prefix", "leases", "ring", "running", "tag")
 
     def __init__(self, prefix: str, index: int) -> None:
         self.index = index
@@ -76,6 +77,7 @@ class ShardKeys:
         self.ring = f"{self.base}ring"
         self.leases = f"{self.base}leases"
         self.running = f"{self.base}running"
+        self.actions = f"{self.base}actions"
 
     def job(self, job_id: str) -> str:
         return self.job_prefix + job_id

@@ -24,16 +24,17 @@ from enum import Enum
 from typing import Final
 
 from app.core import codes
+from app.core.checkpoint import Checkpoint, RequiredAction
 from app.core.conversation import TranscriptEntry
 from app.core.envelope import Envelope, Progress
-from app.core.events import JobEnded
+from app.core.events import JobEnded, QueueEvent
 from app.core.turn import Rejection, Spend, TurnRecord
 from app.core.wire import Wire
 from app.store.connection import Role, dumps
 from app.store.errors import edge
 from app.store.hub import ANY
 from app.store.ids import is_job_id
-from app.store.records import Claim, JobView, ReapResult, spend, text
+from app.store.records import Claim, JobView, ReapResult, checkpoint, outputs, spend, text
 
 _REAP_BATCH: Final = 100
 
@@ -77,8 +78,10 @@ class Leases(Role):
                     self.options.max_in_flight,
                 ],
             )
-            for i in range(0, len(reply), 7):
-                job_id, attempt, spec, tenant, created, model, earlier = reply[i : i + 7]
+            for i in range(0, len(reply), 9):
+                job_id, attempt, spec, tenant, created, model, earlier, state, answer = reply[
+                    i : i + 9
+                ]
                 claims.append(
                     Claim(
                         job_id=text(job_id),
@@ -89,6 +92,8 @@ class Leases(Role):
                         created_at_ms=int(created),
                         model=text(model) or None,
                         earlier=spend(earlier),
+                        checkpoint=checkpoint(state),
+                        outputs=outputs(answer),
                     )
                 )
             if len(claims) >= n:
@@ -186,6 +191,43 @@ class Leases(Role):
         return Written(int(reply))
 
     @edge
+    async def pause(
+        self,
+        claim: Claim,
+        *,
+        state: Checkpoint,
+        action: RequiredAction,
+        expires_ms: int,
+        progress: Progress,
+        turn: TurnRecord | None = None,
+        events: Sequence[tuple[str, Wire]] = (),
+    ) -> Written:
+        """Put a running job in ``requires_action`` (fenced): the checkpoint and the calls
+        kept with it, the lease freed, the waiters told. ``expires_ms`` (epoch) is when the
+        reaper takes it back without outputs."""
+        shard = self.shard_of(claim.job_id)
+        appended = [_event(name, data.model_dump_json()) for name, data in events]
+        appended.append(_event("requires_action", action.model_dump_json()))
+        reply = await self._run(
+            "pause",
+            [shard.job(claim.job_id), shard.leases, shard.running, shard.actions],
+            [
+                claim.job_id,
+                claim.token,
+                state.model_dump_json(),
+                action.model_dump_json(),
+                Envelope.in_progress(progress).model_dump_json(),
+                "" if turn is None else turn.model_dump_json(),
+                "" if turn is None else Spend.of(turn).model_dump_json(),
+                ",".join(appended),
+                expires_ms,
+                self.channels["done"],
+                self.channels["events"],
+            ],
+        )
+        return Written(int(reply))
+
+    @edge
     async def release(self, claim: Claim) -> bool:
         """Give a running job back (graceful drain): front of its tenant's queue, the
         attempt not counted."""
@@ -206,7 +248,7 @@ class Leases(Role):
     @edge
     async def reap(self, now_ms: int | None = None) -> ReapResult:
         """Requeue (front, attempt counted) or fail (``worker-lost``) jobs whose lease expired,
-        on every shard.
+        and requeue (no outputs) jobs whose ``requires_action`` expired, on every shard.
 
         ``now_ms`` overrides the server clock for the expiry test only (tests). Each batch is
         one script, so any number of workers may reap at the same time.
@@ -220,7 +262,29 @@ class Leases(Role):
         failed_event = _event("job_end", JobEnded(status="failed", result=result).model_dump_json())
         requeued: list[str] = []
         failed: list[str] = []
+        expired: list[str] = []
+        timeout_event = _event(
+            "job_requeued", QueueEvent(status="queued", reason="tool-timeout").model_dump_json()
+        )
         for shard in self.keys.all_shards():
+            while True:
+                ids, scanned = await self._run(
+                    "expire",
+                    [shard.actions, shard.ring],
+                    [
+                        shard.job_prefix,
+                        shard.queue_prefix,
+                        _REAP_BATCH,
+                        timeout_event,
+                        self._queued_result,
+                        self.channels["work"],
+                        shard.index,
+                        self.channels["events"],
+                    ],
+                )
+                expired.extend(text(i) for i in ids)
+                if int(scanned) < _REAP_BATCH:
+                    break
             while True:
                 again, dead, scanned = await self._run(
                     "reap",
@@ -244,7 +308,7 @@ class Leases(Role):
                 failed.extend(text(i) for i in dead)
                 if int(scanned) < _REAP_BATCH:
                     break
-        return ReapResult(requeued=requeued, failed=failed)
+        return ReapResult(requeued=requeued, failed=failed, expired=expired)
 
     @edge
     async def result_of(self, job_id: str) -> JobView | None:

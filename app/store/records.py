@@ -10,15 +10,17 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Final, cast
 
 from pydantic import TypeAdapter
 
+from app.core.checkpoint import Checkpoint, RequiredAction, ToolOutput
 from app.core.conversation import TranscriptEntry
 from app.core.envelope import TERMINAL, Envelope, JobStatus
 from app.core.turn import Rejection, Spend, TurnRecord
+from app.core.wire import Wire
 from app.store.ids import shard_of
 
 
@@ -41,6 +43,9 @@ class JobView:
     model: str | None
     idempotency_key: str | None
     events: int  # how many events the job has (the id of the newest)
+    # While requires_action: the calls the client must answer, and until when.
+    required_action: RequiredAction | None = None
+    pauses: int = 0  # how many times the job waited for tool outputs (names the current one)
 
     @property
     def terminal(self) -> bool:
@@ -75,6 +80,10 @@ class Claim:
     created_at_ms: int
     model: str | None = None  # as given to ``submit``
     earlier: Spend | None = None
+    # A job that paused for client tools resumes from its checkpoint with the outputs
+    # (``None`` with a checkpoint: the wait timed out).
+    checkpoint: Checkpoint | None = None
+    outputs: Outputs | None = None
 
     @property
     def shard(self) -> int:
@@ -82,9 +91,18 @@ class Claim:
 
 
 @dataclass(frozen=True, slots=True)
+class Outputs:
+    """A client's answer to a requires_action: each call's output, and when it came."""
+
+    by_call: dict[str, ToolOutput]
+    received_ms: int
+
+
+@dataclass(frozen=True, slots=True)
 class ReapResult:
     requeued: list[str]
     failed: list[str]
+    expired: list[str] = field(default_factory=list)  # requires_action past its expiry
 
 
 def text(value: object) -> str:
@@ -122,6 +140,10 @@ def job_view(raw: Mapping[Any, Any]) -> JobView | None:
         model=fields.get("model"),
         idempotency_key=fields.get("idem"),
         events=_count(fields.get("events")),
+        required_action=(
+            RequiredAction.model_validate_json(fields["action"]) if fields.get("action") else None
+        ),
+        pauses=int(fields.get("pauses") or 0),
     )
 
 
@@ -141,6 +163,23 @@ def spend(raw: str | bytes | None) -> Spend | None:
     return None if not raw else Spend.model_validate_json(raw)
 
 
+def checkpoint(raw: str | bytes | None) -> Checkpoint | None:
+    return None if not raw else Checkpoint.model_validate_json(raw)
+
+
+def outputs(raw: str | bytes | None) -> Outputs | None:
+    """The stored outputs; None for none yet or for ``timeout`` (the wait expired)."""
+    if not raw or raw in (b"timeout", "timeout"):
+        return None
+    stored = _OUTPUTS.validate_json(raw)
+    return Outputs({o.tool_call_id: o for o in stored.outputs}, stored.received_ms)
+
+
+class StoredOutputs(Wire):
+    outputs: tuple[ToolOutput, ...]
+    received_ms: int
+
+
 def _count(raw: str | None) -> int:
     # Events are JSON objects in an array; counting their tops without parsing is not worth
     # the risk: parse (a job has tens of events, not thousands).
@@ -151,6 +190,7 @@ def _dumps(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
 
+_OUTPUTS: Final = TypeAdapter(StoredOutputs)
 _TURNS: Final = TypeAdapter(tuple[TurnRecord, ...])
 _HISTORY: Final = TypeAdapter(tuple[Rejection, ...])
 _TRANSCRIPT: Final = TypeAdapter(tuple[TranscriptEntry, ...])

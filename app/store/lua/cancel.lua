@@ -1,5 +1,5 @@
 -- Cancel a job of this tenant. Terminal jobs stay as they are.
--- KEYS: 1 job  2 tenant queue  3 ring  4 leases  5 running counts
+-- KEYS: 1 job  2 tenant queue  3 ring  4 leases  5 running counts  6 actions
 -- ARGV: 1 id  2 tenant  3 cancelled result json  4 job_end event json  5 retention s
 --       6 done channel  7 cancel channel  8 finished ms
 -- Returns 'missing' | 'unchanged' | 'cancelled'
@@ -8,11 +8,14 @@ if not f[1] or f[2] ~= ARGV[2] then
   return 'missing'
 end
 local status = f[1]
-if status ~= 'queued' and status ~= 'in_progress' then
+if status ~= 'queued' and status ~= 'in_progress' and status ~= 'requires_action' then
   return 'unchanged'
 end
 if status == 'queued' then
   redis.call('LREM', KEYS[2], 1, ARGV[1])  -- an emptied queue leaves the ring at a claim
+elseif status == 'requires_action' then
+  redis.call('ZREM', KEYS[6], ARGV[1])
+  redis.call('HDEL', KEYS[1], 'action')
 else
   redis.call('ZREM', KEYS[4], ARGV[1])
   uncount(KEYS[5], f[2], f[4])

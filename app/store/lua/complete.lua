@@ -7,7 +7,7 @@
 --       11 done channel  12 finished ms
 -- Returns 1 (committed), 0 (not ours), -1 (the job had already ended)
 local f = redis.call('HMGET', KEYS[1], 'status', 'attempts', 'turns', 'events', 'spent',
-  'tenant', 'counted')
+  'tenant', 'counted', 'pauses')
 if not f[1] or terminal(f[1]) then
   return -1
 end
@@ -33,6 +33,9 @@ if spent then
 end
 redis.call('ZREM', KEYS[2], ARGV[1])
 uncount(KEYS[3], f[6], f[7])
+if f[8] then
+  redis.call('HDEL', KEYS[1], 'checkpoint', 'outputs')  -- a paused job's state, done with
+end
 table.insert(fields, 'counted')
 table.insert(fields, '0')
 finish(KEYS[1], ARGV[1], ARGV[3], ARGV[4], append(f[4], ARGV[9]), ARGV[12], ARGV[10],
