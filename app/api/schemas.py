@@ -11,12 +11,14 @@ from __future__ import annotations
 from typing import Any, Final, Literal
 
 from fastapi.responses import Response
-from pydantic import ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from app.core.checkpoint import RequiredAction
 from app.core.conversation import TranscriptEntry
 from app.core.envelope import Envelope, JobStatus
 from app.core.turn import Rejection, TurnRecord
+from app.core.unicode import escaped, surrogate_path
+from app.core.validation import json_path
 from app.core.wire import Wire
 from app.store import JobView
 
@@ -100,6 +102,17 @@ class ToolOutputIn(_Out):
     tool_call_id: str = Field(min_length=1, max_length=128)
     output: Any = None
     error: str | None = Field(default=None, max_length=2000)
+
+    @field_validator("tool_call_id", "output", "error", mode="before")
+    @classmethod
+    def _valid_unicode(cls, value: Any) -> Any:
+        path = surrogate_path(value)
+        if path is not None:
+            where = f" at {escaped(json_path(path))}" if path else ""
+            raise ValueError(
+                f"holds an unpaired UTF-16 surrogate{where}; text must be valid Unicode"
+            )
+        return value
 
     @model_validator(mode="after")
     def _one(self) -> ToolOutputIn:

@@ -555,6 +555,13 @@ class _Run:
     async def _answered(self, conversation: Conversation, resume: Resume) -> None:
         """The paused work turn, completed with the client's outputs (or without them)."""
         checkpoint, outputs = resume.checkpoint, resume.outputs
+        if outputs is None and self.spec.on_tool_timeout == "fail":
+            names = ", ".join(call.name for call in checkpoint.waiting)
+            raise _End(
+                codes.TOOL_TIMEOUT,
+                f"the client posted no outputs for the tool calls ({names}) before "
+                "requiredAction.expiresAt",
+            )
         handled: list[Handled] = []
         for pending in checkpoint.pending:
             call = ToolCall(pending.id, pending.name, pending.arguments)

@@ -183,12 +183,22 @@ async def test_a_mixed_turn_pauses_for_the_valid_call_and_keeps_the_error_for_th
     assert "Tool error: warehouse offline" in tool_messages[1]
 
 
-async def test_without_outputs_the_job_goes_on_in_must_return_mode() -> None:
-    first = await run(job(budget={"maxTurns": 5}), ScriptedClient([calls(("stock", {}))]))
+async def test_without_outputs_the_job_fails_tool_timeout_with_its_spend() -> None:
+    first = await run(job(), ScriptedClient([calls(("stock", {}))]))
+    client = ScriptedClient([])
+    result = await run(job(), client, resume=Resume(stored(first.paused), None))
+    assert result.envelope.error == codes.TOOL_TIMEOUT
+    assert "stock" in (result.envelope.detail or "")
+    assert result.envelope.execution is not None
+    assert result.envelope.execution.llm_calls == 1
+    assert client.requests == []
+
+
+async def test_without_outputs_the_job_can_go_on_in_must_return_mode() -> None:
+    spec = job(budget={"maxTurns": 5}, onToolTimeout="must_return")
+    first = await run(spec, ScriptedClient([calls(("stock", {}))]))
     client = ScriptedClient([answer({"price": 4.0})])
-    result = await run(
-        job(budget={"maxTurns": 5}), client, resume=Resume(stored(first.paused), None)
-    )
+    result = await run(spec, client, resume=Resume(stored(first.paused), None))
     assert result.envelope.data == {"price": 4.0}
     assert [t.type for t in result.turns] == ["normal", "must_return"]
     assert client.requests[0].tools == ()
