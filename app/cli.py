@@ -18,6 +18,7 @@ import importlib.util
 import json
 import logging
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -47,6 +48,7 @@ EXAMPLE = EXAMPLES / "contact.json"  # what the small local model can do
 SIM_EXAMPLE = EXAMPLES / "invoice.json"  # the simulator is told its answer
 DEFAULT_URL = "http://127.0.0.1:8080"
 DEMO_STARTUP_S = 300.0
+TOOL_COMMAND_TIMEOUT_S = 60.0
 SIM_STARTUP_S = 30.0
 # The simulator is a sibling package that imports from app, never the other way round: the
 # product only runs it as its own process (tests/test_layering.py keeps this the one mention).
@@ -94,7 +96,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             return run_worker(_settings())
         if ns.command == "submit":
-            return _submit(ns.file, url=ns.url, key=ns.key, quiet=ns.quiet)
+            return _submit(
+                ns.file, url=ns.url, key=ns.key, quiet=ns.quiet, tool_command=ns.tool_command
+            )
         if ns.command == "get":
             return _get(ns.id, url=ns.url, key=ns.key, wait_ms=ns.wait_ms)
         if ns.command == "run":
@@ -164,6 +168,13 @@ def _parser() -> argparse.ArgumentParser:
             help="bearer API key (REPROMPT_API_KEY)",
         )
     submit.add_argument("--quiet", action="store_true", help="no progress, only the result")
+    submit.add_argument(
+        "--tool-command",
+        metavar="CMD",
+        help="answer the job's client tool calls by running CMD once per call: it reads "
+        '{"id", "name", "arguments"} as JSON on stdin and prints the output (JSON, or text); '
+        "a non-zero exit answers with an error made of its stderr",
+    )
     run = sub.add_parser("run", help="run one job in this process, without the service")
     run.add_argument("file", help="the job as JSON (or - for stdin)")
     run.add_argument("--full", action="store_true", help="also print turns and transcript")
@@ -195,30 +206,84 @@ def _settings(**overrides: Any) -> Settings:
         raise SystemExit(2) from None
 
 
-def _submit(path: str, *, url: str, key: str | None, quiet: bool) -> int:
+def _submit(
+    path: str, *, url: str, key: str | None, quiet: bool, tool_command: str | None = None
+) -> int:
     spec = _read_job(path)
     if spec is None:
         return 2
+    command = shlex.split(tool_command) if tool_command else None
     with ApiClient(url, key=key) as api:
         job = api.submit(spec)
         print(f"submitted {job['id']}", file=sys.stderr)
-        return _follow(api, job["id"], quiet=quiet)
+        return _follow(api, job["id"], quiet=quiet, tool_command=command)
 
 
-def _follow(api: ApiClient, job_id: str, *, quiet: bool) -> int:
+def _follow(
+    api: ApiClient, job_id: str, *, quiet: bool, tool_command: list[str] | None = None
+) -> int:
     progress = Progress(sys.stderr)
     for event in api.events(job_id):
         if not quiet and event.name == "turn_start":
             progress(TurnStarted.model_validate(event.data))
         elif not quiet and event.name == "turn_end":
             progress(TurnSummary.model_validate(event.data))
+        elif not quiet and event.name == "tool_outputs":
+            progress(ToolsAnswered.model_validate(event.data))
         elif not quiet and event.name == "job_requeued":
-            print("[worker lost] the job went back to the queue", file=sys.stderr)
+            reason = event.data.get("reason")
+            if reason == "tool-timeout":
+                print("[tools] no outputs in time: the job goes on without them", file=sys.stderr)
+            else:
+                print("[worker lost] the job went back to the queue", file=sys.stderr)
+        elif event.name == "requires_action":
+            _requires_action(api, job_id, event.data, tool_command)
         if event.name == "job_end":
             break
     job = api.get(job_id)
     print(json.dumps(job["result"], indent=2, ensure_ascii=False))
     return 0 if job["status"] == "succeeded" else 1
+
+
+def _requires_action(
+    api: ApiClient, job_id: str, action: dict[str, Any], command: list[str] | None
+) -> None:
+    calls: list[dict[str, Any]] = action.get("toolCalls") or []
+    names = ", ".join(str(call.get("name")) for call in calls)
+    if command is None:
+        print(
+            f"[tools] the job waits for outputs of {names} until {action.get('expiresAt')}: "
+            f"POST /v1/jobs/{job_id}/tool-outputs (or submit with --tool-command)",
+            file=sys.stderr,
+        )
+        return
+    print(f"[tools] running {shlex.join(command)} for {names}", file=sys.stderr)
+    api.submit_tool_outputs(job_id, [_run_tool_command(command, call) for call in calls])
+
+
+def _run_tool_command(command: list[str], call: dict[str, Any]) -> dict[str, Any]:
+    """One call answered by ``command``: its stdout is the output (JSON if it parses)."""
+    request = json.dumps({k: call.get(k) for k in ("id", "name", "arguments")})
+    answer: dict[str, Any] = {"toolCallId": call["id"]}
+    try:
+        done = subprocess.run(
+            command,
+            input=request,
+            capture_output=True,
+            text=True,
+            timeout=TOOL_COMMAND_TIMEOUT_S,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return answer | {"error": f"the tool command failed: {exc}"[:2000]}
+    if done.returncode != 0:
+        why = done.stderr.strip()[-500:] or f"exit status {done.returncode}"
+        return answer | {"error": why}
+    text = done.stdout.strip()
+    try:
+        return answer | {"output": json.loads(text)}
+    except json.JSONDecodeError:
+        return answer | {"output": text}
 
 
 def _get(job_id: str, *, url: str, key: str | None, wait_ms: int) -> int:

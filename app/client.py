@@ -4,16 +4,26 @@ api = ApiClient("http://127.0.0.1:8080", key=None)
 job = api.submit(spec)                        # 202: {"id": ..., "status": "queued", ...}
 for event in api.events(job["id"]): ...       # Server-Sent Events until job_end
 api.get(job["id"], wait_ms=30_000)
+
+A job with client tools pauses in ``requires_action``; ``run`` answers its calls from a
+mapping of Python callables (a callable that raises answers with an ``error``)::
+
+    job = api.run(spec, tools={"lookup": lambda args: {"price": 12.5}})
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import httpx
+
+# Runs a client tool: the call's arguments in, its output (any JSON value) out.
+ToolFunction = Callable[[dict[str, Any]], Any]
+TERMINAL = ("succeeded", "failed", "cancelled")
 
 
 class ApiError(Exception):
@@ -57,6 +67,32 @@ class ApiClient:
     def get(self, job_id: str, *, wait_ms: int = 0) -> dict[str, Any]:
         params = {"waitMs": wait_ms} if wait_ms else {}
         return self._json(self._http.get(f"/v1/jobs/{job_id}", params=params))
+
+    def submit_tool_outputs(self, job_id: str, outputs: list[dict[str, Any]]) -> dict[str, Any]:
+        """Answer a job's ``requiredAction``: one ``{toolCallId, output | error}`` per call."""
+        return self._json(
+            self._http.post(f"/v1/jobs/{job_id}/tool-outputs", json={"outputs": outputs})
+        )
+
+    def run(
+        self,
+        spec: dict[str, Any],
+        *,
+        tools: Mapping[str, ToolFunction],
+        timeout_s: float = 600.0,
+        wait_ms: int = 30_000,
+    ) -> dict[str, Any]:
+        """Submit ``spec`` and answer its tool calls with ``tools`` until it ends."""
+        job = self.submit(spec)
+        deadline = time.monotonic() + timeout_s
+        while job["status"] not in TERMINAL:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"job {job['id']} did not end within {timeout_s}s")
+            if job["status"] == "requires_action" and job.get("requiredAction"):
+                outputs = answer_calls(job["requiredAction"]["toolCalls"], tools)
+                self.submit_tool_outputs(job["id"], outputs)
+            job = self.get(job["id"], wait_ms=wait_ms)
+        return job
 
     def ready(self) -> bool:
         try:
@@ -102,3 +138,25 @@ class ApiClient:
         if response.status_code >= 400:
             raise ApiError(response.status_code, body if isinstance(body, dict) else {})
         return dict(body)
+
+
+def answer_calls(
+    calls: list[dict[str, Any]], tools: Mapping[str, ToolFunction]
+) -> list[dict[str, Any]]:
+    """The outputs for ``requiredAction.toolCalls``: each call run by its function; an
+    unknown tool or a function that raises answers with an ``error`` the model reads."""
+    outputs: list[dict[str, Any]] = []
+    for call in calls:
+        function = tools.get(call["name"])
+        if function is None:
+            outputs.append({"toolCallId": call["id"], "error": f"no tool {call['name']!r} here"})
+            continue
+        try:
+            result = function(call.get("arguments") or {})
+        except Exception as exc:  # the model reads it as the tool's error
+            outputs.append(
+                {"toolCallId": call["id"], "error": f"{type(exc).__name__}: {exc}"[:2000]}
+            )
+        else:
+            outputs.append({"toolCallId": call["id"], "output": result})
+    return outputs
