@@ -8,6 +8,7 @@
 
 A ``tool_use`` block's ``input`` must be an object, so an answer whose JSON is broken
 (or wrapped in prose) travels as a text block instead, as from a model that ignored the tool.
+Scripted client tool calls are the exception: their ``input`` is sent as the script gave it.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from reprompt_sim.config import DEFAULT_MODEL
 from reprompt_sim.conversation import Conversation, Turn
 from reprompt_sim.errors import InvalidRequest
 from reprompt_sim.openai_wire import model_name
-from reprompt_sim.scenario import Scenario
+from reprompt_sim.scenario import Scenario, ToolChoice
 
 _STOP: Final = {"stop": "end_turn", "length": "max_tokens", "tool_use": "tool_use"}
 _ERRORS: Final = {
@@ -46,12 +47,14 @@ def parse_request(body: object) -> Scenario:
     max_tokens = body.get("max_tokens")
     if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
         raise InvalidRequest("max_tokens: Field required (a positive integer)")
+    tools = _tools(body.get("tools"))
+    choice = _tool_choice(tools, body.get("tool_choice"))
+    output_tool = choice.output_tool(tools)
     turns: list[Turn] = []
     system = _text("system", body.get("system"))
     if system:
         turns.append(Turn("system", system))
-    turns.extend(_turn(i, m) for i, m in enumerate(messages))
-    tools = _tools(body.get("tools"))
+    turns.extend(_turn(i, m, output_tool) for i, m in enumerate(messages))
     output_format = body.get("output_format")
     format_schema = output_format.get("schema") if isinstance(output_format, dict) else None
     model = body.get("model")
@@ -60,7 +63,8 @@ def parse_request(body: object) -> Scenario:
         model=model if isinstance(model, str) and model else None,
         max_tokens=max_tokens,
         format_schema=format_schema,
-        tool=_forced_tool(tools, body.get("tool_choice")),
+        tools=tools,
+        tool_choice=choice,
         json_mode=format_schema is not None,
         extra_prompt_chars=len(json.dumps(body.get("tools") or [])),
     )
@@ -76,6 +80,10 @@ def render_reply(reply: Reply, scenario: Scenario) -> dict[str, Any]:
         stop, call = "end_turn", None
     if text:
         content.append({"type": "text", "text": text})
+    for work in reply.calls:
+        content.append(
+            {"type": "tool_use", "id": f"toolu_{work.id}", "name": work.name, "input": work.input}
+        )
     if call is not None:
         content.append(
             {"type": "tool_use", "id": f"toolu_{call.id}", "name": call.name, "input": call.input}
@@ -120,18 +128,22 @@ def models_body() -> dict[str, Any]:
     return {"data": [entry], "has_more": False, "first_id": DEFAULT_MODEL, "last_id": DEFAULT_MODEL}
 
 
-def _turn(index: int, raw: object) -> Turn:
+def _turn(index: int, raw: object, output_tool: str | None) -> Turn:
     if not isinstance(raw, dict) or raw.get("role") not in ("user", "assistant"):
         raise InvalidRequest(f"messages.{index}: role must be 'user' or 'assistant'")
     content = raw.get("content")
+    text = _text(f"messages.{index}.content", content)
     if raw["role"] == "user":
-        return Turn("user", _text(f"messages.{index}.content", content))
-    if isinstance(content, list):
-        for block in content:
-            if isinstance(block, dict) and block.get("type") == "tool_use":
-                text = _text(f"messages.{index}.content", content)
-                return Turn("assistant", text, tool_arguments=json.dumps(block.get("input")))
-    return Turn("assistant", _text(f"messages.{index}.content", content))
+        return Turn("user", text)
+    uses = [
+        (str(block.get("name")), json.dumps(block.get("input")))
+        for block in (content if isinstance(content, list) else [])
+        if isinstance(block, dict) and block.get("type") == "tool_use"
+    ]
+    # A call of the output tool is the answer; calls of other tools are work.
+    answer = next((arguments for name, arguments in uses if name == output_tool), None)
+    work = tuple((name, arguments) for name, arguments in uses if name != output_tool)
+    return Turn("assistant", text, tool_arguments=answer, work=work)
 
 
 def _text(where: str, content: object) -> str:
@@ -167,17 +179,16 @@ def _tools(raw: object) -> dict[str, object]:
     return tools
 
 
-def _forced_tool(tools: dict[str, object], choice: object) -> tuple[str, object] | None:
+def _tool_choice(tools: dict[str, object], choice: object) -> ToolChoice:
     kind = choice.get("type") if isinstance(choice, dict) else None
     if kind == "tool":
         assert isinstance(choice, dict)
         name = choice.get("name")
-        if name not in tools:
+        if not isinstance(name, str) or name not in tools:
             raise InvalidRequest(f"tool_choice.name: unknown tool {name!r}")
-        assert isinstance(name, str)
-        return name, tools[name]
-    if kind == "none" or not tools:
-        return None
-    if len(tools) == 1 or kind == "any":  # with several tools "any" picks the first
-        return next(iter(tools.items()))
-    return None
+        return ToolChoice("named", name)
+    if kind == "none":
+        return ToolChoice("none")
+    if kind == "any":
+        return ToolChoice("required")
+    return ToolChoice("auto")

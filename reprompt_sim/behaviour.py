@@ -5,10 +5,14 @@ request (``hits``) and gets back decisions::
 
     fault = fault_for(config, scenario, hits=0)        # Fault("rate_limit", ...) or None
     reply = answer(config, scenario)                   # Reply(outcome="broken_json", ...)
+
+A script entry ``{"call": [...]}`` makes the reply a set of client tool calls (outcome
+``call``) when the request lets the model call those tools; otherwise the model answers.
 """
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass
 from typing import Any, Final, Literal
@@ -16,6 +20,7 @@ from typing import Any, Final, Literal
 from reprompt_sim import chance, defect
 from reprompt_sim.config import ANSWER_MODES, OK, SimConfig
 from reprompt_sim.diagnosis import REFUSAL_TEXT, Diagnosis, examine
+from reprompt_sim.directive import ScriptedCall, Step
 from reprompt_sim.instance import valid_instance
 from reprompt_sim.scenario import Scenario
 
@@ -53,17 +58,21 @@ class Fault:
 
 @dataclass(frozen=True, slots=True)
 class ToolUse:
-    """A tool call. ``input`` is the JSON object when ``arguments`` holds exactly one."""
+    """A tool call. ``arguments`` is the text OpenAI carries. ``input`` is what Anthropic's
+    ``tool_use`` block carries: for the output tool the JSON object when ``arguments`` holds
+    exactly one (else ``None``: the answer goes out as text); for a scripted call, the
+    arguments as the script gave them."""
 
     id: str
     name: str
     arguments: str
-    input: dict[str, Any] | None
+    input: Any
 
 
 @dataclass(frozen=True, slots=True)
 class Reply:
-    """The model's answer in wire-neutral form; ``outcome`` is "ok" or the defect it carries."""
+    """The model's answer in wire-neutral form; ``outcome`` is "ok", the defect it carries,
+    or "call" for scripted client tool ``calls`` (then ``tool_use``, the answer, is ``None``)."""
 
     outcome: str
     attempt: int
@@ -73,6 +82,7 @@ class Reply:
     finish: Finish
     prompt_tokens: int
     output_tokens: int
+    calls: tuple[ToolUse, ...] = ()
 
 
 def tokens(chars: int) -> int:
@@ -127,6 +137,9 @@ def latency_s(config: SimConfig, scenario: Scenario, *, hits: int) -> float:
 def answer(config: SimConfig, scenario: Scenario, *, attempt: int | None = None) -> Reply:
     """The model's reply to ``scenario``; ``attempt`` overrides the script position."""
     attempt = attempt if attempt is not None else scenario.conversation.attempt
+    step = scenario.directive.step(attempt) if scenario.directive is not None else None
+    if step is not None and step.calls and (step.force or _callable(scenario, step)):
+        return _calls(scenario, attempt, step)
     expected = expected_answer(config, scenario)
     outcome = _outcome(config, scenario, attempt, expected)
     return _compose(config, scenario, attempt, outcome, expected)
@@ -234,6 +247,28 @@ def _compose(
         )
     finish: Finish = "tool_use" if tool_use is not None else "stop"
     return Reply(outcome, attempt, text, tool_use, None, finish, prompt_tokens, tokens(written))
+
+
+def _callable(scenario: Scenario, step: Step) -> bool:
+    """All or nothing: a model that cannot call one of the tools gives its answer instead."""
+    return all(scenario.can_call(call.name) for call in step.calls)
+
+
+def _calls(scenario: Scenario, attempt: int, step: Step) -> Reply:
+    # Ids are unique within a conversation because the attempt grows with every tool round.
+    uses = tuple(_tool_use(f"{attempt}_{n}", call) for n, call in enumerate(step.calls, 1))
+    written = len(step.text or "") + sum(len(u.name) + len(u.arguments) for u in uses)
+    return Reply(
+        "call", attempt, step.text, None, None, "tool_use", tokens(scenario.prompt_chars),
+        tokens(written), uses,
+    )  # fmt: skip
+
+
+def _tool_use(call_id: str, call: ScriptedCall) -> ToolUse:
+    if call.raw:
+        return ToolUse(call_id, call.name, call.arguments, call.arguments)
+    arguments = json.dumps(call.arguments, separators=(",", ":"), ensure_ascii=False)
+    return ToolUse(call_id, call.name, arguments, call.arguments)
 
 
 def _preamble(config: SimConfig, scenario: Scenario) -> str:

@@ -32,6 +32,9 @@ OK: Final = "ok"
 SCRIPT_ENTRIES: Final = (OK, *ANSWER_MODES, *TRANSPORT_MODES)
 
 DEFAULT_MODEL: Final = "reprompt-sim"
+# The tool a client offers for the answer itself (reprompt's name for it). Every other tool
+# is a client tool, which the model calls only when a script says so.
+OUTPUT_TOOL: Final = "final_answer"
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,6 +4,7 @@ It is ordinary text the model sees; the simulator obeys the first one it finds i
 the system, user and tool messages::
 
     [[sim {"script": ["rate_limit", "broken_json", "ok"], "expect": {"total": 12}}]]
+    [[sim {"script": [{"call": [{"name": "lookup", "arguments": {"sku": "A1"}}]}, "ok"]}]]
 
     Directive.find(["... [[sim {\"fix\": 1.0}]] ..."]).fix_probability   # 1.0
 """
@@ -21,6 +22,8 @@ from reprompt_sim.errors import InvalidRequest
 
 OPENER: Final = "[[sim"
 _KEYS: Final = frozenset({"script", "expect", "fix", "blind", "fail", "retry_after", "counter"})
+_ENTRY_KEYS: Final = frozenset({"call", "force", "text"})
+_CALL_KEYS: Final = frozenset({"name", "arguments", "rawArguments"})
 _NOTHING: Final = object()
 
 Counter = Literal["turns", "requests"]
@@ -31,11 +34,31 @@ class DirectiveError(InvalidRequest):
 
 
 @dataclass(frozen=True, slots=True)
+class ScriptedCall:
+    """A client tool call a script makes the model write, with its arguments exactly as given.
+
+    ``arguments`` is the JSON value (``raw`` False) or, for ``rawArguments``, the text to send
+    as it is, broken JSON included (``raw`` True).
+    """
+
+    name: str
+    arguments: Any
+    raw: bool = False
+
+
+@dataclass(frozen=True, slots=True)
 class Step:
-    """One attempt of a script: transport faults served first, then the answer's outcome."""
+    """One attempt of a script: transport faults served first, then the answer's outcome.
+
+    A step with ``calls`` answers with those tool calls when the request lets the model call
+    them (or ``force`` is set); otherwise its ``outcome`` ("ok") is the answer.
+    """
 
     faults: tuple[str, ...]
     outcome: str
+    calls: tuple[ScriptedCall, ...] = ()
+    force: bool = False
+    text: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,11 +160,17 @@ def _end_at(text: str, brace: int) -> int | None:
 
 
 def _steps(script: Any) -> tuple[Step, ...]:
-    if not isinstance(script, list) or not all(isinstance(s, str) for s in script):
-        raise DirectiveError('sim directive: "script" must be a list of outcome names')
+    if not isinstance(script, list) or not all(isinstance(s, str | dict) for s in script):
+        raise DirectiveError(
+            'sim directive: "script" must be a list of outcome names and {"call": [...]} objects'
+        )
     steps: list[Step] = []
     faults: list[str] = []
-    for entry in script:
+    for index, entry in enumerate(script):
+        if isinstance(entry, dict):
+            steps.append(_call_step(index, entry, tuple(faults)))
+            faults = []
+            continue
         if entry not in SCRIPT_ENTRIES:
             raise DirectiveError(
                 f"sim directive: unknown script entry {entry!r}; known: {', '.join(SCRIPT_ENTRIES)}"
@@ -155,6 +184,46 @@ def _steps(script: Any) -> tuple[Step, ...]:
     if faults:
         steps.append(Step(tuple(faults), OK))
     return tuple(steps)
+
+
+def _call_step(index: int, entry: Mapping[str, Any], faults: tuple[str, ...]) -> Step:
+    where = f"sim directive: script[{index}]"
+    unknown = set(entry) - _ENTRY_KEYS
+    if unknown:
+        raise DirectiveError(
+            f"{where}: unknown keys {sorted(unknown)}; known: {sorted(_ENTRY_KEYS)}"
+        )
+    calls = entry.get("call")
+    if not isinstance(calls, list) or not calls:
+        raise DirectiveError(f'{where}: "call" must be a non-empty list of {{"name", "arguments"}}')
+    force = entry.get("force", False)
+    if not isinstance(force, bool):
+        raise DirectiveError(f'{where}: "force" must be true or false')
+    text = entry.get("text")
+    if text is not None and not isinstance(text, str):
+        raise DirectiveError(f'{where}: "text" must be a string')
+    scripted = tuple(_call(f"{where}.call[{i}]", call) for i, call in enumerate(calls))
+    return Step(faults, OK, scripted, force, text)
+
+
+def _call(where: str, raw: object) -> ScriptedCall:
+    if not isinstance(raw, dict):
+        raise DirectiveError(f'{where}: must be an object {{"name", "arguments"}}')
+    unknown = set(raw) - _CALL_KEYS
+    if unknown:
+        raise DirectiveError(
+            f"{where}: unknown keys {sorted(unknown)}; known: {sorted(_CALL_KEYS)}"
+        )
+    name = raw.get("name")
+    if not isinstance(name, str) or not name:
+        raise DirectiveError(f'{where}: "name" must be a non-empty string')
+    if "rawArguments" in raw:
+        if "arguments" in raw:
+            raise DirectiveError(f'{where}: give "arguments" or "rawArguments", not both')
+        if not isinstance(raw["rawArguments"], str):
+            raise DirectiveError(f'{where}: "rawArguments" must be a string')
+        return ScriptedCall(name, raw["rawArguments"], raw=True)
+    return ScriptedCall(name, raw.get("arguments", {}))
 
 
 def _probability(raw: Mapping[str, Any], key: str) -> float | None:

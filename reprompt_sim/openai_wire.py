@@ -17,7 +17,7 @@ from reprompt_sim.behaviour import Reply
 from reprompt_sim.config import DEFAULT_MODEL
 from reprompt_sim.conversation import Conversation, Role, Turn
 from reprompt_sim.errors import InvalidRequest
-from reprompt_sim.scenario import Scenario
+from reprompt_sim.scenario import Scenario, ToolChoice
 
 _ROLES: Final[dict[str, Role]] = {
     "system": "system",
@@ -45,9 +45,10 @@ def parse_request(body: object) -> Scenario:
         raise InvalidRequest("'messages' must be a non-empty array")
     if body.get("stream"):
         raise InvalidRequest("stream: reprompt sim does not stream; send stream=false")
-    turns = tuple(_turn(i, m) for i, m in enumerate(messages))
     tools = _tools(body.get("tools"))
-    tool = _forced_tool(tools, body.get("tool_choice"))
+    choice = _tool_choice(tools, body.get("tool_choice"))
+    output_tool = choice.output_tool(tools)
+    turns = tuple(_turn(i, m, output_tool) for i, m in enumerate(messages))
     format_schema, json_mode = _response_format(body.get("response_format"))
     extra = len(json.dumps(body.get("tools") or [])) + len(json.dumps(format_schema or {}))
     model = body.get("model")
@@ -56,7 +57,8 @@ def parse_request(body: object) -> Scenario:
         model=model if isinstance(model, str) and model else None,
         max_tokens=_max_tokens(body),
         format_schema=format_schema,
-        tool=tool,
+        tools=tools,
+        tool_choice=choice,
         json_mode=json_mode or format_schema is not None,
         extra_prompt_chars=extra,
     )
@@ -64,13 +66,15 @@ def parse_request(body: object) -> Scenario:
 
 def render_reply(reply: Reply, scenario: Scenario, *, created: int) -> dict[str, Any]:
     message: dict[str, Any] = {"role": "assistant", "content": reply.text, "refusal": reply.refusal}
-    if reply.tool_use is not None:
+    calls = [*reply.calls, *([reply.tool_use] if reply.tool_use is not None else [])]
+    if calls:
         message["tool_calls"] = [
             {
-                "id": f"call_{reply.tool_use.id}",
+                "id": f"call_{call.id}",
                 "type": "function",
-                "function": {"name": reply.tool_use.name, "arguments": reply.tool_use.arguments},
+                "function": {"name": call.name, "arguments": call.arguments},
             }
+            for call in calls
         ]
     key = chance.digest(scenario.conversation.digest, reply.attempt, reply.outcome)[:24]
     return {
@@ -122,7 +126,7 @@ def model_name(requested: str | None) -> str:
     return f"sim/{requested}" if requested else DEFAULT_MODEL
 
 
-def _turn(index: int, raw: object) -> Turn:
+def _turn(index: int, raw: object, output_tool: str | None) -> Turn:
     if not isinstance(raw, dict):
         raise InvalidRequest(f"messages[{index}] must be an object")
     role = _ROLES.get(str(raw.get("role")))
@@ -134,12 +138,15 @@ def _turn(index: int, raw: object) -> Turn:
         return Turn(role, text)
     if isinstance(refusal, str) and refusal and not text:
         return Turn(role, refusal, refused=True)
-    calls = raw.get("tool_calls")
-    if isinstance(calls, list) and calls and isinstance(calls[0], dict):
-        function = calls[0].get("function")
+    calls: list[tuple[str, str]] = []
+    for call in raw.get("tool_calls") or []:
+        function = call.get("function") if isinstance(call, dict) else None
         if isinstance(function, dict) and isinstance(function.get("arguments"), str):
-            return Turn(role, text, tool_arguments=function["arguments"])
-    return Turn(role, text)
+            calls.append((str(function.get("name")), function["arguments"]))
+    # A call of the output tool is the answer; calls of other tools are work.
+    answer = next((arguments for name, arguments in calls if name == output_tool), None)
+    work = tuple((name, arguments) for name, arguments in calls if name != output_tool)
+    return Turn(role, text, tool_arguments=answer, work=work)
 
 
 def _text(index: int, content: object) -> str:
@@ -170,19 +177,18 @@ def _tools(raw: object) -> dict[str, object]:
     return tools
 
 
-def _forced_tool(tools: dict[str, object], choice: object) -> tuple[str, object] | None:
+def _tool_choice(tools: dict[str, object], choice: object) -> ToolChoice:
     if isinstance(choice, dict):
         function = choice.get("function")
         name = function.get("name") if isinstance(function, dict) else None
-        if name not in tools:
+        if not isinstance(name, str) or name not in tools:
             raise InvalidRequest(f"tool_choice names an unknown tool: {name!r}")
-        assert isinstance(name, str)
-        return name, tools[name]
-    if choice == "none" or not tools:
-        return None
-    if len(tools) == 1 or choice == "required":  # with several tools "required" picks the first
-        return next(iter(tools.items()))
-    return None
+        return ToolChoice("named", name)
+    if choice == "none":
+        return ToolChoice("none")
+    if choice == "required":
+        return ToolChoice("required")
+    return ToolChoice("auto")
 
 
 def _response_format(raw: object) -> tuple[object, bool]:

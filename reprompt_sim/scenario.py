@@ -2,9 +2,15 @@
 
 Wire modules translate a body into a ``Scenario``; the behaviour answers it::
 
-    scenario = Scenario.build(conversation, model="gpt-4o", max_tokens=256,
-                              format_schema=None, tool=("extract", params), json_mode=False)
-    scenario.schema, scenario.schema_source   # params, "tool"
+    choice = ToolChoice("required")
+    scenario = Scenario.build(conversation, model="gpt-4o", max_tokens=256, format_schema=None,
+                              tools={"lookup": p1, "final_answer": p2}, tool_choice=choice,
+                              json_mode=False)
+    scenario.schema, scenario.schema_source   # p2, "tool"
+    scenario.client_tools                     # ("lookup",)
+
+The answer goes through a tool only when that tool is the output tool (``final_answer``)
+or ``tool_choice`` names it; every other tool is a client tool, called only by a script.
 """
 
 from __future__ import annotations
@@ -12,20 +18,49 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from reprompt_sim import directive as directives
 from reprompt_sim import schema as js
+from reprompt_sim.config import OUTPUT_TOOL
 from reprompt_sim.conversation import Conversation
 from reprompt_sim.directive import Directive
 from reprompt_sim.errors import InvalidRequest
 
 SchemaSource = Literal["response_format", "tool", "text"]
+ChoiceMode = Literal["auto", "none", "required", "named"]
+
+_NO_TOOLS: Final[Mapping[str, object]] = {}
+
+
+@dataclass(frozen=True, slots=True)
+class ToolChoice:
+    """A request's ``tool_choice``, whichever wire format carried it.
+
+    ``required`` is OpenAI's ``"required"`` and Anthropic's ``{"type": "any"}``; ``named``
+    forces the tool ``name``.
+    """
+
+    mode: ChoiceMode = "auto"
+    name: str | None = None
+
+    def output_tool(self, tools: Mapping[str, object]) -> str | None:
+        """The tool the answer goes through: the one named, else the output tool if offered."""
+        if self.mode == "named":
+            return self.name
+        if self.mode == "none":
+            return None
+        return OUTPUT_TOOL if OUTPUT_TOOL in tools else None
+
+    def allows(self, name: str) -> bool:
+        """Whether this choice lets the model call ``name`` (if it is offered)."""
+        return self.mode != "none" and (self.mode != "named" or self.name == name)
 
 
 @dataclass(frozen=True, slots=True)
 class Scenario:
-    """``tool_name`` is set when the answer goes through a tool call rather than text."""
+    """``tool_name`` is set when the answer goes through a tool call rather than text;
+    ``tools`` names every tool offered, in order."""
 
     conversation: Conversation
     model: str | None
@@ -36,6 +71,17 @@ class Scenario:
     json_mode: bool
     directive: Directive | None
     prompt_chars: int
+    tools: tuple[str, ...] = ()
+    tool_choice: ToolChoice = ToolChoice()
+
+    @property
+    def client_tools(self) -> tuple[str, ...]:
+        """The tools offered besides the output tool (``x-sim-tools-offered`` counts them)."""
+        return tuple(t for t in self.tools if t != OUTPUT_TOOL)
+
+    def can_call(self, name: str) -> bool:
+        """Whether a model could call ``name`` here: offered, and allowed by ``tool_choice``."""
+        return name in self.tools and self.tool_choice.allows(name)
 
     @property
     def structured(self) -> bool:
@@ -56,17 +102,23 @@ class Scenario:
         model: str | None,
         max_tokens: int | None,
         format_schema: object,
-        tool: tuple[str, object] | None,
         json_mode: bool,
+        tools: Mapping[str, object] = _NO_TOOLS,
+        tool_choice: ToolChoice = ToolChoice(),
         extra_prompt_chars: int = 0,
     ) -> Scenario:
-        """Finds the schema: response format, then the forced tool, then the message text."""
+        """Finds the schema: response format, then the output tool, then the message text.
+
+        ``tools`` maps each offered tool's name to its parameters schema; a ``named``
+        ``tool_choice`` must name one of them (the wire checks).
+        """
         schema: dict[str, Any] | None = None
         source: SchemaSource | None = None
+        tool = tool_choice.output_tool(tools)
         if format_schema is not None:
             schema, source = _checked(format_schema, "response_format schema"), "response_format"
         elif tool is not None:
-            schema, source = _checked(tool[1], f"tool {tool[0]!r} schema"), "tool"
+            schema, source = _checked(tools[tool], f"tool {tool!r} schema"), "tool"
         else:
             schema = schema_in_text(conversation.prompt_texts())
             source = "text" if schema is not None else None
@@ -78,10 +130,12 @@ class Scenario:
             max_tokens=max_tokens,
             schema=schema,
             schema_source=source,
-            tool_name=tool[0] if tool is not None else None,
+            tool_name=tool,
             json_mode=json_mode,
             directive=Directive.find(texts),
             prompt_chars=prompt_chars,
+            tools=tuple(tools),
+            tool_choice=tool_choice,
         )
 
 

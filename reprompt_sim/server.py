@@ -1,7 +1,8 @@
 """The simulator's HTTP server: OpenAI and Anthropic endpoints over one behaviour.
 
-The only state it keeps is how many times it has seen each conversation, so that a
-transport retry of the same body gets the next scripted fault. In tests::
+The state it keeps is how many times it has seen each conversation, so that a transport
+retry of the same body gets the next scripted fault, and a bounded journal of recent
+requests (``GET /sim/requests``) for tests to read back. In tests::
 
     from reprompt_sim.server import SimConfig, serve_in_background
 
@@ -22,7 +23,7 @@ from datetime import UTC, datetime
 from typing import Any, Final
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException
 
 from app.loopback import serve_in_thread
@@ -31,6 +32,7 @@ from reprompt_sim.behaviour import Fault, Reply
 from reprompt_sim.config import SimConfig
 from reprompt_sim.directive import OPENER
 from reprompt_sim.errors import InvalidRequest
+from reprompt_sim.journal import Entry, Journal
 from reprompt_sim.scenario import Scenario
 
 __all__ = ["SimConfig", "create_app", "serve_in_background"]
@@ -44,6 +46,7 @@ _MAX_TRACKED: Final = 100_000
 class _Wire:
     """One provider's wire format, as the request handler needs it."""
 
+    api: str
     parse: Callable[[object], Scenario]
     reply: Callable[[Reply, Scenario], dict[str, Any]]
     error: Callable[[int, str], dict[str, Any]]
@@ -52,6 +55,7 @@ class _Wire:
 
 
 _OPENAI: Final = _Wire(
+    api="openai",
     parse=openai_wire.parse_request,
     reply=lambda reply, scenario: openai_wire.render_reply(
         reply, scenario, created=int(time.time())
@@ -61,6 +65,7 @@ _OPENAI: Final = _Wire(
     overloaded_status=503,
 )
 _ANTHROPIC: Final = _Wire(
+    api="anthropic",
     parse=anthropic_wire.parse_request,
     reply=anthropic_wire.render_reply,
     error=anthropic_wire.render_error,
@@ -89,18 +94,36 @@ class _Tally:
 
 
 class _Simulator:
-    """One app's behaviour and memory: how often it saw each conversation, answered each task."""
+    """One app's behaviour and memory: how often it saw each conversation, answered each task,
+    and the journal of recent requests."""
 
     def __init__(self, config: SimConfig) -> None:
         self.config = config
         self.seen = _Tally()
         self.answered = _Tally()
+        self.journal = Journal()
 
     async def serve(self, request: Request, wire: _Wire) -> JSONResponse:
         """One chat request: the scripted fault, after the simulated latency, or the answer."""
-        scenario = await _read_scenario(request, wire)
-        if isinstance(scenario, JSONResponse):
-            return scenario
+        read = await _read_scenario(request, wire)
+        if isinstance(read, JSONResponse):
+            return read
+        body, scenario = read
+        response = await self._respond(scenario, wire)
+        self.journal.add(
+            Entry(
+                api=wire.api,
+                attempt=int(response.headers["x-sim-attempt"]),
+                outcome=response.headers["x-sim-outcome"],
+                tools_offered=scenario.client_tools,
+                output_tool=scenario.tool_name,
+                tool_choice=body.get("tool_choice"),
+                messages=len(body["messages"]),
+            )
+        )
+        return response
+
+    async def _respond(self, scenario: Scenario, wire: _Wire) -> JSONResponse:
         convo = scenario.conversation
         hits = self.seen.bump(convo.digest)
         task_key = chance.digest("task", _stable_task(convo.task))
@@ -111,7 +134,10 @@ class _Simulator:
             delay += fault.delay_s
         if delay > 0:
             await asyncio.sleep(delay)
-        headers = {"x-sim-attempt": str(attempt)}
+        headers = {
+            "x-sim-attempt": str(attempt),
+            "x-sim-tools-offered": str(len(scenario.client_tools)),
+        }
         failure = _fault_response(wire, fault, headers) if fault is not None else None
         if failure is not None:
             return failure
@@ -127,16 +153,19 @@ class _Simulator:
         return JSONResponse(wire.reply(reply, scenario), headers=headers)
 
 
-async def _read_scenario(request: Request, wire: _Wire) -> Scenario | JSONResponse:
-    """The request's scenario, or the provider's error response for a malformed request."""
+async def _read_scenario(
+    request: Request, wire: _Wire
+) -> tuple[dict[str, Any], Scenario] | JSONResponse:
+    """The request's body and scenario, or the provider's error response for a malformed one."""
     try:
         body = await request.json()
     except ValueError:
         return JSONResponse(wire.error(400, "the request body is not valid JSON"), 400)
     try:
-        return wire.parse(body)
+        scenario = wire.parse(body)
     except InvalidRequest as exc:
         return JSONResponse(wire.error(exc.status, exc.message), exc.status)
+    return body, scenario  # parse accepts only an object with a list of messages
 
 
 def _fault_response(wire: _Wire, fault: Fault, headers: dict[str, str]) -> JSONResponse | None:
@@ -174,6 +203,15 @@ def create_app(config: SimConfig | None = None) -> FastAPI:
         if "anthropic-version" in request.headers:
             return JSONResponse(anthropic_wire.models_body())
         return JSONResponse(openai_wire.models_body())
+
+    @app.get("/sim/requests")
+    async def requests() -> JSONResponse:
+        return JSONResponse(sim.journal.entries())
+
+    @app.delete("/sim/requests", status_code=204)
+    async def forget_requests() -> Response:
+        sim.journal.clear()
+        return Response(status_code=204)
 
     @app.get("/healthz")
     async def healthz() -> dict[str, Any]:

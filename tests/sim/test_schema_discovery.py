@@ -34,10 +34,36 @@ def test_response_format_json_object_with_a_schema(client: httpx.Client) -> None
     jsonschema.validate(_answer(client, body), POINT)
 
 
-def test_a_single_offered_tool_is_used_without_tool_choice(client: httpx.Client) -> None:
-    tools = [{"type": "function", "function": {"name": "point", "parameters": POINT}}]
+def test_the_output_tool_is_the_answer_channel_beside_client_tools(client: httpx.Client) -> None:
+    tools = [
+        {"type": "function", "function": {"name": "lookup", "parameters": ORDER_SCHEMA}},
+        {"type": "function", "function": {"name": "final_answer", "parameters": POINT}},
+    ]
+    body = openai(msg("user", "go"), schema=None, tools=tools, tool_choice="required")
 
-    jsonschema.validate(_answer(client, openai(msg("user", "go"), schema=None, tools=tools)), POINT)
+    r = client.post("/v1/chat/completions", json=body).json()
+
+    (call,) = r["choices"][0]["message"]["tool_calls"]
+    assert call["function"]["name"] == "final_answer"
+    jsonschema.validate(json.loads(call["function"]["arguments"]), POINT)
+
+
+@pytest.mark.parametrize("choice", [None, "auto", "required"])
+def test_a_lone_client_tool_is_not_the_answer_channel(
+    client: httpx.Client, choice: str | None
+) -> None:
+    tools = [{"type": "function", "function": {"name": "point", "parameters": POINT}}]
+    prompt = f"Return a point. Schema: {json.dumps(POINT)}"
+    body = openai(msg("user", prompt), schema=None, tools=tools)
+    if choice is not None:
+        body["tool_choice"] = choice
+
+    r = client.post("/v1/chat/completions", json=body)
+
+    message = r.json()["choices"][0]["message"]
+    assert "tool_calls" not in message
+    jsonschema.validate(json.loads(message["content"]), POINT)
+    assert r.headers["x-sim-tools-offered"] == "1"
 
 
 def test_tool_choice_picks_among_several_tools(client: httpx.Client) -> None:
@@ -85,15 +111,30 @@ def test_anthropic_schema_in_a_user_message(client: httpx.Client) -> None:
     jsonschema.validate(json.loads(r["content"][0]["text"]), POINT)
 
 
-def test_anthropic_any_tool_choice_with_one_tool(client: httpx.Client) -> None:
+def test_anthropic_any_answers_through_the_output_tool(client: httpx.Client) -> None:
     body = anthropic(msg("user", "go"), tool_schema=None)
+    body["tools"] = [
+        {"name": "lookup", "input_schema": ORDER_SCHEMA},
+        {"name": "final_answer", "input_schema": POINT},
+    ]
+    body["tool_choice"] = {"type": "any"}
+
+    r = client.post("/v1/messages", json=body).json()
+
+    (block,) = r["content"]
+    assert block["name"] == "final_answer"
+    jsonschema.validate(block["input"], POINT)
+
+
+def test_anthropic_any_with_only_a_client_tool_answers_in_text(client: httpx.Client) -> None:
+    body = anthropic(msg("user", f"A point: {json.dumps(POINT)}"), tool_schema=None)
     body["tools"] = [{"name": "point", "input_schema": POINT}]
     body["tool_choice"] = {"type": "any"}
 
     r = client.post("/v1/messages", json=body).json()
 
-    assert r["content"][0]["name"] == "point"
-    jsonschema.validate(r["content"][0]["input"], POINT)
+    assert [b["type"] for b in r["content"]] == ["text"]
+    jsonschema.validate(json.loads(r["content"][0]["text"]), POINT)
 
 
 def test_json_mode_without_a_schema_still_answers_an_object(client: httpx.Client) -> None:

@@ -176,12 +176,14 @@ def test_collapsed_and_full_histories_are_both_understood(strict: httpx.Client) 
 
 def test_feedback_in_an_openai_tool_message_counts(client: httpx.Client) -> None:
     tools = [{"type": "function", "function": {"name": "record", "parameters": ORDER_SCHEMA}}]
+    forced = {"type": "function", "function": {"name": "record"}}
     task = msg("user", "Record, broken. " + directive(script=["broken_json"], fix=1.0))
-    first = client.post("/v1/chat/completions", json=openai(task, schema=None, tools=tools)).json()
+    body = openai(task, schema=None, tools=tools, tool_choice=forced)
+    first = client.post("/v1/chat/completions", json=body).json()
     call_id = first["choices"][0]["message"]["tool_calls"][0]["id"]
     feedback = {"role": "tool", "tool_call_id": call_id, "content": "arguments: invalid JSON"}
 
-    body = openai(task, openai_echo(first), feedback, schema=None, tools=tools)
+    body = openai(task, openai_echo(first), feedback, schema=None, tools=tools, tool_choice=forced)
     r = client.post("/v1/chat/completions", json=body)
 
     assert r.headers["x-sim-outcome"] == "ok"
