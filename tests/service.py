@@ -184,6 +184,8 @@ def finished(http: httpx.Client, job_id: str, timeout_s: float = 30.0) -> dict[s
         job: dict[str, Any] = response.json()
         if job["status"] in ("succeeded", "failed", "cancelled"):
             return job
+        if job["status"] == "requires_action":
+            time.sleep(0.2)  # a long-poll returns at once while the job waits for tools
     raise AssertionError(f"job {job_id} did not finish in {timeout_s}s")
 
 

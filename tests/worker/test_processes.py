@@ -9,14 +9,17 @@ it quickly. Leases are short (``LEASE_MS``) and reapers fast, to keep the suite 
 from __future__ import annotations
 
 import asyncio
+import json
 import signal
 import time
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 
 from app.child import free_loopback_port
 from app.core import codes
+from app.core.checkpoint import ToolOutput
 from tests.both import Store
 from tests.worker.harness import (
     SLOW_MS,
@@ -205,3 +208,68 @@ async def test_a_worker_without_a_redis_url_refuses_to_start(spawn: Spawn) -> No
     worker = spawn(env={"REPROMPT_REDIS_URL": None})
     assert await worker.exit_code() == 2
     assert "REPROMPT_REDIS_URL is not set" in worker.log()
+
+
+def tool_job(script: list[Any], *, name: str) -> dict[str, Any]:
+    """A job whose model calls the client tool ``lookup`` as ``script`` says."""
+    spec = job(name=name)
+    answer = {"city": "Oslo", "population": 709_000}
+    directive = json.dumps({"script": script, "counter": "requests", "expect": answer})
+    spec["task"] = spec["task"].split("\n")[0] + f"\n[[sim {directive}]]"
+    spec["budget"] = {"maxTurns": 3}
+    spec["tools"] = [{"name": "lookup", "parameters": {"type": "object"}}]
+    return spec
+
+
+LOOKUP = {"call": [{"name": "lookup", "arguments": {"q": "Oslo"}}]}
+
+
+async def test_a_worker_killed_right_after_a_pause_loses_nothing(
+    store: Store, spawn: Spawn
+) -> None:
+    first = await spawn().ready()
+    job_id = await submit(store, tool_job([LOOKUP, "ok"], name="pause-kill"))
+    await first.wait_log(rf"job {job_id} requires_action")
+    first.send(signal.SIGKILL)
+    assert await first.exit_code() == -signal.SIGKILL
+    paused = await status_of(store, job_id, "requires_action")
+    assert paused.required_action is not None
+    (call,) = paused.required_action.tool_calls
+    view, _ = await store.submit_outputs(
+        job_id, tenant=TENANT, outputs=[ToolOutput(tool_call_id=call.id, output={"n": 1})]
+    )
+    assert view is not None
+    second = spawn()
+    done = await finished(store, job_id)
+    assert done.status == "succeeded", done.result
+    assert [t.type for t in done.turns] == ["normal", "normal"]
+    assert done.attempts == 1  # the pause gave its attempt back; nothing was lost
+    assert second.logged(rf"job {job_id} succeeded")
+    assert await job_ends(store, job_id) == 1
+
+
+async def test_a_worker_killed_after_resuming_is_resumed_again_from_the_checkpoint(
+    store: Store, spawn: Spawn
+) -> None:
+    first = await spawn().ready()
+    job_id = await submit(store, tool_job([LOOKUP, "slow", "ok"], name="resume-kill"))
+    paused = await status_of(store, job_id, "requires_action")
+    assert paused.required_action is not None
+    (call,) = paused.required_action.tool_calls
+    await store.submit_outputs(
+        job_id, tenant=TENANT, outputs=[ToolOutput(tool_call_id=call.id, output={"n": 2})]
+    )
+    # The resumed run waits on a slow answer: kill it there.
+    await first.wait_log(rf"job {job_id} started: attempt 1\b.*", within=30)
+    await status_of(store, job_id, "in_progress")
+    await asyncio.sleep(0.5)
+    first.send(signal.SIGKILL)
+    spawn()
+    done = await finished(store, job_id)
+    assert done.status == "succeeded", done.result
+    assert done.attempts == 2
+    assert done.turns[0].type == "normal"
+    assert done.turns[-1].type == "normal"
+    tool_messages = [m.content for m in done.transcript if m.role == "tool"]
+    assert tool_messages == ['{"n": 2}']  # the same outputs, once
+    assert await job_ends(store, job_id) == 1
