@@ -42,6 +42,7 @@ class Execution(Wire):
     transport_retries: int = Field(description="Retries inside calls; never counted as turns.")
     wasted_tokens: int = Field(description="Tokens spent on rejected answers.")
     wasted_cost: float | None
+    tool_calls: int = Field(default=0, description="Tool calls the model made (work turns).")
 
 
 class Progress(Wire):

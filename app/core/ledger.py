@@ -92,6 +92,7 @@ class Ledger:
             transport_retries=self.spend.transport_retries,
             wasted_tokens=sum(t.tokens for t in wasted),
             wasted_cost=None if wasted_cost is None else round(wasted_cost, 10),
+            tool_calls=sum(len(t.tool_calls) for t in self.turns),
         )
 
     def success(self, data: Any, repairs: tuple[str, ...]) -> Envelope:

@@ -123,6 +123,7 @@ def test_a_job_with_two_client_tools_pauses_twice_and_succeeds(
     assert done["requiredAction"] is None
     execution = done["result"]["execution"]
     assert execution["llmCalls"] == 3
+    assert execution["toolCalls"] == 2
     assert execution["retryCount"] == 0
     # the tool work reached the model: the final prompt holds both exchanges
     roles = [m["role"] for m in done["transcript"]]
