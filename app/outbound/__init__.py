@@ -2,5 +2,5 @@
 completion callbacks) goes through here. See docs/outbound.md.
 
 Modules: ``guard`` (what may be called, and where it resolves), ``client`` (the guarded
-POST), ``errors``.
+POST), ``webhooks`` (Standard Webhooks signatures), ``errors``.
 """
