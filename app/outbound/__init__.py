@@ -2,5 +2,6 @@
 completion callbacks) goes through here. See docs/outbound.md.
 
 Modules: ``guard`` (what may be called, and where it resolves), ``client`` (the guarded
-POST), ``webhooks`` (Standard Webhooks signatures), ``errors``.
+POST), ``webhooks`` (Standard Webhooks signatures), ``secrets`` (tenant secrets for
+headers), ``errors``.
 """
