@@ -52,6 +52,8 @@ CONNECT_TIMEOUT_S: Final = 3.0
 # First wait 0.25 s (0.125-0.25 with jitter), doubled per retry, at most 2 s.
 BACKOFF_S: Final = 0.25
 MAX_BACKOFF_S: Final = 2.0
+# Whatever a caller asks: a receiver that keeps failing gets this many more tries at most.
+MAX_RETRIES: Final = 10
 # Not worth an attempt: less time than this left after the wait.
 MIN_ATTEMPT_S: Final = 0.05
 # An error reply is read only for a short excerpt.
@@ -132,14 +134,14 @@ class OutboundClient:
 
         ``timeout_s`` bounds the whole call, retries and waits included (at most the
         policy's); ``max_bytes`` the answer (at most the policy's); ``retries`` the
-        transport retries. ``redact`` names more strings (secret values) to keep out of
-        error text, besides the header values.
+        transport retries (at most ``MAX_RETRIES``). ``redact`` names more strings
+        (secret values) to keep out of error text, besides the header values.
         """
         policy = self.guard.policy
         call = _Call(
             deadline=time.monotonic() + min(timeout_s or policy.timeout_s, policy.timeout_s),
             max_bytes=min(max_bytes or policy.max_response_bytes, policy.max_response_bytes),
-            retries=max(0, policy.retries if retries is None else retries),
+            retries=min(max(0, policy.retries if retries is None else retries), MAX_RETRIES),
             scrub=_scrubber((headers or {}).values(), redact),
         )
         target = self.guard.target(url)

@@ -281,12 +281,13 @@ class Guard:
                 retryable=False,
                 host=host,
             ) from None
+        # _ip unmaps ::ffff:a.b.c.d, so a dual-stack answer's two spellings become one.
         addresses = tuple(dict.fromkeys(a for a in map(_ip, found) if a is not None))
         if not addresses:
             raise OutboundFailed(
                 f"{host} resolves to no address", reason="unavailable", retryable=False, host=host
             )
-        return tuple(_unmapped(a) for a in addresses)
+        return addresses
 
 
 _HINT: Final = f" (refused unless the operator allows it on {ALLOW_SETTING})"
