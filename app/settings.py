@@ -179,6 +179,92 @@ class Settings(BaseSettings):
         default=200, ge=0, description="Long-polls and event streams one tenant may hold open."
     )
 
+    # -- Outbound calls a tenant can aim (HTTP tools, webhook validators, callbacks) ------
+    # Read by the assembly into app.outbound's policy, signer and secrets; docs/outbound.md.
+    outbound_allow: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="Comma-separated host names and CIDR networks tenants may reach though "
+        "they are private or loopback; the only hosts plain http may go to.",
+    )
+    # At most 5 minutes: a retry resends the first attempt's signature, and receivers
+    # accept a webhook-timestamp up to 5 minutes old.
+    outbound_timeout_ms: int = Field(
+        default=10_000,
+        ge=100,
+        le=300_000,
+        description="The most one outbound call may take, retries included; the default "
+        "for a call that names no timeout.",
+    )
+    outbound_max_response_bytes: int = Field(
+        default=1_048_576, ge=1024, le=64 << 20, description="The largest answer read."
+    )
+    outbound_max_request_bytes: int = Field(
+        default=4 << 20, ge=1024, le=64 << 20, description="The largest body sent."
+    )
+    outbound_retries: int = Field(
+        default=2, ge=0, le=10, description="Transport retries of one outbound call."
+    )
+    webhook_signing_key: SecretStr | None = Field(
+        default=None,
+        description="The operator key every tenant's webhook secret is derived from; unset: "
+        "a random key kept in the data directory.",
+    )
+    webhook_signing_key_previous: SecretStr | None = Field(
+        default=None,
+        description="The key being rotated out: messages carry a signature under each.",
+    )
+    tool_secrets_file: Path | None = Field(
+        default=None,
+        description="TOML of per-tenant secrets that outbound headers reference as "
+        "{{secret:NAME}}.",
+    )
+
+    @field_validator("outbound_allow", mode="before")
+    @classmethod
+    def _split_allow(cls, value: object) -> object:
+        if isinstance(value, str):
+            return [part.strip() for part in value.split(",") if part.strip()]
+        return value
+
+    @field_validator("outbound_allow")
+    @classmethod
+    def _allow_entries(cls, value: list[str]) -> list[str]:
+        for entry in value:
+            try:
+                ipaddress.ip_network(entry, strict=False)
+            except ValueError:
+                # A host name: letters, digits, "-", "_" and dots (not only digits and dots).
+                name = entry.removesuffix(".")
+                if (
+                    not name
+                    or any(not (c.isascii() and (c.isalnum() or c in "-_.")) for c in name)
+                    or name.replace(".", "").isdigit()
+                    or ".." in name
+                ):
+                    raise ValueError(
+                        f"REPROMPT_OUTBOUND_ALLOW: {entry!r} is neither a host name nor an "
+                        "address or CIDR network (like 10.1.2.0/24 or fd00::/8)"
+                    ) from None
+        return value
+
+    @field_validator("webhook_signing_key", "webhook_signing_key_previous")
+    @classmethod
+    def _long_enough(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None and len(value.get_secret_value().encode()) < 16:
+            raise ValueError(
+                "a webhook signing key must be at least 16 bytes (openssl rand -base64 32)"
+            )
+        return value
+
+    @field_validator("tool_secrets_file")
+    @classmethod
+    def _secrets_file(cls, value: Path | None) -> Path | None:
+        if value is not None and not value.expanduser().is_file():
+            raise ValueError(f"REPROMPT_TOOL_SECRETS_FILE: {value} is not a file")
+        return value.expanduser() if value is not None else None
+
+    # -- end of the outbound block ---------------------------------------------------------
+
     @field_validator("api_keys", mode="before")
     @classmethod
     def _split(cls, value: object) -> object:

@@ -110,10 +110,13 @@ LAYERS: dict[str, set[str]] = {
     "base": {"core"},
     "providers": {"core", "base"},
     "store": {"core", "base"},
-    "worker": {"core", "base", "providers", "store"},
-    "api": {"core", "base", "providers", "store"},
-    "assembly": {"core", "base", "providers", "store", "worker", "api"},
-    "cli": {"core", "base", "providers", "store", "worker", "api", "assembly"},
+    # The outbound guard: an edge beside providers (httpx to where tenants point), used by
+    # the API (URL checks at submit) and the worker (the calls).
+    "outbound": {"core", "base"},
+    "worker": {"core", "base", "providers", "store", "outbound"},
+    "api": {"core", "base", "providers", "store", "outbound"},
+    "assembly": {"core", "base", "providers", "store", "worker", "api", "outbound"},
+    "cli": {"core", "base", "providers", "store", "worker", "api", "assembly", "outbound"},
 }
 # Read once by the assembly and passed down: the edges never read the settings themselves.
 SETTINGS_READERS = {"api", "worker", "assembly", "cli"}
@@ -123,7 +126,7 @@ def _layer(module: str) -> str:
     parts = module.split(".")
     if len(parts) == 1:
         return "cli"
-    if parts[1] in ("core", "providers", "store", "api"):
+    if parts[1] in ("core", "providers", "store", "api", "outbound"):
         return parts[1]
     return {"worker": "worker", "assembly": "assembly", "cli": "cli"}.get(parts[1], "base")
 

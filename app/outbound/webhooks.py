@@ -1,0 +1,197 @@
+"""Standard Webhooks signatures: how a receiver knows a request came from this service.
+
+Every request the service sends where a tenant pointed it carries three headers::
+
+    webhook-id:         msg_…                   the same across retries of one message
+    webhook-timestamp:  1718000000              seconds since the epoch, when signed
+    webhook-signature:  v1,<base64 HMAC-SHA256 of "{id}.{timestamp}.{body}">
+
+keyed with the tenant's secret, ``whsec_<base64 key>``. A receiver checks them with any
+Standard Webhooks library, or with ``verify``::
+
+    verify("whsec_…", request.headers, await request.body())    # raises InvalidSignature
+
+Tenant secrets are derived, not stored: ``HMAC-SHA256(operator key, tenant name)``, so every
+API and worker process with the same operator key (``REPROMPT_WEBHOOK_SIGNING_KEY``) signs
+alike. With no key set, one is generated at first use in the data directory (a 0600 file) so
+that secrets survive restarts; processes on other machines then need that key too. During
+a rotation (``REPROMPT_WEBHOOK_SIGNING_KEY_PREVIOUS``) each message carries a signature
+under each key, and receivers holding either secret accept it.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import hmac
+import logging
+import os
+import secrets
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Final
+
+logger = logging.getLogger(__name__)
+
+SECRET_PREFIX: Final = "whsec_"
+VERSION: Final = "v1"
+ID_HEADER: Final = "webhook-id"
+TIMESTAMP_HEADER: Final = "webhook-timestamp"
+SIGNATURE_HEADER: Final = "webhook-signature"
+DEFAULT_TOLERANCE_S: Final = 300
+KEY_FILE: Final = "webhook-signing.key"
+KEY_BYTES: Final = 32
+
+
+class InvalidSignature(ValueError):
+    """The request's Standard Webhooks headers do not prove it came from the secret's holder."""
+
+
+def secret_key(secret: str) -> bytes:
+    """The HMAC key inside a ``whsec_…`` secret (the prefix, and base64 padding, may be
+    left out, as other Standard Webhooks libraries allow)."""
+    encoded = secret.removeprefix(SECRET_PREFIX)
+    try:
+        key = base64.b64decode(encoded + "=" * (-len(encoded) % 4), validate=True)
+    except (binascii.Error, ValueError):
+        raise ValueError("a webhook secret is whsec_ followed by base64") from None
+    if not key:
+        raise ValueError("a webhook secret is whsec_ followed by base64")
+    return key
+
+
+def signature(secret: str, msg_id: str, timestamp: int, body: bytes) -> str:
+    """``v1,<base64>``: one secret's signature of one message."""
+    content = f"{msg_id}.{timestamp}.".encode() + body
+    digest = hmac.new(secret_key(secret), content, hashlib.sha256).digest()
+    return f"{VERSION},{base64.b64encode(digest).decode('ascii')}"
+
+
+def sign(secret: str | Sequence[str], msg_id: str, timestamp: int, body: bytes) -> dict[str, str]:
+    """The three headers for ``body``; with several secrets (a rotation), one signature
+    each, space-separated."""
+    keys = [secret] if isinstance(secret, str) else list(secret)
+    return {
+        ID_HEADER: msg_id,
+        TIMESTAMP_HEADER: str(timestamp),
+        SIGNATURE_HEADER: " ".join(signature(s, msg_id, timestamp, body) for s in keys),
+    }
+
+
+def verify(
+    secret: str | Sequence[str],
+    headers: Mapping[str, str],
+    body: bytes,
+    *,
+    tolerance_s: int = DEFAULT_TOLERANCE_S,
+    now: float | None = None,
+) -> None:
+    """Raise ``InvalidSignature`` unless ``headers`` sign ``body`` with (one of) ``secret``
+    and the timestamp is within ``tolerance_s`` of ``now`` (either way: replays are
+    refused, and so are clocks far ahead). Comparisons take constant time."""
+    lower = {name.lower(): value for name, value in headers.items()}
+    msg_id = lower.get(ID_HEADER, "")
+    stamp = lower.get(TIMESTAMP_HEADER, "")
+    offered = lower.get(SIGNATURE_HEADER, "")
+    if not msg_id or not stamp or not offered:
+        raise InvalidSignature("missing webhook-id, webhook-timestamp or webhook-signature")
+    try:
+        timestamp = int(stamp)
+    except ValueError:
+        raise InvalidSignature("webhook-timestamp is not a whole number of seconds") from None
+    skew = (time.time() if now is None else now) - timestamp
+    if abs(skew) > tolerance_s:
+        raise InvalidSignature(
+            "webhook-timestamp is too old" if skew > 0 else "webhook-timestamp is in the future"
+        )
+    keys = [secret] if isinstance(secret, str) else list(secret)
+    expected = [signature(s, msg_id, timestamp, body).encode() for s in keys]
+    candidates = [part.encode() for part in offered.split(" ") if part.startswith(f"{VERSION},")]
+    # Every pair is compared, so the time taken does not say which one matched.
+    matched = False
+    for mine in expected:
+        for theirs in candidates:
+            matched |= hmac.compare_digest(mine, theirs)
+    if not matched:
+        raise InvalidSignature("no signature matches")
+
+
+def tenant_secret(key: bytes, tenant: str) -> str:
+    """The tenant's ``whsec_…`` secret under the operator key ``key``."""
+    derived = hmac.new(key, tenant.encode("utf-8"), hashlib.sha256).digest()
+    return SECRET_PREFIX + base64.b64encode(derived).decode("ascii")
+
+
+def load_signing_key(configured: str | None, data_dir: Path) -> bytes:
+    """The operator key: ``configured`` (the setting) if set, else the one in
+    ``data_dir/webhook-signing.key``, made (random, 0600) if there is none yet."""
+    if configured:
+        return configured.encode("utf-8")
+    path = data_dir / KEY_FILE
+    if not path.exists():
+        _create_key_file(path)
+    if path.stat().st_mode & 0o077:
+        logger.warning("%s was readable by others; it is now 0600", path)
+        path.chmod(0o600)
+    try:
+        key = base64.b64decode(path.read_text(encoding="ascii").strip(), validate=True)
+    except (binascii.Error, ValueError, UnicodeDecodeError):
+        raise ValueError(f"{path} holds no base64 key; remove it to make a new one") from None
+    if len(key) < 16:
+        raise ValueError(f"{path} holds a key shorter than 16 bytes; remove it to make a new one")
+    return key
+
+
+def _create_key_file(path: Path) -> None:
+    """Write a new random key; two processes starting at once keep the first one's."""
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}")
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        with os.fdopen(fd, "w", encoding="ascii") as handle:
+            handle.write(base64.b64encode(secrets.token_bytes(KEY_BYTES)).decode("ascii") + "\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+        try:
+            os.link(temporary, path)  # fails if another process got there first
+            logger.info("made a webhook signing key in %s", path)
+        except FileExistsError:
+            pass
+    finally:
+        temporary.unlink(missing_ok=True)
+
+
+class Signer:
+    """Signs each tenant's messages with its secrets (the current key's, and during a
+    rotation the previous key's). Build once per process::
+
+        signer = Signer(load_signing_key(None, data_dir))
+        headers = signer.headers("acme", "msg_1", body)
+    """
+
+    __slots__ = ("_clock", "_keys")
+
+    def __init__(
+        self, key: bytes, *, previous: bytes | None = None, clock: Callable[[], float] = time.time
+    ) -> None:
+        if len(key) < 16:
+            raise ValueError("the webhook signing key must be at least 16 bytes")
+        self._keys = (key,) if previous is None else (key, previous)
+        self._clock = clock
+
+    def __repr__(self) -> str:
+        return f"Signer(keys={len(self._keys)})"
+
+    def secret_for(self, tenant: str) -> str:
+        """The secret the tenant's receivers verify with (the current key's)."""
+        return tenant_secret(self._keys[0], tenant)
+
+    def secrets_for(self, tenant: str) -> tuple[str, ...]:
+        """Every secret the tenant's messages are signed with, current first."""
+        return tuple(tenant_secret(key, tenant) for key in self._keys)
+
+    def headers(self, tenant: str, msg_id: str, body: bytes) -> dict[str, str]:
+        """The Standard Webhooks headers for ``body``, signed now."""
+        return sign(self.secrets_for(tenant), msg_id, int(self._clock()), body)
