@@ -40,6 +40,16 @@ from app.api.app import create_app
 from app.api.fairness import Fairness
 from app.api.resources import Resources
 from app.core.errors import ProviderConfigError, RepromptError
+from app.outbound import (
+    Allowlist,
+    Guard,
+    OutboundClient,
+    OutboundPolicy,
+    Signer,
+    ToolSecrets,
+    load_signing_key,
+)
+from app.outbound.kit import Outbound
 from app.providers.config import ProvidersConfig, load_providers
 from app.providers.embedded import LOCAL_PROVIDER, open_router
 from app.providers.http import DEFAULT_MAX_CONNECTIONS, make_client
@@ -69,6 +79,7 @@ class Parts:
     router: Router | None  # None: no provider could be configured (``provider_problem``)
     provider_problem: str | None
     model_providers: Mapping[str, str]  # model name → provider name
+    outbound: Outbound  # HTTP tools and callbacks: the guard, its client, the signer
 
 
 def store_options(settings: Settings) -> StoreOptions:
@@ -141,6 +152,7 @@ async def open_parts(
         # One connection per job a worker may hold: a smaller pool queues model calls.
         pool = max(DEFAULT_MAX_CONNECTIONS, settings.worker_concurrency)
         http = await stack.enter_async_context(make_client(max_connections=pool))
+        outbound = await stack.enter_async_context(open_outbound(settings))
         config = providers_config(settings) if providers is None else providers
         router: Router | None = None
         problem: str | None = None
@@ -166,7 +178,34 @@ async def open_parts(
             router=router,
             provider_problem=problem,
             model_providers=_model_providers(config, router),
+            outbound=outbound,
         )
+
+
+@asynccontextmanager
+async def open_outbound(settings: Settings) -> AsyncIterator[Outbound]:
+    """The outbound guard, its client, the signer and the tenant secrets of a process."""
+    policy = OutboundPolicy(
+        allow=Allowlist.parse(settings.outbound_allow),
+        timeout_s=settings.outbound_timeout_ms / 1000,
+        max_response_bytes=settings.outbound_max_response_bytes,
+        max_request_bytes=settings.outbound_max_request_bytes,
+        retries=settings.outbound_retries,
+    )
+    guard = Guard(policy)
+    key = settings.webhook_signing_key
+    previous = settings.webhook_signing_key_previous
+    signer = Signer(
+        load_signing_key(key.get_secret_value() if key else None, settings.data_dir),
+        previous=previous.get_secret_value().encode() if previous else None,
+    )
+    secrets = (
+        ToolSecrets.load(settings.tool_secrets_file)
+        if settings.tool_secrets_file
+        else ToolSecrets.none()
+    )
+    async with OutboundClient(guard) as client:
+        yield Outbound(guard, client, signer, secrets, settings.outbound_timeout_ms)
 
 
 def api_app(
@@ -187,7 +226,7 @@ def api_app(
                 if parts.router is None:
                     log.warning("no model provider: the in-process worker is not started")
                 else:
-                    worker = Worker(parts.leases, parts.router, settings)
+                    worker = Worker(parts.leases, parts.router, settings, outbound=parts.outbound)
                     await stack.enter_async_context(_running(worker))
             yield Resources(
                 settings=settings,
@@ -197,6 +236,7 @@ def api_app(
                 provider_problem=parts.provider_problem,
                 model_providers=parts.model_providers,
                 fairness=_fairness(settings),
+                outbound=parts.outbound,
             )
 
     return create_app(settings, resources)
@@ -286,7 +326,7 @@ async def _worker_process(settings: Settings) -> int:
             taken = "" if port == wanted else f" ({wanted} was taken)"
             log.info("metrics on http://%s:%d/metrics%s", settings.host, port, taken)
         assert parts.router is not None  # provider_required
-        worker = Worker(parts.leases, parts.router, settings)
+        worker = Worker(parts.leases, parts.router, settings, outbound=parts.outbound)
         await worker.run(stop)
     return 0
 

@@ -41,11 +41,13 @@ from app.core.conversation import TranscriptEntry, stored_transcript
 from app.core.envelope import Envelope, Progress
 from app.core.events import LoopEvent, ToolsAnswered, TurnEnded
 from app.core.loop import Runtime, run_job
-from app.core.model import ModelClient
+from app.core.model import ModelClient, ToolCall, ToolSpec
 from app.core.prompting import show_input
-from app.core.spec import JobSpec
+from app.core.spec import JobSpec, ToolDef
+from app.core.tools import Tool, ToolAnswer
 from app.core.turn import Rejection, Spend, TurnRecord
 from app.core.wire import Wire
+from app.outbound.kit import Outbound
 from app.settings import Settings
 from app.store import Claim, Leases, StoreUnavailable, Written
 
@@ -115,10 +117,12 @@ class Worker:
         settings: Settings,
         *,
         worker_id: str | None = None,
+        outbound: Outbound | None = None,
     ) -> None:
         self.store = store
         self.client = client
         self.settings = settings
+        self.outbound = outbound  # HTTP tools; None: jobs with url tools fail invalid-input
         self.worker_id = worker_id or default_worker_id()
         self._jobs: dict[str, _Job] = {}
         self._capacity = settings.worker_concurrency
@@ -278,7 +282,10 @@ class Worker:
             await self._trace(job, event)
 
         runtime = Runtime(
-            client=self.client, tracer=trace, cancelled=lambda: job.stopped is not None
+            client=self.client,
+            tracer=trace,
+            cancelled=lambda: job.stopped is not None,
+            tools=self._http_tools(spec, job.claim),
         )
         claim = job.claim
         resume = None
@@ -305,6 +312,36 @@ class Worker:
             return Paused(spec, result.paused)
         transcript = stored_transcript(result.transcript, show_input(spec.input))
         return result.envelope, result.history, transcript
+
+    def _http_tools(self, spec: JobSpec, claim: Claim) -> list[Tool]:
+        """The job's HTTP tools, each call POSTed through the outbound guard, signed."""
+        outbound = self.outbound
+        if outbound is None:
+            return []
+        tools = []
+        for tool in spec.tools:
+            url = tool.url
+            if url is None:
+                continue
+
+            async def call(
+                request: ToolCall, arguments: dict[str, Any], tool: ToolDef = tool, url: str = url
+            ) -> ToolAnswer:
+                outcome = await outbound.call_tool(
+                    tenant=claim.tenant,
+                    job_id=claim.job_id,
+                    call_id=request.id,
+                    name=tool.name,
+                    url=url,
+                    headers=tool.headers,
+                    arguments=arguments,
+                    timeout_ms=tool.timeout_ms,
+                )
+                return ToolAnswer(outcome.text, ok=outcome.ok, outcome=outcome.outcome)
+
+            spec_ = ToolSpec(tool.name, tool.description, tool.parameters)
+            tools.append(Tool(spec_, mode="http", call_handler=call))
+        return tools
 
     async def _trace(self, job: _Job, event: LoopEvent) -> None:
         """Mirror the loop's events into the job's outbox and the metrics; the outbox is

@@ -271,6 +271,7 @@ async def _submit(
     router = res.require_router()
     check_job(spec, res.settings)
     check_tools(spec, res.settings)
+    _check_http_tools(spec, res, tenant)
     if spec.tools and spec.budget.max_turns > 1:
         lacking = router.without_tools(spec.model)
         if lacking:
@@ -301,6 +302,20 @@ async def _submit(
     if created:
         metrics.JOBS_SUBMITTED.inc()
     return job, created
+
+
+def _check_http_tools(spec: JobSpec, res: Resources, tenant: str) -> None:
+    """An HTTP tool's URL passes the outbound guard (no DNS yet: that is at call time) and
+    its headers name only the tenant's own secrets."""
+    for i, tool in enumerate(spec.tools):
+        if tool.url is None:
+            continue
+        problem = res.outbound.guard.check_url(tool.url)
+        if problem is not None:
+            raise InvalidInput(problem, field=f"tools[{i}].url")
+        problem = res.outbound.secrets.check_headers(tool.headers, tenant)
+        if problem is not None:
+            raise InvalidInput(problem, field=f"tools[{i}].headers")
 
 
 def _job(job: JobView, status: int, headers: dict[str, str] | None = None) -> Response:

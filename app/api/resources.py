@@ -18,6 +18,7 @@ from app.api.auth import authenticate
 from app.api.fairness import Fairness
 from app.api.problems import NotReady
 from app.core import codes
+from app.outbound.kit import Outbound
 from app.providers.router import Router
 from app.settings import ApiKey, Settings
 from app.store import JobStore
@@ -36,6 +37,7 @@ class Resources:
     # model name → provider name, for /v1/models and its circuit keys
     model_providers: Mapping[str, str]
     fairness: Fairness
+    outbound: Outbound  # the guard checks HTTP tools' URLs at submit; the signer's secrets
 
     def require_router(self) -> Router:
         if self.router is None:

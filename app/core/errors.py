@@ -12,6 +12,8 @@ wait before trying again (``retry_after_s``, rendered as ``Retry-After``). One h
     ├── (store) QueueFull      503 queue-full       retry after retry_after_s
     ├── (store) StoreUnavailable 503 store-unavailable  Redis did not answer; Retry-After
     ├── (store) EvictingRedis                       start-up only: maxmemory-policy allkeys-*
+    ├── (store) NotWaiting     409 conflict         tool outputs for a job not waiting for them
+    ├── (outbound) OutboundRefused 422, OutboundFailed  a call where a tenant points (tools)
     ├── (api) NotFound, Unauthorized, UnsupportedMediaType, ContentTooLarge, NotReady
     └── ProviderError          502                  a model call failed, classified at the edge
         ├── ProviderTimeout        llm-timeout      retryable

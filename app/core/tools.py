@@ -40,6 +40,8 @@ class ToolAnswer:
 
 
 Handler = Callable[[dict[str, Any]], Awaitable[Any] | Any]
+# A handler that needs the call itself (its id names the request it makes: HTTP tools).
+CallHandler = Callable[[ToolCall, dict[str, Any]], Awaitable[Any]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,10 +55,11 @@ class Tool:
     spec: ToolSpec
     handler: Handler | None = None
     mode: ToolMode = "local"
+    call_handler: CallHandler | None = None  # instead of ``handler``
 
     @property
     def client_side(self) -> bool:
-        return self.handler is None
+        return self.handler is None and self.call_handler is None
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,7 +159,7 @@ async def _handle(box: Toolbox, call: ToolCall) -> Handled:
     if errors:
         text = _render(call.name, invalid=True, message="\n".join(errors))
         return _done(call, tool.mode, "invalid_arguments", text, 0)
-    if tool.handler is None:
+    if tool.client_side:
         record = ToolCallRecord(
             id=call.id,
             name=call.name,
@@ -166,13 +169,18 @@ async def _handle(box: Toolbox, call: ToolCall) -> Handled:
         )
         return Handled(call, record, None, arguments)
     began = time.monotonic()
-    text, outcome = await _run(tool.handler, call.name, arguments)
+    text, outcome = await _run(tool, call, arguments)
     return _done(call, tool.mode, outcome, text, int((time.monotonic() - began) * 1000))
 
 
-async def _run(handler: Handler, name: str, arguments: dict[str, Any]) -> tuple[str, ToolOutcome]:
+async def _run(tool: Tool, call: ToolCall, arguments: dict[str, Any]) -> tuple[str, ToolOutcome]:
+    name = call.name
     try:
-        result = handler(arguments)
+        if tool.call_handler is not None:
+            result = await tool.call_handler(call, arguments)
+        else:
+            assert tool.handler is not None
+            result = tool.handler(arguments)
         if inspect.isawaitable(result):
             result = await result
     except Exception as exc:  # a tool's failure is information for the model, not a crash

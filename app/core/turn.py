@@ -35,6 +35,7 @@ ToolOutcome = Literal[
     "requires_action",  # a client tool: the job paused for the client's output
     "timeout",  # the tool did not answer in time (an HTTP tool, or the client)
     "refused",  # the outbound guard refused the tool's URL
+    "http_error",  # the tool's URL answered an HTTP error (or a redirect, not followed)
     "too_large",  # the tool's answer was over the byte cap
 ]
 
