@@ -331,6 +331,12 @@ class _Run:
                 return await self.rt.client.complete(request)
         except ProviderError as exc:
             self.ledger.spend.transport_retries += exc.transport_retries
+            if exc.code == codes.LLM_TIMEOUT and self._past_deadline():
+                # The provider's timeout was the job's deadline (the call is bounded by what
+                # is left of it): which of the two timers fired first is a race, not news.
+                why = "the job's deadline passed during a model call"
+                await self._record(call, None, "error", codes.DEADLINE_EXCEEDED, why)
+                raise _End(codes.DEADLINE_EXCEEDED, why) from None
             detail = scrub(exc.detail)
             if exc.code == codes.LLM_CONFIG:
                 # The provider's own words may echo the service's key or name its account:
@@ -591,6 +597,9 @@ class _Run:
         await emit(self.rt.tracer, ToolsAnswered(calls=answers))
 
     # -- the end ------------------------------------------------------------------------------
+
+    def _past_deadline(self, slack_s: float = 0.05) -> bool:
+        return self.deadline is not None and self.clock.monotonic() >= self.deadline - slack_s
 
     def _time_left(self) -> float | None:
         if self.deadline is None:

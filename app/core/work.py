@@ -20,7 +20,7 @@ from typing import Final
 
 # A check gets a floor, plus a share per character of what it checks: a big value gets
 # room in proportion, and a small hostile one is stopped within milliseconds.
-BASE_STEPS: Final = 10_000
+BASE_STEPS: Final = 5_000
 STEPS_PER_CHAR: Final = 8
 
 

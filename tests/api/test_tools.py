@@ -6,9 +6,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
+import sys
 import threading
 import time
 import uuid
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -285,3 +288,67 @@ def test_a_job_listed_by_status_requires_action(api: str) -> None:
 def _sse(http: httpx.Client, job_id: str) -> list[str]:
     with http.stream("GET", f"/v1/jobs/{job_id}/events", timeout=30) as response:
         return list(response.iter_lines())
+
+
+def test_the_walk_through_in_docs_tools_md_does_what_it_says(alice: httpx.Client) -> None:
+    text = (Path(__file__).parents[2] / "docs" / "tools.md").read_text()
+    job = json.loads(text.split("cat > job.json <<'JSON'\n")[1].split("\nJSON")[0])
+    job["task"] = job["task"].replace("(H-1)", f"(H-1, {uuid.uuid4().hex[:6]})")
+    job_id = alice.post("/v1/jobs", json=job).json()["id"]
+    first = waiting(alice, job_id)
+    assert [(c["id"], c["name"], c["arguments"]) for c in first["requiredAction"]["toolCalls"]] == [
+        ("call_1_1", "price", {"sku": "H-1"})
+    ]
+    body = {"outputs": [{"toolCallId": "call_1_1", "output": {"unitPrice": 12.5}}]}
+    accepted = alice.post(f"/v1/jobs/{job_id}/tool-outputs", json=body)
+    assert accepted.json()["status"] == "queued"
+    second = waiting(alice, job_id)
+    assert [(c["id"], c["name"]) for c in second["requiredAction"]["toolCalls"]] == [
+        ("call_2_1", "stock")
+    ]
+    body = {"outputs": [{"toolCallId": "call_2_1", "output": {"units": 40}}]}
+    alice.post(f"/v1/jobs/{job_id}/tool-outputs", json=body)
+    done = finished(alice, job_id)
+    assert done["result"]["data"] == {"sku": "H-1", "total": 37.5, "inStock": True}
+    assert [(t["type"], t["outcome"], t["toolsOffered"]) for t in done["turns"]] == [
+        ("normal", "tool_calls", 2),
+        ("normal", "tool_calls", 2),
+        ("must_return", "success", 0),
+    ]
+
+
+def test_reprompt_submit_answers_tool_calls_with_a_command(api: str, tmp_path: Path) -> None:
+    spec = tool_job([calls("lookup", "stock"), "ok"])
+    path = tmp_path / "job.json"
+    path.write_text(json.dumps(spec))
+    tool = tmp_path / "tools.py"
+    tool.write_text(
+        "import json, sys\n"
+        "call = json.load(sys.stdin)\n"
+        "if call['name'] == 'stock':\n"
+        "    sys.exit('stock service down')\n"
+        "print(json.dumps({'price': 9.5, 'asked': call['arguments']}))\n"
+    )
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "app.cli",
+            "submit",
+            str(path),
+            "--url",
+            api,
+            "--key",
+            KEYS["alice"],
+            "--tool-command",
+            f"{sys.executable} {tool}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["data"] == ANSWER
+    assert "[tools] running" in proc.stderr
+    assert "lookup: ok, stock: error" in proc.stderr

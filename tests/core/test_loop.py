@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from app.core import codes
-from app.core.errors import ProviderRateLimited
+from app.core.errors import ProviderRateLimited, ProviderTimeout
 from app.core.events import LoopEvent, TurnEnded, TurnStarted
 from app.core.loop import JobResult, Runtime, Tool, run_job
 from app.core.model import LLMRequest, LLMResponse, ToolSpec
@@ -611,3 +611,21 @@ async def test_an_escalation_model_without_native_mode_ends_with_invalid_input()
     result = await run(spec, client)
     assert result.envelope.error == codes.INVALID_INPUT
     assert len(client.requests) == 1
+
+
+async def test_a_provider_timeout_at_the_deadline_is_the_deadline() -> None:
+    clock = FakeClock()
+
+    def late(_request: LLMRequest) -> LLMResponse:
+        clock.advance(2.0)  # the call used up the job's deadline
+        raise ProviderTimeout("timed out", provider="p")
+
+    client = ScriptedClient([late])
+    result = await run(job(budget={"maxTurns": 1, "deadlineMs": 1500}), client, clock=clock)
+    assert result.envelope.error == codes.DEADLINE_EXCEEDED
+
+
+async def test_a_provider_timeout_well_before_the_deadline_stays_llm_timeout() -> None:
+    client = ScriptedClient([ProviderTimeout("timed out", provider="p")])
+    result = await run(job(budget={"maxTurns": 1, "deadlineMs": 60_000}), client)
+    assert result.envelope.error == codes.LLM_TIMEOUT
