@@ -97,6 +97,7 @@ def store_options(settings: Settings) -> StoreOptions:
         max_tenant_bytes=math.ceil(settings.max_tenant_bytes / shards),
         max_in_flight=math.ceil(settings.max_in_flight_per_tenant / shards),
         max_job_s=math.ceil(settings.max_deadline_ms / 1000),
+        callback_window_s=settings.callback_retry_window_s,
     )
 
 

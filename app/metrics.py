@@ -141,9 +141,29 @@ STALE_COMMITS = Counter(
     registry=REGISTRY,
 )
 
+CALLBACK_DELIVERIES = Counter(
+    f"{P}callback_deliveries",
+    "Completion callback attempts by outcome: delivered (2xx), retrying, failed (final: a "
+    "4xx other than 408/429, a redirect, or the retry window ended), superseded.",
+    ["outcome"],
+    registry=REGISTRY,
+)
+CALLBACK_ATTEMPT_DURATION = Histogram(
+    f"{P}callback_attempt_duration_seconds",
+    "Duration of one completion callback request, by outcome.",
+    ["outcome"],
+    buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
+    registry=REGISTRY,
+)
+
 QUEUE_DEPTH = Gauge(f"{P}queue_depth", "Jobs waiting to be claimed.", registry=REGISTRY)
 QUEUE_OLDEST_AGE = Gauge(
     f"{P}queue_oldest_age_seconds", "Age of the oldest queued job.", registry=REGISTRY
+)
+CALLBACK_OUTBOX_DEPTH = Gauge(
+    f"{P}callback_outbox_depth",
+    "Completion callback deliveries not settled yet (due, waiting to retry, or being sent).",
+    registry=REGISTRY,
 )
 CIRCUIT_STATE = Gauge(
     f"{P}circuit_state",
@@ -193,18 +213,32 @@ def record_job(envelope: Envelope, *, duration_s: float) -> None:
         ATTEMPTS_TO_SUCCESS.observe(execution.llm_calls)
 
 
+def record_callback(outcome: str, duration_s: float) -> None:
+    """Count one completion callback attempt (``outcome``: delivered, retrying, failed,
+    superseded)."""
+    CALLBACK_DELIVERIES.labels(outcome=outcome).inc()
+    if outcome != "superseded":  # nothing was sent
+        CALLBACK_ATTEMPT_DURATION.labels(outcome=outcome).observe(duration_s)
+
+
 def record_transport_retry(code: str, attempt: int, wait_s: float) -> None:
     """The provider router's ``on_retry`` hook."""
     TRANSPORT_RETRIES.labels(error=code).inc()
 
 
 def record_state(
-    *, queue: tuple[int, float] | None, circuits: Mapping[str, Mapping[str, Any]] | None
+    *,
+    queue: tuple[int, float] | None,
+    circuits: Mapping[str, Mapping[str, Any]] | None,
+    outbox: int | None = None,
 ) -> None:
-    """Scrape-time gauges: queue depth and oldest age (read once, by the API), circuits."""
+    """Scrape-time gauges: queue depth and oldest age, the callback outbox's depth (read
+    once, by the API), circuits."""
     if queue is not None:
         QUEUE_DEPTH.set(queue[0])
         QUEUE_OLDEST_AGE.set(queue[1])
+    if outbox is not None:
+        CALLBACK_OUTBOX_DEPTH.set(outbox)
     if circuits is not None:
         for target, state in circuits.items():
             CIRCUIT_STATE.labels(target=target).set(_CIRCUIT.get(str(state.get("state")), 0))

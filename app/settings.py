@@ -265,6 +265,30 @@ class Settings(BaseSettings):
 
     # -- end of the outbound block ---------------------------------------------------------
 
+    # -- Completion callbacks (#13): the outbox's sender in each worker; docs/callbacks.md --
+    callback_retry_window_s: int = Field(
+        default=86_400,
+        ge=1,
+        le=30 * 86_400,
+        description="How long a callback is retried after its event (the last try at the "
+        "end); keep it within REPROMPT_RETENTION_S, or deliveries end with their job.",
+    )
+    callback_backoff_ms: int = Field(
+        default=10_000,
+        ge=1,
+        description="The wait after a callback's first failed attempt, doubled after each "
+        "next one (with jitter), at most REPROMPT_CALLBACK_MAX_BACKOFF_S.",
+    )
+    callback_max_backoff_s: int = Field(
+        default=3_600, ge=1, description="The longest wait between two callback attempts."
+    )
+    callback_concurrency: int = Field(
+        default=16,
+        ge=0,
+        le=1_000,
+        description="Callback requests one worker sends at once (0: this worker sends none).",
+    )
+
     @field_validator("api_keys", mode="before")
     @classmethod
     def _split(cls, value: object) -> object:

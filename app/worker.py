@@ -47,6 +47,7 @@ from app.core.spec import JobSpec, ToolDef
 from app.core.tools import Tool, ToolAnswer
 from app.core.turn import Rejection, Spend, TurnRecord
 from app.core.wire import Wire
+from app.delivery import CallbackSender
 from app.outbound.kit import Outbound
 from app.settings import Settings
 from app.store import Claim, Leases, StoreUnavailable, Written
@@ -128,6 +129,12 @@ class Worker:
         self._capacity = settings.worker_concurrency
         self._slots = asyncio.Semaphore(self._capacity)
         self._hurry = asyncio.Event()
+        # Completion callbacks (#13): this worker sends its share of every shard's outbox.
+        self.sender = (
+            CallbackSender(store, outbound, settings)
+            if outbound is not None and settings.callback_concurrency > 0
+            else None
+        )
 
     @property
     def running(self) -> int:
@@ -148,6 +155,8 @@ class Worker:
             asyncio.create_task(self._cancellations(), name="cancellations"),
             asyncio.create_task(self._reaper(stop), name="reaper"),
         ]
+        if self.sender is not None:
+            background.append(asyncio.create_task(self.sender.run(stop), name="callbacks"))
         try:
             await self._claim_loop(stop)
             await self._drain()

@@ -128,7 +128,9 @@ def _layer(module: str) -> str:
         return "cli"
     if parts[1] in ("core", "providers", "store", "api", "outbound"):
         return parts[1]
-    return {"worker": "worker", "assembly": "assembly", "cli": "cli"}.get(parts[1], "base")
+    # delivery.py, the callback sender the worker runs, sits beside it.
+    layers = {"worker": "worker", "delivery": "worker", "assembly": "assembly", "cli": "cli"}
+    return layers.get(parts[1], "base")
 
 
 def _app_imports(path: Path) -> list[tuple[int, str]]:

@@ -17,7 +17,7 @@ from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
 from app import __version__
-from app.api import events, jobs, problems, system
+from app.api import callbacks, events, jobs, problems, system
 from app.api.events import SSE_EVENTS
 from app.api.limits import BodyLimit
 from app.api.resources import Resources
@@ -59,6 +59,7 @@ def create_app(
     problems.install(app)
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     app.include_router(jobs.router)
+    app.include_router(callbacks.router)
     app.include_router(events.router)
     app.include_router(system.router)
 

@@ -17,6 +17,7 @@ from fastapi import APIRouter, Body, Depends, Header, Query, Request
 from fastapi.responses import Response
 
 from app import metrics
+from app.api.callbacks import check_callback
 from app.api.limits import (
     check_data,
     check_job,
@@ -27,12 +28,13 @@ from app.api.limits import (
 )
 from app.api.problems import NotFound, UnsupportedMediaType
 from app.api.resources import Res, Resources, Tenant
-from app.api.schemas import JOB_EXAMPLES, Job, JobList, ToolOutputsBody, problems, respond
+from app.api.schemas import JOB_EXAMPLES, JobList, ToolOutputsBody, problems, respond
 from app.core.checkpoint import ToolOutput
 from app.core.contract import build_contract
 from app.core.errors import InvalidInput
+from app.core.job import Job
 from app.core.spec import JobSpec
-from app.store import JobView
+from app.store import JobView, public_job
 
 DEFAULT_GENERATE_WAIT_MS: Final = 30_000
 DEFAULT_PAGE: Final = 20
@@ -174,7 +176,9 @@ async def list_jobs(
         if status is not None:
             query["status"] = status
         headers["Link"] = f'<{request.url.path}?{urlencode(query)}>; rel="next"'
-    return respond(JobList(jobs=tuple(Job.of(job) for job in jobs), next=next_cursor), 200, headers)
+    return respond(
+        JobList(jobs=tuple(public_job(job) for job in jobs), next=next_cursor), 200, headers
+    )
 
 
 @router.post(
@@ -272,6 +276,7 @@ async def _submit(
     check_job(spec, res.settings)
     check_tools(spec, res.settings)
     _check_http_tools(spec, res, tenant)
+    check_callback(spec, res)
     if spec.tools and spec.budget.max_turns > 1:
         lacking = router.without_tools(spec.model)
         if lacking:
@@ -319,7 +324,7 @@ def _check_http_tools(spec: JobSpec, res: Resources, tenant: str) -> None:
 
 
 def _job(job: JobView, status: int, headers: dict[str, str] | None = None) -> Response:
-    return respond(Job.of(job), status, headers)
+    return respond(public_job(job), status, headers)
 
 
 def _location(job: JobView) -> str:

@@ -1,9 +1,10 @@
 """The API's response shapes: what the handlers return and what openapi/openapi.json says.
 
-The envelope, turn records, rejections and transcript entries are the ``app.core`` models
-themselves; the job and the other responses are declared here. Handlers build these
-models from the store's typed records (``Job.of(view)``) and serialise them: one
-definition per shape, so the document cannot drift from the answers.
+The envelope, turn records, rejections, transcript entries and the job itself
+(``app.core.job.Job``, also the body of a callback) are the ``app.core`` models; the other
+responses are declared here. Handlers build these models from the store's typed records
+(``public_job(view)``) and serialise them: one definition per shape, so the document
+cannot drift from the answers.
 """
 
 from __future__ import annotations
@@ -13,14 +14,10 @@ from typing import Any, Final, Literal
 from fastapi.responses import Response
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
-from app.core.checkpoint import RequiredAction
-from app.core.conversation import TranscriptEntry
-from app.core.envelope import Envelope, JobStatus
-from app.core.turn import Rejection, TurnRecord
+from app.core.job import Job
 from app.core.unicode import escaped, surrogate_path
 from app.core.validation import json_path
 from app.core.wire import Wire
-from app.store import JobView
 
 CircuitStateName = Literal["closed", "open", "half_open"]
 
@@ -142,120 +139,6 @@ class ToolOutputsBody(_Out):
 
 
 # -- jobs ----------------------------------------------------------------------------------
-
-_SUCCESS_EXAMPLE: dict[str, Any] = {
-    "status": "success",
-    "data": {"name": "Alice Smith", "age": 30},
-    "warnings": [],
-    "provenance": 'resolved after 1 retry: $.age: expected integer, got string "30 years"',
-    "execution": {
-        "durationMs": 2310,
-        "tokensUsed": 612,
-        "inputTokens": 570,
-        "outputTokens": 42,
-        "cost": 0.000121,
-        "model": "gpt-4o-mini",
-        "provider": "openai",
-        "retryCount": 1,
-        "timestamp": "2026-11-22T05:40:01.120Z",
-        "llmCalls": 2,
-        "transportRetries": 0,
-        "wastedTokens": 301,
-        "wastedCost": 0.00006,
-    },
-}
-
-_TURN_EXAMPLE: dict[str, Any] = {
-    "index": 1,
-    "type": "must_return",
-    "outcome": "invalid",
-    "attempt": 1,
-    "errorCode": "llm-invalid-output",
-    "diagnosis": '$.age: expected integer, got string "30 years"',
-    "usage": {"inputTokens": 280, "outputTokens": 21},
-    "costUsd": 0.00006,
-    "latencyMs": 1040,
-    "provider": "openai",
-    "model": "gpt-4o-mini",
-    "finishReason": "stop",
-    "maxOutputTokens": 1024,
-    "promptTokensEstimate": 270,
-    "messageCount": 2,
-    "toolsOffered": 0,
-    "toolCalls": [],
-    "transportRetries": 0,
-    "transportWaitMs": 0,
-    "escalated": False,
-    "simplified": False,
-    "warnings": [],
-    "answer": '{"name": "Alice Smith", "age": "30 years"}',
-    "startedAt": "2026-11-22T05:39:58.810Z",
-    "jobAttempt": 1,
-}
-
-JOB_EXAMPLE: dict[str, Any] = {
-    "id": "job_01jd5a8x3k6q2v9w0e4r7t1y5u",
-    "status": "succeeded",
-    "createdAt": "2026-11-22T05:39:58.790Z",
-    "startedAt": "2026-11-22T05:39:58.801Z",
-    "finishedAt": "2026-11-22T05:40:01.120Z",
-    "attempts": 1,
-    "result": _SUCCESS_EXAMPLE,
-    "turns": [_TURN_EXAMPLE],
-    "history": [],
-    "transcript": [],
-    "metadata": {},
-    "model": "gpt-4o-mini",
-    "idempotencyKey": None,
-}
-
-
-class Job(_Out):
-    """A job. ``result`` is the envelope at every moment (``in-progress`` until it ends);
-    ``turns`` has one record per model call so far."""
-
-    model_config = ConfigDict(json_schema_extra={"examples": [JOB_EXAMPLE]})
-
-    id: str
-    status: JobStatus
-    created_at: str
-    started_at: str | None
-    finished_at: str | None
-    attempts: int = Field(description="Times a worker claimed the job (1 unless a worker died).")
-    result: Envelope
-    turns: tuple[TurnRecord, ...]
-    history: tuple[Rejection, ...] = Field(description="One entry per rejected answer.")
-    transcript: tuple[TranscriptEntry, ...] = Field(
-        description="The final conversation, when done."
-    )
-    metadata: dict[str, str]
-    model: str | None = Field(description="The model or route the job targets.")
-    idempotency_key: str | None
-    required_action: RequiredAction | None = Field(
-        default=None,
-        description="While requires_action: the tool calls to answer with "
-        "POST /v1/jobs/{id}/tool-outputs, and until when.",
-    )
-
-    @classmethod
-    def of(cls, view: JobView) -> Job:
-        """The response for a stored job (its tenant and stream position stay inside)."""
-        return cls(
-            id=view.id,
-            status=view.status,
-            created_at=view.created_at,
-            started_at=view.started_at,
-            finished_at=view.finished_at,
-            attempts=view.attempts,
-            result=view.result,
-            turns=view.turns,
-            history=view.history,
-            transcript=view.transcript,
-            metadata=view.metadata,
-            model=view.model,
-            idempotency_key=view.idempotency_key,
-            required_action=view.required_action if view.status == "requires_action" else None,
-        )
 
 
 class JobList(_Out):

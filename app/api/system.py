@@ -122,7 +122,12 @@ async def get_metrics(res: Res) -> Response:
     except StoreUnavailable as exc:
         log.warning("metrics: queue stats unavailable: %r", exc)
         queue = None
+    try:
+        outbox: int | None = await res.store.outbox.depth()
+    except StoreUnavailable as exc:
+        log.warning("metrics: callback outbox depth unavailable: %r", exc)
+        outbox = None
     circuits = res.router.snapshot() if res.router is not None else None
-    metrics.record_state(queue=queue, circuits=circuits)
+    metrics.record_state(queue=queue, circuits=circuits, outbox=outbox)
     body, content_type = metrics.exposition()
     return Response(body, media_type=content_type)

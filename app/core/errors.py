@@ -13,6 +13,7 @@ wait before trying again (``retry_after_s``, rendered as ``Retry-After``). One h
     ├── (store) StoreUnavailable 503 store-unavailable  Redis did not answer; Retry-After
     ├── (store) EvictingRedis                       start-up only: maxmemory-policy allkeys-*
     ├── (store) NotWaiting     409 conflict         tool outputs for a job not waiting for them
+    ├── (store) NoDelivery     409 conflict         a callback redelivery with none to send
     ├── (outbound) OutboundRefused 422, OutboundFailed  a call where a tenant points (tools)
     ├── (api) NotFound, Unauthorized, UnsupportedMediaType, ContentTooLarge, NotReady
     └── ProviderError          502                  a model call failed, classified at the edge

@@ -149,6 +149,32 @@ class ToolChoiceName(_Wire):
 ToolChoice = Literal["auto", "none", "required"] | ToolChoiceName
 
 
+CallbackEvent = Literal["succeeded", "failed", "cancelled", "requires_action"]
+CALLBACK_EVENTS: tuple[CallbackEvent, ...] = ("succeeded", "failed", "cancelled", "requires_action")
+TERMINAL_EVENTS: tuple[CallbackEvent, ...] = ("succeeded", "failed", "cancelled")
+
+
+class CallbackSpec(_Wire):
+    """Where the service POSTs the job, signed, when it reaches one of ``events``
+    (docs/callbacks.md): at least once, retried for the service's retry window."""
+
+    url: StrictStr = Field(max_length=2048, description="HTTPS endpoint the service calls.")
+    events: list[CallbackEvent] = Field(
+        default_factory=lambda: list(TERMINAL_EVENTS),
+        min_length=1,
+        max_length=len(CALLBACK_EVENTS),
+        description="The states that are sent (default: the three terminal ones).",
+    )
+
+    @field_validator("events")
+    @classmethod
+    def _once_each(cls, events: list[CallbackEvent]) -> list[CallbackEvent]:
+        for event in events:
+            if events.count(event) > 1:
+                raise ValueError(f"the event {event!r} is listed twice")
+        return events
+
+
 class JobSpec(_Wire):
     """A generation job: a task, the shape of the answer, a budget and options."""
 
@@ -202,6 +228,9 @@ class JobSpec(_Wire):
         "the outputs, on a must-return turn.",
     )
     metadata: dict[str, StrictStr] = Field(default_factory=dict, max_length=64)
+    callback: CallbackSpec | None = Field(
+        default=None, description="POST the job to a URL when it ends (or pauses), signed."
+    )
 
     @model_validator(mode="after")
     def _one_shape(self) -> JobSpec:

@@ -17,6 +17,8 @@ never lose or duplicate a job. Guarantees:
   to live; ``job_end`` is always its last event.
 * Nothing waits on a Redis connection: long-polls, event streams, idle workers and
   cancellations watch one pub/sub subscription per process (``hub.py``).
+* Completion callbacks: the script that moves a job to an event its callback asks for
+  writes the delivery too (``outbox.py``, ``lua/outbox.lua``), so none is lost in a crash.
 * Time is the Redis server's clock (``TIME`` inside the scripts), so leases do not depend on
   the clocks of the hosts that run workers and reapers. Job ids carry the submitting host's
   clock only to make them sort by time.
@@ -28,6 +30,7 @@ back out is typed (``records.py``).
 from app.store.connection import StoreOptions, connect
 from app.store.errors import (
     IdempotencyConflict,
+    NoDelivery,
     NotWaiting,
     QueueFull,
     StoreFull,
@@ -37,7 +40,8 @@ from app.store.errors import (
 from app.store.ids import is_job_id, new_job_id, shard_of
 from app.store.jobs import STATUSES, JobStore, body_digest
 from app.store.leases import Leases, Written
-from app.store.records import Claim, Event, JobView, ReapResult
+from app.store.outbox import Leased, Outbox
+from app.store.records import Claim, Event, JobView, ReapResult, public_job
 
 __all__ = [
     "STATUSES",
@@ -46,8 +50,11 @@ __all__ = [
     "IdempotencyConflict",
     "JobStore",
     "JobView",
+    "Leased",
     "Leases",
+    "NoDelivery",
     "NotWaiting",
+    "Outbox",
     "QueueFull",
     "ReapResult",
     "StoreFull",
@@ -59,5 +66,6 @@ __all__ = [
     "connect",
     "is_job_id",
     "new_job_id",
+    "public_job",
     "shard_of",
 ]

@@ -24,9 +24,11 @@ from redis.asyncio.cluster import RedisCluster
 from redis.commands.core import AsyncScript
 
 from app.core.envelope import Envelope
+from app.core.spec import CALLBACK_EVENTS
 from app.store.hub import Hub
 from app.store.ids import is_job_id, shard_of
 from app.store.keys import Keys, ShardKeys
+from app.store.outbox import Outbox
 from app.store.records import JobView, job_view
 
 SCRIPTS: Final = (
@@ -42,8 +44,11 @@ SCRIPTS: Final = (
     "pause",
     "outputs",
     "expire",
+    "delivery_lease",
+    "delivery_record",
+    "delivery_redeliver",
 )
-CHANNELS: Final = ("work", "done", "events", "cancel")
+CHANNELS: Final = ("work", "done", "events", "cancel", "outbox")
 # The job hash's fields a view is built from (``app.store.records.job_view``).
 VIEW_FIELDS: Final = (
     "id",
@@ -63,6 +68,8 @@ VIEW_FIELDS: Final = (
     "events",
     "action",
     "pauses",
+    "callback",
+    *(f"cb:{event}" for event in CALLBACK_EVENTS),  # its deliveries (lua/outbox.lua)
 )
 
 RedisClient = Redis | RedisCluster
@@ -80,6 +87,7 @@ class StoreOptions:
     max_tenant_bytes: int = 0  # per tenant, shard and window (retention); 0: no cap
     max_in_flight: int = 0  # running jobs per tenant, per shard; 0: no cap
     max_job_s: int = 3_600  # how long a job can run at most (its deadline cap)
+    callback_window_s: int = 86_400  # how long a callback delivery is retried
 
     def __post_init__(self) -> None:
         if (
@@ -132,6 +140,7 @@ class Role:
         self._queued_result = Envelope.in_progress().model_dump_json()
         self.channels = {name: self.keys.channel(name) for name in CHANNELS}
         self.hub = Hub(_pubsub_client(redis), list(self.channels.values()))
+        self.outbox = Outbox(self)
 
     async def aclose(self) -> None:
         await self.hub.close()
@@ -173,7 +182,9 @@ class Role:
 @cache
 def _script_source(name: str) -> str:
     lua = resources.files("app.store") / "lua"
-    return (lua / "common.lua").read_text() + "\n" + (lua / f"{name}.lua").read_text()
+    # outbox.lua first: common.lua's finish calls it.
+    parts = ("outbox.lua", "common.lua", f"{name}.lua")
+    return "\n".join((lua / part).read_text() for part in parts)
 
 
 def _pubsub_client(redis: RedisClient) -> Redis:

@@ -7,6 +7,7 @@ transport failures to ``StoreUnavailable``::
     ├── QueueFull             429 queue-full      the tenant's queue is full; Retry-After
     ├── TenantQuota           429 quota-exceeded  the tenant stored its bytes' worth; Retry-After
     ├── NotWaiting            409 conflict        tool outputs for a job not waiting for them
+    ├── NoDelivery            409 conflict        redeliver a callback the job has not sent yet
     ├── StoreUnavailable      503 store-unavailable  Redis did not answer; retry after 5 s
     └── StoreFull             503 store-full      Redis is at its maxmemory; retry after 30 s
 """
@@ -116,6 +117,23 @@ class NotWaiting(RepromptError):
             )
         )
         self.job_status = status
+
+
+class NoDelivery(RepromptError):
+    """A redelivery asked of a job with no callback delivery yet: no callback, or none of
+    its events has happened."""
+
+    code = CONFLICT
+    status = 409
+    retryable = False
+
+    def __init__(self, has_callback: bool) -> None:
+        super().__init__(
+            "the job has no callback delivery to send again yet: none of its callback's "
+            "events has happened"
+            if has_callback
+            else "the job has no callback"
+        )
 
 
 # What redis-py raises when Redis does not answer. ``RedisClusterException`` (not a

@@ -27,10 +27,19 @@ from app.core.checkpoint import RequiredAction, ToolOutput
 from app.core.envelope import Envelope
 from app.core.errors import InvalidInput
 from app.core.events import JobEnded, ToolOutputsEvent
+from app.core.spec import CallbackSpec
 from app.store.connection import Role, dumps
 from app.store.errors import IdempotencyConflict, NotWaiting, QueueFull, TenantQuota, edge
 from app.store.ids import id_floor, is_job_id, new_job_id
-from app.store.records import Event, JobView, StoredOutputs, events_of, iso, text
+from app.store.records import (
+    Event,
+    JobView,
+    StoredOutputs,
+    callback_status,
+    events_of,
+    iso,
+    text,
+)
 
 STATUSES: Final[frozenset[str]] = frozenset(
     {"queued", "in_progress", "requires_action", "succeeded", "failed", "cancelled"}
@@ -81,6 +90,7 @@ class JobStore(Role):
         shard = self.keys.shard(index)
         job_id = new_job_id(shard=index)
         spec_json = dumps(spec)
+        callback = _callback(spec.get("callback"))
         now_ms = int(time.time() * 1000)
         window = now_ms // (options.retention_s * 1000)
         keys = [
@@ -116,6 +126,7 @@ class JobStore(Role):
                 _QUEUED_EVENT,
                 options.retention_s + options.max_job_s,
                 id_floor(now_ms - (options.retention_s + options.max_job_s) * 1000),
+                "" if callback is None else dumps(callback),
             ],
         )
         outcome, found = text(reply[0]), text(reply[1])
@@ -154,6 +165,7 @@ class JobStore(Role):
                 model=model,
                 idempotency_key=idempotency_key,
                 events=1,
+                callback=callback_status(callback),
             ),
             True,
         )
@@ -419,6 +431,14 @@ def outputs_digest(outputs: Sequence[ToolOutput]) -> str:
         ensure_ascii=False,
     )
     return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def _callback(given: Any) -> dict[str, Any] | None:
+    """The job's callback as its ends read it (``lua/outbox.lua``): ``{url, events}``, the
+    events defaulted. The API validated it already; a store client that did not is told."""
+    if not given:
+        return None
+    return CallbackSpec.model_validate(given).model_dump(mode="json")
 
 
 def _check_outputs(action: RequiredAction, outputs: Sequence[ToolOutput]) -> None:

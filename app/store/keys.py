@@ -13,10 +13,17 @@ spread over the slot space so any number of masters shares them::
     shard.leases                   # rp:{s2-…}:leases        zset: running id → lease end (ms)
     shard.running                  # rp:{s2-…}:running       hash: tenant → running jobs (capped)
     shard.actions                  # rp:{s2-…}:actions       zset: requires_action id → expiry (ms)
+    shard.outbox                   # rp:{s2-…}:outbox        zset: "<id> <event>" → due (ms)
     shard.tenant_index("acme")     # rp:{s2-…}:t:acme        zset: acme's ids by created ms
     shard.tenant_bytes("acme", w)  # rp:{s2-…}:b:acme:<w>    counter: bytes submitted in window w
     shard.idempotency("acme", k)   # rp:{s2-…}:idem:acme:<sha256(k)>   "<id> <body sha256>"
     keys.channel("work")           # rp:work                 pub/sub: a job was queued on shard n
+    keys.channel("outbox")         # rp:outbox               pub/sub: a callback is due (job id)
+
+A callback delivery's state is a field of its job's hash (``cb:<event>``), so it lives and
+expires with the job. The Lua library ``lua/outbox.lua`` derives the outbox key and channel
+from a job key (``job_prefix`` minus ``job:`` plus ``outbox``; the prefix plus
+``:outbox``): keep the layout here and there in step (``tests/store/test_outbox.py``).
 
 A job id carries its shard's number (``app.store.ids``), so any process finds a job's keys
 from its id alone; the Idempotency-Key picks the shard of the job it creates, so a replay
@@ -67,7 +74,17 @@ def shard_tag(index: int) -> str:
 class ShardKeys:
     """The keys of one shard."""
 
-    __slots__ = ("actions", "base", "index", "job_prefix", "leases", "ring", "running", "tag")
+    __slots__ = (
+        "actions",
+        "base",
+        "index",
+        "job_prefix",
+        "leases",
+        "outbox",
+        "ring",
+        "running",
+        "tag",
+    )
 
     def __init__(self, prefix: str, index: int) -> None:
         self.index = index
@@ -78,6 +95,7 @@ class ShardKeys:
         self.leases = f"{self.base}leases"
         self.running = f"{self.base}running"
         self.actions = f"{self.base}actions"
+        self.outbox = f"{self.base}outbox"  # callback deliveries by due time (lua/outbox.lua)
 
     def job(self, job_id: str) -> str:
         return self.job_prefix + job_id
@@ -122,7 +140,7 @@ class Keys:
     def channel(self, name: str) -> str:
         """A pub/sub channel: ``work`` (a job was queued: the shard), ``done`` (a job ended:
         its id), ``events`` (a job has a new event: its id), ``cancel`` (a running job was
-        cancelled: its id)."""
+        cancelled: its id), ``outbox`` (a callback of a job is due: its id)."""
         return f"{self.prefix}:{name}"
 
     def shard_for(self, tenant: str, idempotency_key: str | None, fallback: int) -> int:

@@ -9,16 +9,19 @@ read back into those models here, so nothing above the store handles raw dicts.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Final, cast
 
 from pydantic import TypeAdapter
 
+from app.core.callback import CallbackStatus, Delivery, message_id
 from app.core.checkpoint import Checkpoint, RequiredAction, ToolOutput
 from app.core.conversation import TranscriptEntry
 from app.core.envelope import TERMINAL, Envelope, JobStatus
+from app.core.job import Job
+from app.core.spec import CALLBACK_EVENTS, CallbackEvent
 from app.core.turn import Rejection, Spend, TurnRecord
 from app.core.wire import Wire
 from app.store.ids import shard_of
@@ -46,6 +49,7 @@ class JobView:
     # While requires_action: the calls the client must answer, and until when.
     required_action: RequiredAction | None = None
     pauses: int = 0  # how many times the job waited for tool outputs (names the current one)
+    callback: CallbackStatus | None = None  # its callback and how each delivery went
 
     @property
     def terminal(self) -> bool:
@@ -144,6 +148,76 @@ def job_view(raw: Mapping[Any, Any]) -> JobView | None:
             RequiredAction.model_validate_json(fields["action"]) if fields.get("action") else None
         ),
         pauses=int(fields.get("pauses") or 0),
+        callback=_callback(fields),
+    )
+
+
+def public_job(view: JobView) -> Job:
+    """The job as clients read it (``GET /v1/jobs/{id}``, and a callback's body): its
+    tenant and stream position stay inside."""
+    return Job(
+        id=view.id,
+        status=view.status,
+        created_at=view.created_at,
+        started_at=view.started_at,
+        finished_at=view.finished_at,
+        attempts=view.attempts,
+        result=view.result,
+        turns=view.turns,
+        history=view.history,
+        transcript=view.transcript,
+        metadata=view.metadata,
+        model=view.model,
+        idempotency_key=view.idempotency_key,
+        required_action=view.required_action if view.status == "requires_action" else None,
+        callback=view.callback,
+    )
+
+
+def _callback(fields: Mapping[str, str]) -> CallbackStatus | None:
+    """The callback and its deliveries (``lua/outbox.lua`` keeps each as ``cb:<event>``)."""
+    spec = fields.get("callback")
+    if not spec:
+        return None
+    stored = json.loads(spec)
+    deliveries: list[Delivery] = []
+    for event in CALLBACK_EVENTS:
+        raw = fields.get(f"cb:{event}")
+        if raw:
+            deliveries.append(_delivery(fields["id"], event, json.loads(raw)))
+    deliveries.sort(key=lambda d: d.created_at)
+    return callback_status(stored, deliveries)
+
+
+def callback_status(
+    stored: Mapping[str, Any] | None, deliveries: Sequence[Delivery] = ()
+) -> CallbackStatus | None:
+    """A job's callback (as submitted: ``{url, events}``) with its deliveries so far."""
+    if not stored:
+        return None
+    return CallbackStatus(
+        url=stored["url"], events=tuple(stored["events"]), deliveries=tuple(deliveries)
+    )
+
+
+def _delivery(job_id: str, event: CallbackEvent, d: dict[str, Any]) -> Delivery:
+    def moment(name: str) -> str | None:
+        value = d.get(name)
+        return iso(int(value)) if value is not None else None
+
+    pending = d["state"] == "pending"
+    return Delivery(
+        event=event,
+        state=d["state"],
+        webhook_id=message_id(job_id, event, int(d.get("pause") or 0)),
+        attempts=int(d.get("attempts") or 0),
+        created_at=iso(int(d["created"])),
+        last_attempt_at=moment("last"),
+        last_status=None if d.get("status") is None else int(d["status"]),
+        last_error=d.get("error"),
+        next_attempt_at=moment("due") if pending else None,
+        delivered_at=moment("delivered"),
+        redeliveries=int(d.get("again") or 0),
     )
 
 

@@ -71,6 +71,7 @@ local function finish(job, id, status, result, events, finished, retention, chan
   table.insert(fields, finished)
   redis.call('HSET', job, unpack(fields))
   redis.call('EXPIRE', job, retention)
+  outbox_add(job, id, status)  -- #13: its callback, in this same script (lua/outbox.lua)
   redis.call('PUBLISH', channel, id)
 end
 

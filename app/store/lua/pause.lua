@@ -35,6 +35,7 @@ redis.call('HDEL', KEYS[1], 'owner', 'spent', 'outputs')
 redis.call('ZREM', KEYS[2], ARGV[1])
 uncount(KEYS[3], f[6], f[7])
 redis.call('ZADD', KEYS[4], tonumber(ARGV[9]), ARGV[1])
+outbox_add(KEYS[1], ARGV[1], 'requires_action')  -- #13: its callback (lua/outbox.lua)
 redis.call('PUBLISH', ARGV[10], ARGV[1])
 redis.call('PUBLISH', ARGV[11], ARGV[1])
 return 1

@@ -6,7 +6,7 @@
 --       10 idempotency ttl s  11 job bytes  12 max bytes (tenant, shard, window; 0 = none)
 --       13 window ttl s  14 work channel  15 shard  16 created ms  17 job key prefix
 --       18 queued event json  19 tenant index ttl s  20 the smallest id a job created
---       one tenant-index ttl ago can have
+--       one tenant-index ttl ago can have  21 callback json ('' = none; lua/outbox.lua)
 -- Returns {'created', id} | {'existing', id} | {'conflict', id} | {'full', depth}
 --       | {'quota', bytes}
 local idem = KEYS[6]
@@ -61,6 +61,10 @@ local fields = {
 if ARGV[6] ~= '' then
   table.insert(fields, 'model')
   table.insert(fields, ARGV[6])
+end
+if ARGV[21] ~= '' then  -- #13: what the job's ends send (lua/outbox.lua)
+  table.insert(fields, 'callback')
+  table.insert(fields, ARGV[21])
 end
 if idem then
   table.insert(fields, 'idem')

@@ -1,0 +1,60 @@
+"""Completion callbacks at the API: the submit-time check of a job's ``callback``, and
+the operators' redelivery (docs/callbacks.md).
+
+POST /v1/jobs/{id}/callback/redeliver    send the job's latest callback again
+"""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+from fastapi.responses import Response
+
+from app.api.problems import NotFound
+from app.api.resources import Res, Resources, Tenant
+from app.api.schemas import problems, respond
+from app.core.errors import InvalidInput
+from app.core.job import Job
+from app.core.spec import JobSpec
+from app.store import public_job
+
+router = APIRouter(tags=["jobs"])
+
+
+def check_callback(spec: JobSpec, res: Resources) -> None:
+    """A callback's URL passes the outbound guard, as an HTTP tool's does (no DNS yet: the
+    address is checked at each attempt)."""
+    if spec.callback is None:
+        return
+    problem = res.outbound.guard.check_url(spec.callback.url)
+    if problem is not None:
+        raise InvalidInput(problem, field="callback.url")
+
+
+@router.post(
+    "/v1/jobs/{job_id}/callback/redeliver",
+    response_model=Job,
+    status_code=202,
+    summary="Send a job's latest callback again",
+    responses={
+        202: {"description": "Queued: the delivery is pending and due now."},
+        **problems(
+            401,
+            404,
+            409,
+            503,
+            s409="The job has no callback, or none of its callback's events has happened yet.",
+        ),
+    },
+)
+async def redeliver_callback(job_id: str, res: Res, tenant: Tenant) -> Response:
+    """For operators and the job's owner (any key of the job's tenant): the job's latest
+    delivery (its most recent event) is queued again whatever its state (delivered,
+    failed for good, still retrying), with a new retry window. It is the same message:
+    the same ``webhook-id``, so a receiver that de-duplicates sees a repeat; its body is
+    the job as it is now. Attempts keep counting; ``redeliveries`` says how often."""
+    event = await res.store.outbox.redeliver(job_id, tenant=tenant)
+    job = None if event is None else await res.store.get(job_id, tenant=tenant)
+    if job is None:
+        shown = job_id if len(job_id) <= 64 else job_id[:64] + "…"
+        raise NotFound(f"no job {shown!r}")
+    return respond(public_job(job), 202)

@@ -1,0 +1,171 @@
+"""The callback outbox: the deliveries of jobs' completion callbacks, per shard (#13).
+
+    outbox = leases.outbox                       # each store role has one
+    leased, next_due_s = await outbox.lease(8, lease_ms=15_000)
+    await outbox.record(leased[0], "delivered", status=200)
+    await outbox.record(leased[1], "retry", status=503, error="…", wait_ms=20_000)
+    await jobs.outbox.redeliver(job_id, tenant="acme")   # an operator: send it again
+
+A delivery is written by the script that changes its job's state (``lua/outbox.lua``:
+complete, cancel, the reaper's worker-lost failure, a pause), so a job never reaches an
+event without its delivery. ``lease`` hands due deliveries to one sender each (a lost
+sender's lease ends and another takes it); ``record`` settles an attempt, fenced by the
+lease. Time is the Redis server's clock; the retry window is ``StoreOptions.callback_window_s``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import secrets
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal, cast
+
+from app.core.callback import message_id
+from app.core.spec import CallbackEvent
+from app.store.errors import NoDelivery, edge
+from app.store.hub import ANY, Watch
+from app.store.ids import is_job_id
+from app.store.records import text
+
+if TYPE_CHECKING:
+    from app.store.connection import Role
+
+Outcome = Literal["delivered", "retry", "failed", "superseded", "released"]
+Settled = Literal["pending", "delivered", "failed", "superseded", "stale", "gone"]
+
+
+@dataclass(frozen=True, slots=True)
+class Leased:
+    """A delivery this sender holds until it records an outcome or its lease ends."""
+
+    job_id: str
+    event: CallbackEvent
+    tenant: str
+    url: str
+    attempts: int  # recorded before this one
+    pause: int  # the pause a requires_action delivery is about (0 otherwise)
+    token: str
+
+    @property
+    def webhook_id(self) -> str:
+        return message_id(self.job_id, self.event, self.pause)
+
+    @property
+    def member(self) -> str:
+        return f"{self.job_id} {self.event}"
+
+
+class Outbox:
+    """The outbox of every shard, over a store role's client and scripts."""
+
+    _turn = itertools.count()
+
+    def __init__(self, role: Role) -> None:
+        self._role = role
+
+    @edge
+    async def lease(self, n: int, *, lease_ms: int) -> tuple[list[Leased], float | None]:
+        """Up to ``n`` due deliveries, taking shards in turn, each leased for ``lease_ms``;
+        and the seconds until the next one is due (``None``: the outbox is empty)."""
+        role = self._role
+        shards = role.keys.shards
+        start = next(self._turn)
+        token = secrets.token_hex(8)
+        leased: list[Leased] = []
+        next_due: float | None = None
+        for step in range(shards):
+            if len(leased) >= n:
+                break
+            shard = role.keys.shard((start + step) % shards)
+            flat, due_ms = await role._run(
+                "delivery_lease",
+                [shard.outbox],
+                [shard.job_prefix, n - len(leased), lease_ms, token],
+            )
+            for i in range(0, len(flat), 6):
+                job_id, event, tenant, callback, attempts, pause = flat[i : i + 6]
+                leased.append(
+                    Leased(
+                        job_id=text(job_id),
+                        event=cast(CallbackEvent, text(event)),
+                        tenant=text(tenant),
+                        url=json.loads(callback)["url"],
+                        attempts=int(attempts),
+                        pause=int(pause),
+                        token=token,
+                    )
+                )
+            if int(due_ms) >= 0:
+                due_s = int(due_ms) / 1000
+                next_due = due_s if next_due is None else min(next_due, due_s)
+        return leased, next_due
+
+    @edge
+    async def record(
+        self,
+        leased: Leased,
+        outcome: Outcome,
+        *,
+        status: int | None = None,
+        error: str = "",
+        wait_ms: int = 0,
+    ) -> Settled:
+        """Settle one attempt: the delivery's state after it, ``stale`` when the lease was
+        taken over (nothing written), ``gone`` when the job expired. ``retry`` waits
+        ``wait_ms``, within the window (its last try at the window's end); past the
+        window it is ``failed``. ``released`` gives it back unsent: due now, no attempt."""
+        role = self._role
+        shard = role.shard_of(leased.job_id)
+        reply = await role._run(
+            "delivery_record",
+            [shard.outbox],
+            [
+                shard.job(leased.job_id),
+                leased.member,
+                leased.event,
+                leased.token,
+                outcome,
+                "" if status is None else status,
+                error,
+                max(0, wait_ms),
+                role.options.callback_window_s * 1000,
+            ],
+        )
+        return cast(Settled, text(reply))
+
+    @edge
+    async def redeliver(self, job_id: str, *, tenant: str) -> CallbackEvent | None:
+        """Queue the job's latest delivery again, whatever its state; the event it is for.
+        ``None``: no such job for ``tenant``; ``NoDelivery``: nothing to send again."""
+        if not is_job_id(job_id):
+            return None
+        role = self._role
+        shard = role.shard_of(job_id)
+        reply = await role._run(
+            "delivery_redeliver",
+            [shard.job(job_id), shard.outbox],
+            [job_id, tenant, role.channels["outbox"]],
+        )
+        outcome = text(reply[0])
+        if outcome == "missing":
+            return None
+        if outcome == "none":
+            raise NoDelivery(has_callback=text(reply[1]) == "1")
+        return cast(CallbackEvent, text(reply[1]))
+
+    @edge
+    async def depth(self) -> int:
+        """Deliveries not settled yet (due, waiting to retry, or being sent), every shard."""
+        total = 0
+        for shard in self._role.keys.all_shards():
+            total += int(await self._role._redis.zcard(shard.outbox))
+        return total
+
+    @asynccontextmanager
+    async def wakeups(self) -> AsyncIterator[Watch]:
+        """Set when a delivery is added or redelivered (by any process)."""
+        async with self._role.hub.watch(self._role.channels["outbox"], ANY) as watch:
+            yield watch
