@@ -50,6 +50,7 @@ from app.outbound import (
     load_signing_key,
 )
 from app.outbound.kit import Outbound
+from app.outbound.webhooks import parse_tenant_secrets
 from app.providers.config import ProvidersConfig, load_providers
 from app.providers.embedded import LOCAL_PROVIDER, open_router
 from app.providers.http import DEFAULT_MAX_CONNECTIONS, make_client
@@ -196,9 +197,15 @@ async def open_outbound(settings: Settings) -> AsyncIterator[Outbound]:
     guard = Guard(policy)
     key = settings.webhook_signing_key
     previous = settings.webhook_signing_key_previous
+    own = settings.webhook_secrets
+    own_file = settings.webhook_secrets_file
     signer = Signer(
         load_signing_key(key.get_secret_value() if key else None, settings.data_dir),
         previous=previous.get_secret_value().encode() if previous else None,
+        configured=parse_tenant_secrets(
+            own.get_secret_value() if own else None,
+            own_file.read_bytes() if own_file else None,
+        ),
     )
     secrets = (
         ToolSecrets.load(settings.tool_secrets_file)

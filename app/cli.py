@@ -103,6 +103,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _get(ns.id, url=ns.url, key=ns.key, wait_ms=ns.wait_ms)
         if ns.command == "run":
             return _run_file(ns.file, full=ns.full)
+        if ns.command == "signing-secret":
+            return _signing_secret(ns.tenant)
         if ns.command == "demo":
             return _demo(sim=ns.sim, port=ns.port)
     except ApiError as exc:
@@ -186,6 +188,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     demo.add_argument("--port", type=int, default=0, help="port for the service (default: free)")
     sub.add_parser("sim", help="the flaky-model simulator (reprompt sim --help)")
+    secret = sub.add_parser(
+        "signing-secret",
+        help="print a tenant's whsec_ secret for verifying the service's signed requests "
+        "(operators: run it where the service's settings and data directory are)",
+    )
+    secret.add_argument("tenant")
     return parser
 
 
@@ -284,6 +292,20 @@ def _run_tool_command(command: list[str], call: dict[str, Any]) -> dict[str, Any
         return answer | {"output": json.loads(text)}
     except json.JSONDecodeError:
         return answer | {"output": text}
+
+
+def _signing_secret(tenant: str) -> int:
+    """The tenant's current secret, as the service signs with it: its own when the operator
+    set one, else derived from the operator key (``REPROMPT_WEBHOOK_SIGNING_KEY`` or the
+    data directory's key file). For the operator to hand to the tenant; never served."""
+    from app.assembly import open_outbound
+
+    async def secret() -> str:
+        async with open_outbound(_settings()) as outbound:
+            return outbound.signer.secret_for(tenant)
+
+    print(asyncio.run(secret()))
+    return 0
 
 
 def _get(job_id: str, *, url: str, key: str | None, wait_ms: int) -> int:

@@ -213,6 +213,15 @@ class Settings(BaseSettings):
         default=None,
         description="The key being rotated out: messages carry a signature under each.",
     )
+    webhook_secrets: SecretStr | None = Field(
+        default=None,
+        description="Tenants' own signing secrets, tenant=whsec_… comma-separated (a tenant "
+        "twice: its previous secret, during a rotation); they replace the derived ones.",
+    )
+    webhook_secrets_file: Path | None = Field(
+        default=None,
+        description='TOML of tenants\' signing secrets: [tenants.<name>] secrets = ["whsec_…"].',
+    )
     tool_secrets_file: Path | None = Field(
         default=None,
         description="TOML of per-tenant secrets that outbound headers reference as "
@@ -256,11 +265,11 @@ class Settings(BaseSettings):
             )
         return value
 
-    @field_validator("tool_secrets_file")
+    @field_validator("tool_secrets_file", "webhook_secrets_file")
     @classmethod
     def _secrets_file(cls, value: Path | None) -> Path | None:
         if value is not None and not value.expanduser().is_file():
-            raise ValueError(f"REPROMPT_TOOL_SECRETS_FILE: {value} is not a file")
+            raise ValueError(f"{value} is not a file")
         return value.expanduser() if value is not None else None
 
     # -- end of the outbound block ---------------------------------------------------------

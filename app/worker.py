@@ -40,12 +40,13 @@ from app.core.clock import iso
 from app.core.conversation import TranscriptEntry, stored_transcript
 from app.core.envelope import Envelope, Progress
 from app.core.events import LoopEvent, ToolsAnswered, TurnEnded
-from app.core.loop import Runtime, run_job
+from app.core.loop import Runtime, WebhookCheck, run_job
 from app.core.model import ModelClient, ToolCall, ToolSpec
 from app.core.prompting import show_input
-from app.core.spec import JobSpec, ToolDef
+from app.core.spec import JobSpec, ToolDef, ValidatorSpec
 from app.core.tools import Tool, ToolAnswer
 from app.core.turn import Rejection, Spend, TurnRecord
+from app.core.validators import Verdict
 from app.core.wire import Wire
 from app.delivery import CallbackSender
 from app.outbound.kit import Outbound
@@ -295,6 +296,7 @@ class Worker:
             tracer=trace,
             cancelled=lambda: job.stopped is not None,
             tools=self._http_tools(spec, job.claim),
+            webhook=self._webhook_check(spec, job.claim),
         )
         claim = job.claim
         resume = None
@@ -351,6 +353,19 @@ class Worker:
             spec_ = ToolSpec(tool.name, tool.description, tool.parameters)
             tools.append(Tool(spec_, mode="http", call_handler=call))
         return tools
+
+    def _webhook_check(self, spec: JobSpec, claim: Claim) -> WebhookCheck | None:
+        """Webhook validators of this job, POSTed through the outbound guard, signed."""
+        outbound = self.outbound
+        if outbound is None:
+            return None
+
+        async def check(validator: ValidatorSpec, value: Any, attempt: int) -> Verdict:
+            return await outbound.check(
+                validator, value, attempt, tenant=claim.tenant, job_id=claim.job_id, spec=spec
+            )
+
+        return check
 
     async def _trace(self, job: _Job, event: LoopEvent) -> None:
         """Mirror the loop's events into the job's outbox and the metrics; the outbox is

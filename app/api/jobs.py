@@ -34,6 +34,7 @@ from app.core.contract import build_contract
 from app.core.errors import InvalidInput
 from app.core.job import Job
 from app.core.spec import JobSpec
+from app.providers.router import Router
 from app.store import JobView, public_job
 
 DEFAULT_GENERATE_WAIT_MS: Final = 30_000
@@ -276,6 +277,7 @@ async def _submit(
     check_job(spec, res.settings)
     check_tools(spec, res.settings)
     _check_http_tools(spec, res, tenant)
+    _check_calling_validators(spec, res, router)
     check_callback(spec, res)
     if spec.tools and spec.budget.max_turns > 1:
         lacking = router.without_tools(spec.model)
@@ -321,6 +323,20 @@ def _check_http_tools(spec: JobSpec, res: Resources, tenant: str) -> None:
         problem = res.outbound.secrets.check_headers(tool.headers, tenant)
         if problem is not None:
             raise InvalidInput(problem, field=f"tools[{i}].headers")
+
+
+def _check_calling_validators(spec: JobSpec, res: Resources, router: Router) -> None:
+    """A webhook validator's URL passes the outbound guard; a judge's model is configured."""
+    for i, validator in enumerate(spec.validators):
+        if validator.kind == "webhook" and validator.url is not None:
+            problem = res.outbound.guard.check_url(validator.url)
+            if problem is not None:
+                raise InvalidInput(problem, field=f"validators[{i}].url")
+        elif validator.kind == "judge" and validator.model is not None:
+            try:
+                router.resolve(validator.model)
+            except InvalidInput as exc:
+                raise InvalidInput(exc.detail, field=f"validators[{i}].model") from None
 
 
 def _job(job: JobView, status: int, headers: dict[str, str] | None = None) -> Response:

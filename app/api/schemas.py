@@ -203,19 +203,6 @@ class Health(_Out):
     status: Literal["ok"]
 
 
-class SigningSecret(_Out):
-    """The secret this tenant's receivers verify the service's signed requests with
-    (HTTP tools, webhooks): Standard Webhooks (``webhook-id``, ``webhook-timestamp``,
-    ``webhook-signature``, HMAC-SHA256)."""
-
-    model_config = ConfigDict(
-        json_schema_extra={"examples": [{"secret": "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"}]}
-    )
-
-    secret: str = Field(description="whsec_… (keep it like a password).")
-    scheme: Literal["standard-webhooks"] = "standard-webhooks"
-
-
 class Ready(_Out):
     status: Literal["ready"]
     checks: dict[str, str] = Field(description="Each dependency: ok, or what is wrong.")

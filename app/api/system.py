@@ -15,7 +15,7 @@ from fastapi.responses import Response
 
 from app import metrics
 from app.api.problems import NOT_READY, problem
-from app.api.resources import Res, Tenant, get_tenant
+from app.api.resources import Res, get_tenant
 from app.api.schemas import (
     Circuit,
     Health,
@@ -23,7 +23,6 @@ from app.api.schemas import (
     Models,
     Ready,
     RouteInfo,
-    SigningSecret,
     problems,
     respond,
 )
@@ -94,19 +93,6 @@ async def list_models(res: Res) -> Response:
         )
         listed.append(ModelInfo(name=name, provider=provider, circuit=circuit))
     return respond(Models(default=router_.default, models=listed, routes=routes))
-
-
-@router.get(
-    "/v1/signing-secret",
-    response_model=SigningSecret,
-    tags=["tools"],
-    summary="Your secret for verifying the service's signed requests",
-    responses=problems(401),
-)
-async def signing_secret(res: Res, tenant: Tenant) -> Response:
-    """Receivers of HTTP tool calls verify ``webhook-signature`` with this secret
-    (docs/outbound.md). Each tenant has its own; it is derived from the operator's key."""
-    return respond(SigningSecret(secret=res.outbound.signer.secret_for(tenant)))
 
 
 @router.get(

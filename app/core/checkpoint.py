@@ -89,6 +89,10 @@ class StoredSpend(Wire):
     cost: float = 0.0
     cost_known: bool = True
     transport_retries: int = 0
+    validator_calls: int = 0
+    validator_tokens: int = 0
+    validator_cost: float = 0.0
+    validator_cost_known: bool = True
 
 
 class PendingCall(Wire):

@@ -36,6 +36,9 @@ EVENT_INVALID_RESPONSE: Final = "event-invalid-response"
 
 # Validation errors (spec 001).
 INVALID_INPUT: Final = "invalid-input"
+# A validator that calls out (a webhook, an LLM judge) could not give a verdict: not the
+# model's fault, so nothing is re-asked; the answer it could not check is in the record.
+VALIDATOR_UNAVAILABLE: Final = "validator-unavailable"
 
 # The turn loop's own ends (spec 000 and the budgets beyond turns).
 BUDGET_EXHAUSTED: Final = "budget-exhausted"
@@ -63,6 +66,7 @@ ErrorCode = Literal[
     "event-rejected",
     "event-invalid-response",
     "invalid-input",
+    "validator-unavailable",
     "budget-exhausted",
     "explicit-fail",
     "cost-limit",
@@ -101,14 +105,15 @@ LOOP_ERRORS: Final = frozenset(
         TOOL_TIMEOUT,
     }
 )
-ALL_ERRORS: Final = LLM_ERRORS | EVENT_ERRORS | LOOP_ERRORS | {INVALID_INPUT}
+VALIDATOR_ERRORS: Final = frozenset({VALIDATOR_UNAVAILABLE})
+ALL_ERRORS: Final = LLM_ERRORS | EVENT_ERRORS | LOOP_ERRORS | VALIDATOR_ERRORS | {INVALID_INPUT}
 
 # Retryability for orchestrators (spec 001): transient conditions only.
 RETRYABLE_LLM_ERRORS: Final = frozenset({LLM_TIMEOUT, LLM_RATE_LIMIT, LLM_UNAVAILABLE})
 NON_RETRYABLE_LLM_ERRORS: Final = LLM_ERRORS - RETRYABLE_LLM_ERRORS
 RETRYABLE_EVENT_ERRORS: Final = frozenset({EVENT_TIMEOUT, EVENT_UNAVAILABLE})
 NON_RETRYABLE_EVENT_ERRORS: Final = EVENT_ERRORS - RETRYABLE_EVENT_ERRORS
-RETRYABLE_ERRORS: Final = RETRYABLE_LLM_ERRORS | RETRYABLE_EVENT_ERRORS
+RETRYABLE_ERRORS: Final = RETRYABLE_LLM_ERRORS | RETRYABLE_EVENT_ERRORS | VALIDATOR_ERRORS
 NON_RETRYABLE_ERRORS: Final = ALL_ERRORS - RETRYABLE_ERRORS
 
 # Per-error base delays in milliseconds (spec 001), doubled per attempt, capped.
@@ -118,6 +123,7 @@ BACKOFF_DELAYS_MS: Final[dict[str, int]] = {
     LLM_UNAVAILABLE: 10000,
     EVENT_TIMEOUT: 2000,
     EVENT_UNAVAILABLE: 5000,
+    VALIDATOR_UNAVAILABLE: 5000,
 }
 DEFAULT_BACKOFF_MS: Final = 2000
 MAX_BACKOFF_MS: Final = 30000

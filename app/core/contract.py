@@ -20,7 +20,7 @@ from app.core.prompts import check_custom
 from app.core.signature import compile_signature
 from app.core.spec import JobSpec
 from app.core.validation import check_schema, schema_errors
-from app.core.validators import Validator
+from app.core.validators import Hooks, Validator
 from app.core.work import TooMuchWork, steps_for, work_budget
 
 
@@ -61,7 +61,9 @@ _SHAPES_CACHED: Final = 256
 _SHAPE_TEXT_CACHED: Final = 64 * 1024  # longer sources are compiled every time, not kept
 
 
-def build_contract(spec: JobSpec, extra_validators: Sequence[Validator] = ()) -> Contract:
+def build_contract(
+    spec: JobSpec, extra_validators: Sequence[Validator] = (), hooks: Hooks | None = None
+) -> Contract:
     """Compile the signature or check the schema, and check everything that depends on it."""
     if spec.signature is not None:
         shape = _shape("signature", spec.signature, spec.include_example)
@@ -88,7 +90,7 @@ def build_contract(spec: JobSpec, extra_validators: Sequence[Validator] = ()) ->
     if spec.retry_prompt is not None:
         check_custom(spec.retry_prompt, field="retryPrompt", keys=RETRY_PROMPT_KEYS)
 
-    built = tuple(validator_kinds.build(v, i) for i, v in enumerate(spec.validators))
+    built = tuple(validator_kinds.build(v, i, hooks) for i, v in enumerate(spec.validators))
     return Contract(
         output_schema=output_schema,
         input_schema=input_schema,

@@ -43,6 +43,15 @@ class Execution(Wire):
     wasted_tokens: int = Field(description="Tokens spent on rejected answers.")
     wasted_cost: float | None
     tool_calls: int = Field(default=0, description="Tool calls the model made (work turns).")
+    validator_calls: int = Field(
+        default=0, description="Model calls of judge validators (not in llmCalls)."
+    )
+    validator_tokens: int = Field(
+        default=0, description="Tokens of those calls (included in tokensUsed)."
+    )
+    validator_cost: float | None = Field(
+        default=0.0, description="USD of those calls (included in cost); null when unknown."
+    )
 
 
 class Progress(Wire):

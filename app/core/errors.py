@@ -16,6 +16,7 @@ wait before trying again (``retry_after_s``, rendered as ``Retry-After``). One h
     ├── (store) NoDelivery     409 conflict         a callback redelivery with none to send
     ├── (outbound) OutboundRefused 422, OutboundFailed  a call where a tenant points (tools)
     ├── (api) NotFound, Unauthorized, UnsupportedMediaType, ContentTooLarge, NotReady
+    ├── ValidatorUnavailable   502 validator-unavailable  a webhook or judge gave no verdict
     └── ProviderError          502                  a model call failed, classified at the edge
         ├── ProviderTimeout        llm-timeout      retryable
         ├── ProviderRateLimited    llm-rate-limit   retryable, carries Retry-After
@@ -69,6 +70,15 @@ class SignatureError(InvalidInput):
         self.position = position
         self.expected = expected
         self.source = source
+
+
+class ValidatorUnavailable(RepromptError):
+    """A validator that calls out (webhook, LLM judge) could not say whether the answer
+    passes: timed out, failed, or answered nonsense. Not the model's fault: never re-asked."""
+
+    code = codes.VALIDATOR_UNAVAILABLE
+    status = 502
+    retryable = True
 
 
 class ProviderError(RepromptError):

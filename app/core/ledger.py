@@ -28,6 +28,11 @@ class Spend:
     cost: float = 0.0
     cost_known: bool = True
     transport_retries: int = 0
+    # Of the above, what validators that call a model (judges) spent.
+    validator_calls: int = 0
+    validator_tokens: int = 0
+    validator_cost: float = 0.0
+    validator_cost_known: bool = True
 
     @property
     def tokens(self) -> int:
@@ -48,8 +53,23 @@ class Ledger:
         if text not in self.warnings:
             self.warnings.append(text)
 
-    def account(self, response: LLMResponse, messages: tuple[Message, ...]) -> None:
-        """Add one answered call's tokens, cost, transport retries and warnings."""
+    def account(
+        self, response: LLMResponse, messages: tuple[Message, ...], *, validator: bool = False
+    ) -> None:
+        """Add one answered call's tokens, cost, transport retries and warnings; a
+        ``validator``'s call (a judge) is also counted apart."""
+        spend = self.spend
+        before = (spend.tokens, spend.cost)
+        self._add(response, messages)
+        if validator:
+            spend.validator_calls += 1
+            spend.validator_tokens += spend.tokens - before[0]
+            spend.validator_cost += spend.cost - before[1]
+            spend.validator_cost_known = (
+                spend.validator_cost_known and response.cost_usd is not None
+            )
+
+    def _add(self, response: LLMResponse, messages: tuple[Message, ...]) -> None:
         usage = response.usage
         if usage is None:
             # Honest about it: estimated, and said so.
@@ -93,6 +113,11 @@ class Ledger:
             wasted_tokens=sum(t.tokens for t in wasted),
             wasted_cost=None if wasted_cost is None else round(wasted_cost, 10),
             tool_calls=sum(len(t.tool_calls) for t in self.turns),
+            validator_calls=self.spend.validator_calls,
+            validator_tokens=self.spend.validator_tokens,
+            validator_cost=(
+                round(self.spend.validator_cost, 10) if self.spend.validator_cost_known else None
+            ),
         )
 
     def success(self, data: Any, repairs: tuple[str, ...]) -> Envelope:

@@ -23,8 +23,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Final
 
 from app.core import codes
@@ -42,17 +42,18 @@ from app.core.clock import Clock, SystemClock, iso
 from app.core.contract import Contract, build_contract
 from app.core.conversation import Conversation
 from app.core.envelope import Envelope, Progress
-from app.core.errors import InvalidInput, ProviderError
+from app.core.errors import InvalidInput, ProviderError, ValidatorUnavailable
 from app.core.events import ToolsAnswered, Tracer, TurnEnded, TurnStarted, emit
 from app.core.feedback import Failure, quote, render_feedback
-from app.core.ledger import Ledger
+from app.core.judge import JUDGE_OUTPUT_TOKENS, JUDGE_SCHEMA, judge_messages, judge_verdict
+from app.core.ledger import Ledger, Spend
 from app.core.model import LLMRequest, LLMResponse, Message, ModelClient, ToolCall, ToolSpec
 from app.core.prompting import Prompting
-from app.core.spec import JobSpec, ToolChoiceName
+from app.core.spec import JobSpec, ToolChoiceName, ValidatorSpec
 from app.core.tools import Handled, Tool, Toolbox, answered, handle_calls, work_messages
 from app.core.turn import Outcome, Rejection, TokenUsage, ToolCallRecord, TurnRecord, TurnType
 from app.core.unicode import scrub
-from app.core.validators import Validator, first_failure
+from app.core.validators import Validator, Verdict, first_failure
 from app.core.verdict import Accepted, GaveUp, Refused, Rejected, Work, classify
 from app.core.work import TooMuchWork
 
@@ -85,6 +86,12 @@ class Runtime:
     tools: Sequence[Tool] = ()
     validators: Sequence[Validator] = ()
     cancelled: Callable[[], bool] | None = None
+    # Webhook validators: (spec, candidate, attempt) → (ok, diagnosis), or
+    # ValidatorUnavailable. The worker's goes through the outbound guard.
+    webhook: WebhookCheck | None = None
+
+
+WebhookCheck = Callable[[ValidatorSpec, Any, int], Awaitable[Verdict]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,7 +169,7 @@ class _Run:
     async def run(self, resume: Resume | None = None) -> JobResult:
         try:
             self.tools = Toolbox(_job_tools(self.spec, self.rt.tools))
-            self.contract: Contract = build_contract(self.spec, self.rt.validators)
+            self.contract: Contract = build_contract(self.spec, self.rt.validators, hooks=self)
             self.prompts = Prompting(
                 self.spec, self.contract, self.rt.client, has_tools=bool(self.tools)
             )
@@ -201,15 +208,28 @@ class _Run:
         call = await self._prepare(conversation)
         response = await self._call(call)
         self.ledger.account(response, call.request.messages)
-        verdict = await classify(
-            response,
-            contract=self.contract,
-            spec=self.spec,
-            prompt_text="\n".join(m.content for m in call.request.messages),
-            tools_offered=bool(call.request.tools),
-            max_output_tokens=call.request.max_output_tokens,
-            validate=self._validate,
-        )
+        try:
+            verdict = await classify(
+                response,
+                contract=self.contract,
+                spec=self.spec,
+                prompt_text="\n".join(m.content for m in call.request.messages),
+                tools_offered=bool(call.request.tools),
+                max_output_tokens=call.request.max_output_tokens,
+                validate=self._validate,
+            )
+        except ValidatorUnavailable as exc:
+            # Not the model's fault: no re-ask; the answer it could not check is recorded.
+            content = _scrubbed(response).content or ""
+            await self._record(
+                call,
+                _scrubbed(response),
+                "unchecked",
+                codes.VALIDATOR_UNAVAILABLE,
+                exc.detail,
+                answer=content,
+            )
+            raise _End(codes.VALIDATOR_UNAVAILABLE, exc.detail) from None
         # From here on the answer is recorded: as text that can be stored (the verdict
         # rejected an answer that was not valid Unicode, and says why).
         response = _scrubbed(response)
@@ -364,8 +384,12 @@ class _Run:
     async def _validate(self, value: Any) -> str | None:
         try:
             return await first_failure(self.contract.validators, value)
-        except (ProviderError, TooMuchWork):
+        except (ValidatorUnavailable, TooMuchWork, _End):
             raise
+        except ProviderError as exc:  # an in-process validator's own model call failed
+            raise ValidatorUnavailable(
+                f"a validator's model call failed ({exc.code}): {scrub(exc.detail)[:300]}"
+            ) from None
         except Exception as exc:  # a validator is a black box: its crash must not crash us
             log.warning("validator raised", exc_info=True)
             raise _End(
@@ -473,6 +497,53 @@ class _Run:
             ),
         )
 
+    # -- validators that call out (app.core.validators.Hooks) ---------------------------------
+
+    async def webhook(self, spec: ValidatorSpec, value: Any) -> Verdict:
+        if self.rt.webhook is None:
+            raise ValidatorUnavailable("webhook validators are not available here")
+        return await self.rt.webhook(spec, value, self.rejected + 1)
+
+    async def judge(self, spec: ValidatorSpec, value: Any) -> Verdict:
+        """A configured model grades the candidate; the job's budgets and deadline apply and
+        its spend is counted (apart) in the envelope."""
+        messages = judge_messages(self.spec, spec, value)
+        prompt_tokens = sum(estimate_tokens(m.content) + 4 for m in messages)
+        limit = self.limits.check(
+            prompt_tokens=prompt_tokens,
+            max_output_tokens=JUDGE_OUTPUT_TOKENS,
+            tokens_spent=self.ledger.spend.tokens,
+            cost_spent=self.ledger.spend.cost,
+            estimate_cost=lambda i, o: self.rt.client.estimate_cost(spec.model, i, o),
+        )
+        if not limit.ok:
+            raise _End(limit.error or codes.INTERNAL_ERROR, f"judge: {limit.detail or ''}")
+        request = LLMRequest(
+            messages=messages,
+            model=spec.model,
+            max_output_tokens=limit.max_output_tokens,
+            temperature=0.0,
+            output_schema=JUDGE_SCHEMA,
+            timeout_s=self._time_left(),
+        )
+        try:
+            if request.timeout_s is None:
+                response = await self.rt.client.complete(request)
+            else:
+                async with asyncio.timeout(request.timeout_s):
+                    response = await self.rt.client.complete(request)
+        except ProviderError as exc:
+            self.ledger.spend.transport_retries += exc.transport_retries
+            raise ValidatorUnavailable(
+                f"the judge model {spec.model!r} failed ({exc.code})"
+            ) from None
+        except TimeoutError:
+            raise _End(
+                codes.DEADLINE_EXCEEDED, "the job's deadline passed while a judge graded"
+            ) from None
+        self.ledger.account(response, messages, validator=True)
+        return judge_verdict(spec, response)
+
     # -- pause and resume (client tools) ------------------------------------------------------
 
     def _pause(self, conversation: Conversation, handled: list[Handled]) -> JobResult:
@@ -487,13 +558,7 @@ class _Run:
             started_ms=self.started_ms,
             started_at=ledger.started_at,
             paused_ms=_epoch_ms(self.clock),
-            spend=StoredSpend(
-                input_tokens=spend.input_tokens,
-                output_tokens=spend.output_tokens,
-                cost=spend.cost,
-                cost_known=spend.cost_known,
-                transport_retries=spend.transport_retries,
-            ),
+            spend=StoredSpend.model_validate(asdict(spend)),
             warnings=tuple(ledger.warnings),
             turns=tuple(ledger.turns),
             history=tuple(ledger.history),
@@ -540,12 +605,7 @@ class _Run:
         ledger.started_at = checkpoint.started_at
         deadline_ms = self.spec.budget.deadline_ms
         self.deadline = None if deadline_ms is None else ledger.started + deadline_ms / 1000
-        stored = checkpoint.spend
-        ledger.spend.input_tokens = stored.input_tokens
-        ledger.spend.output_tokens = stored.output_tokens
-        ledger.spend.cost = stored.cost
-        ledger.spend.cost_known = stored.cost_known
-        ledger.spend.transport_retries = stored.transport_retries
+        ledger.spend = Spend(**checkpoint.spend.model_dump(by_alias=False))
         ledger.warnings = list(checkpoint.warnings)
         ledger.turns = list(checkpoint.turns)
         ledger.history = list(checkpoint.history)

@@ -80,10 +80,16 @@ class FallbackSpec(_Wire):
     data: Any
 
 
+class PassIf(_Wire):
+    """When a judge's grade passes: a score of at least ``min_score`` (1–5)."""
+
+    min_score: StrictInt = Field(ge=1, le=5)
+
+
 class ValidatorSpec(_Wire):
     """A declarative semantic check run after the schema passes (see app.core.validators)."""
 
-    kind: Literal["sum", "unique", "compare", "regex", "nonempty"]
+    kind: Literal["sum", "unique", "compare", "regex", "nonempty", "webhook", "judge"]
     path: StrictStr | None = None
     items: StrictStr | None = None
     equals: StrictStr | None = None
@@ -93,6 +99,15 @@ class ValidatorSpec(_Wire):
     pattern: StrictStr | None = None
     tolerance: StrictFloat | StrictInt = 1e-6
     message: StrictStr | None = Field(default=None, max_length=500)
+    # webhook: the URL the worker POSTs the candidate to (signed), and its timeout.
+    url: StrictStr | None = Field(default=None, max_length=2048)
+    timeout_ms: StrictInt | None = Field(default=None, ge=100, le=60_000)
+    # judge: the configured model (or route) that grades, the rubric, and what passes.
+    model: StrictStr | None = Field(default=None, max_length=200)
+    rubric: StrictStr | None = Field(default=None, min_length=1, max_length=4000)
+    pass_if: PassIf | None = Field(
+        default=None, description="judge: a minimum score; unset: the judge's own pass/fail."
+    )
 
 
 # A tool name as every provider accepts it (OpenAI: ^[a-zA-Z0-9_-]{1,64}$; Anthropic the same).

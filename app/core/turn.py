@@ -18,6 +18,7 @@ Outcome = Literal[
     "explicit_fail",  # the model said it cannot do the task
     "refusal",  # the provider or model refused
     "error",  # the call itself failed (after transport retries)
+    "unchecked",  # a validator that calls out could not judge the answer (not the model's fault)
 ]
 # Answers the loop rejected and asked again about (spec 001's retryCount counts these).
 REJECTED: Final[frozenset[str]] = frozenset({"invalid", "rejected", "truncated"})

@@ -7,6 +7,9 @@ The diagnosis becomes the correction message the model sees. Any callable fits::
         return ok, None if ok else "total must equal the sum of the lines"
 
 Jobs submitted over HTTP use the declarative kinds built here from ``ValidatorSpec``.
+Two kinds call out and need ``Hooks`` from whoever runs the job: ``webhook`` (the worker
+POSTs the candidate to the client's URL) and ``judge`` (a configured model grades it);
+either raises ``ValidatorUnavailable`` when it cannot give a verdict.
 """
 
 from __future__ import annotations
@@ -17,10 +20,10 @@ import math
 import operator
 from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 from app.core import jsonpath
-from app.core.errors import InvalidInput
+from app.core.errors import InvalidInput, ValidatorUnavailable
 from app.core.pattern import Pattern, PatternError, compile_pattern
 from app.core.spec import ValidatorSpec
 from app.core.work import charge
@@ -38,6 +41,18 @@ _OPS: dict[str, Callable[[Any, Any], bool]] = {
 }
 
 
+class Hooks(Protocol):
+    """The validators that call out, provided by whoever runs the job."""
+
+    async def webhook(self, spec: ValidatorSpec, value: Any) -> Verdict:
+        """POST the candidate to ``spec.url``; ``(ok, diagnosis)`` from the answer."""
+        ...
+
+    async def judge(self, spec: ValidatorSpec, value: Any) -> Verdict:
+        """Have ``spec.model`` grade the candidate against ``spec.rubric``."""
+        ...
+
+
 async def first_failure(validators: Sequence[Validator], value: Any) -> str | None:
     """Run validators in order; the first diagnosis wins, ``None`` when all pass."""
     for validator in validators:
@@ -48,9 +63,16 @@ async def first_failure(validators: Sequence[Validator], value: Any) -> str | No
     return None
 
 
-def build(spec: ValidatorSpec, index: int) -> Validator:
-    """A validator from its declarative spec; a malformed spec names its field."""
-    return _BUILDERS[spec.kind](spec, f"validators[{index}]")
+def build(spec: ValidatorSpec, index: int, hooks: Hooks | None = None) -> Validator:
+    """A validator from its declarative spec; a malformed spec names its field.
+
+    Without ``hooks`` (the API checking a job at submit) a calling-out kind is checked and
+    built, but cannot run: it raises ``ValidatorUnavailable``.
+    """
+    where = f"validators[{index}]"
+    if spec.kind in _CALLING_OUT:
+        return _CALLING_OUT[spec.kind](spec, where, hooks)
+    return _BUILDERS[spec.kind](spec, where)
 
 
 def _need(spec: ValidatorSpec, where: str, name: str) -> str:
@@ -167,6 +189,35 @@ _BUILDERS: dict[str, Callable[[ValidatorSpec, str], Validator]] = {
     "compare": _build_compare,
     "regex": _build_regex,
     "nonempty": _build_nonempty,
+}
+
+
+def _build_webhook(spec: ValidatorSpec, where: str, hooks: Hooks | None) -> Validator:
+    _need(spec, where, "url")
+
+    async def check_webhook(value: Any) -> Verdict:
+        if hooks is None:
+            raise ValidatorUnavailable("webhook validators run only in a worker")
+        return await hooks.webhook(spec, value)
+
+    return check_webhook
+
+
+def _build_judge(spec: ValidatorSpec, where: str, hooks: Hooks | None) -> Validator:
+    _need(spec, where, "model")
+    _need(spec, where, "rubric")
+
+    async def check_judge(value: Any) -> Verdict:
+        if hooks is None:
+            raise ValidatorUnavailable("judge validators run only in a worker")
+        return await hooks.judge(spec, value)
+
+    return check_judge
+
+
+_CALLING_OUT: dict[str, Callable[[ValidatorSpec, str, Hooks | None], Validator]] = {
+    "webhook": _build_webhook,
+    "judge": _build_judge,
 }
 
 

@@ -61,6 +61,17 @@ def work_budget(steps: int) -> Iterator[None]:
         _BUDGET.reset(token)
 
 
+@contextmanager
+def own_budget(steps: int) -> Iterator[None]:
+    """A budget of its own for a check inside another's (a judge's answer, read while the
+    candidate's validators run): it neither spends nor is limited by the enclosing one."""
+    token = _BUDGET.set(_Budget(steps))
+    try:
+        yield
+    finally:
+        _BUDGET.reset(token)
+
+
 def charge(steps: int) -> None:
     """Spend ``steps`` of the budget in force (none: free); ``TooMuchWork`` past it."""
     budget = _BUDGET.get()

@@ -11,10 +11,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from app.core.spec import JobSpec, ValidatorSpec
 from app.outbound.client import OutboundClient
 from app.outbound.guard import Guard
 from app.outbound.http_tools import HttpToolOutcome, call_http_tool
 from app.outbound.secrets import ToolSecrets
+from app.outbound.webhook_validators import check_candidate
 from app.outbound.webhooks import Signer
 
 
@@ -51,4 +53,30 @@ class Outbound:
             arguments=arguments,
             timeout_ms=min(timeout_ms or self.timeout_ms, self.timeout_ms),
             secrets=self.secrets,
+        )
+
+    async def check(
+        self,
+        validator: ValidatorSpec,
+        value: Any,
+        attempt: int,
+        *,
+        tenant: str,
+        job_id: str,
+        spec: JobSpec,
+    ) -> tuple[bool, str | None]:
+        """A webhook validator's verdict on ``value`` (``ValidatorUnavailable`` if none)."""
+        assert validator.url is not None  # checked when the validator was built
+        timeout_ms = validator.timeout_ms or self.timeout_ms
+        return await check_candidate(
+            self.client,
+            self.signer,
+            tenant=tenant,
+            job_id=job_id,
+            url=validator.url,
+            attempt=attempt,
+            value=value,
+            input=spec.input,
+            metadata=spec.metadata,
+            timeout_ms=min(timeout_ms, self.timeout_ms),
         )

@@ -29,6 +29,7 @@ import logging
 import os
 import secrets
 import time
+import tomllib
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Final
@@ -118,6 +119,54 @@ def verify(
         raise InvalidSignature("no signature matches")
 
 
+def parse_tenant_secrets(env: str | None, file: bytes | None) -> dict[str, tuple[str, ...]]:
+    """Secrets the operator set per tenant, current first, at most two (a rotation):
+    ``env`` is ``tenant=whsec_…`` entries, comma-separated (a tenant named twice: the second
+    is its previous secret); ``file`` is TOML, ``[tenants.<name>] secrets = ["whsec_…", …]``.
+    A malformed entry raises ``ValueError`` naming the tenant, never the secret."""
+    found: dict[str, list[str]] = {}
+    for entry in (env or "").split(","):
+        if not entry.strip():
+            continue
+        tenant, sep, secret = entry.strip().partition("=")
+        if not sep or not tenant:
+            raise ValueError("REPROMPT_WEBHOOK_SECRETS: each entry is tenant=whsec_…")
+        found.setdefault(tenant, []).append(secret)
+    if file is not None:
+        for tenant, listed in _secrets_file(file).items():
+            found.setdefault(tenant, []).extend(listed)
+    for tenant, listed in found.items():
+        if not 1 <= len(listed) <= 2:
+            raise ValueError(f"tenant {tenant!r} has {len(listed)} webhook secrets; 1 or 2")
+        for secret in listed:
+            try:
+                short = not secret.startswith(SECRET_PREFIX) or len(secret_key(secret)) < 16
+            except ValueError:
+                short = True
+            if short:
+                raise ValueError(
+                    f"a webhook secret of tenant {tenant!r} is not whsec_<base64 of 16+ bytes>"
+                )
+    return {tenant: tuple(listed) for tenant, listed in found.items()}
+
+
+def _secrets_file(file: bytes) -> dict[str, list[str]]:
+    try:
+        data = tomllib.loads(file.decode("utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise ValueError(f"the webhook secrets file is not TOML: {exc}") from None
+    tenants = data.get("tenants", {})
+    if not isinstance(tenants, dict):
+        raise ValueError("the webhook secrets file: [tenants.<name>] tables expected")
+    found: dict[str, list[str]] = {}
+    for tenant, table in tenants.items():
+        listed = table.get("secrets") if isinstance(table, dict) else None
+        if not isinstance(listed, list) or not all(isinstance(s, str) for s in listed):
+            raise ValueError(f'the webhook secrets of {tenant!r}: secrets = ["whsec_…"]')
+        found[tenant] = list(listed)
+    return found
+
+
 def tenant_secret(key: bytes, tenant: str) -> str:
     """The tenant's ``whsec_…`` secret under the operator key ``key``."""
     derived = hmac.new(key, tenant.encode("utf-8"), hashlib.sha256).digest()
@@ -171,25 +220,36 @@ class Signer:
         headers = signer.headers("acme", "msg_1", body)
     """
 
-    __slots__ = ("_clock", "_keys")
+    __slots__ = ("_clock", "_configured", "_keys")
 
     def __init__(
-        self, key: bytes, *, previous: bytes | None = None, clock: Callable[[], float] = time.time
+        self,
+        key: bytes,
+        *,
+        previous: bytes | None = None,
+        configured: Mapping[str, tuple[str, ...]] | None = None,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         if len(key) < 16:
             raise ValueError("the webhook signing key must be at least 16 bytes")
         self._keys = (key,) if previous is None else (key, previous)
+        self._configured = dict(configured or {})
         self._clock = clock
 
     def __repr__(self) -> str:
-        return f"Signer(keys={len(self._keys)})"
+        return f"Signer(keys={len(self._keys)}, configured tenants={len(self._configured)})"
 
     def secret_for(self, tenant: str) -> str:
-        """The secret the tenant's receivers verify with (the current key's)."""
-        return tenant_secret(self._keys[0], tenant)
+        """The secret the tenant's receivers verify with: the one the operator set for it,
+        else the one derived from the current key."""
+        return self.secrets_for(tenant)[0]
 
     def secrets_for(self, tenant: str) -> tuple[str, ...]:
-        """Every secret the tenant's messages are signed with, current first."""
+        """Every secret the tenant's messages are signed with, current first: its own
+        (one, or two during a rotation), else one derived from each operator key."""
+        own = self._configured.get(tenant)
+        if own:
+            return own
         return tuple(tenant_secret(key, tenant) for key in self._keys)
 
     def headers(self, tenant: str, msg_id: str, body: bytes) -> dict[str, str]:

@@ -4,9 +4,13 @@ answer. Aimed at a private network, the call is refused, at submit or at call ti
 
 from __future__ import annotations
 
+import base64
 import ipaddress
 import json
+import os
 import socket
+import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,7 +19,7 @@ from typing import Any
 import httpx
 import pytest
 
-from app.outbound import verify
+from app.outbound import Signer, load_signing_key, verify
 from tests.outbound.receiver import Receiver, Reply, Seen
 from tests.service import KEYS, StartApi, api_keys, assert_problem, client, finished
 
@@ -56,6 +60,12 @@ def secrets_file(tmp_path: Path) -> Path:
     return path
 
 
+# Alice's signing secrets, as the operator set them: the current one, and the previous one
+# still valid during a rotation; Bob's is derived from the operator key.
+ALICE_SECRET = "whsec_" + base64.b64encode(b"alice-current-secret-32-bytes!!!").decode()
+ALICE_OLD = "whsec_" + base64.b64encode(b"alice-previous-secret-32-bytes!!").decode()
+
+
 @pytest.fixture
 def alice(start_api: StartApi, secrets_file: Path) -> Iterator[httpx.Client]:
     """An API with a worker whose outbound allowlist holds loopback (the receivers)."""
@@ -65,6 +75,7 @@ def alice(start_api: StartApi, secrets_file: Path) -> Iterator[httpx.Client]:
         outbound_allow=["127.0.0.1"],
         outbound_retries=1,
         tool_secrets_file=secrets_file,
+        webhook_secrets=f"alice={ALICE_SECRET},alice={ALICE_OLD}",
     )
     with client(url, KEYS["alice"]) as http:
         yield http
@@ -77,11 +88,10 @@ def tool_messages(job: dict[str, Any]) -> list[str]:
 def test_an_http_tool_is_called_signed_and_its_answer_reaches_the_model(
     alice: httpx.Client, receiver: Receiver
 ) -> None:
-    secret = alice.get("/v1/signing-secret").json()["secret"]
-    assert secret.startswith("whsec_")
-
     def check(seen: Seen) -> Reply:
-        verify(secret, seen.headers, seen.body)  # raises unless signed for this tenant
+        # Signed with both of alice's secrets during her rotation: either verifies.
+        verify(ALICE_SECRET, seen.headers, seen.body)
+        verify(ALICE_OLD, seen.headers, seen.body)
         return Reply(200, json.dumps({"price": 9.5}).encode())
 
     receiver.script(check)
@@ -202,12 +212,27 @@ def test_headers_may_name_only_the_tenants_own_secrets(alice: httpx.Client) -> N
     assert_problem(alice.post("/v1/jobs", json=job), 422, "invalid-input")
 
 
-def test_the_signing_secret_is_per_tenant(start_api: StartApi) -> None:
-    url = start_api(api_keys=api_keys())
-    with client(url, KEYS["alice"]) as a, client(url, KEYS["bob"]) as b:
-        first, second = a.get("/v1/signing-secret"), b.get("/v1/signing-secret")
-        assert first.status_code == second.status_code == 200
-        assert first.json()["secret"] != second.json()["secret"]
-        assert a.get("/v1/signing-secret").json() == first.json()
-    with client(url) as anonymous:
-        assert_problem(anonymous.get("/v1/signing-secret"), 401, "unauthorized")
+def test_an_operator_prints_a_tenants_secret_with_the_cli(tmp_path: Path) -> None:
+    env = {**os.environ, "REPROMPT_DATA_DIR": str(tmp_path)}
+    env.pop("REPROMPT_WEBHOOK_SIGNING_KEY", None)
+
+    def secret(tenant: str, **extra: str) -> str:
+        proc = subprocess.run(
+            [sys.executable, "-m", "app.cli", "signing-secret", tenant],
+            env={**env, **extra},
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert proc.returncode == 0, proc.stderr
+        return proc.stdout.strip()
+
+    derived = secret("bob")
+    assert derived.startswith("whsec_")
+    assert secret("bob") == derived  # the key file in the data dir keeps it
+    assert secret("carol") != derived
+    # what the service signs with: the same derivation from the same key file
+    key = load_signing_key(None, tmp_path)
+    assert Signer(key).secret_for("bob") == derived
+    assert secret("alice", REPROMPT_WEBHOOK_SECRETS=f"alice={ALICE_SECRET}") == ALICE_SECRET

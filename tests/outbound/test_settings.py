@@ -66,7 +66,8 @@ def test_a_short_signing_key_is_refused_without_showing_it(
 
 def test_a_missing_secrets_file_is_refused(tmp_path: Path) -> None:
     said = _refused(tool_secrets_file=tmp_path / "nope.toml")
-    assert "REPROMPT_TOOL_SECRETS_FILE" in said
+    assert "tool_secrets_file" in said
+    assert "is not a file" in said
     (tmp_path / "s.toml").write_text("", encoding="utf-8")
     assert Settings(tool_secrets_file=tmp_path / "s.toml").tool_secrets_file == tmp_path / "s.toml"
 

@@ -3,7 +3,9 @@ and the operator key kept in the data directory."""
 
 from __future__ import annotations
 
+import base64
 import json
+import re
 import stat
 import time
 from datetime import UTC, datetime
@@ -17,6 +19,7 @@ from app.outbound.webhooks import (
     InvalidSignature,
     Signer,
     load_signing_key,
+    parse_tenant_secrets,
     secret_key,
     sign,
     tenant_secret,
@@ -182,3 +185,41 @@ def test_the_signer_signs_with_the_current_time() -> None:
     headers = Signer(KEY).headers("acme", "msg_1", BODY)
     assert before <= int(headers["webhook-timestamp"]) <= int(time.time())
     verify(Signer(KEY).secret_for("acme"), headers, BODY)
+
+
+def test_tenant_secrets_from_env_and_file_current_first() -> None:
+    a = "whsec_" + base64.b64encode(b"a" * 24).decode()
+    b = "whsec_" + base64.b64encode(b"b" * 24).decode()
+    c = "whsec_" + base64.b64encode(b"c" * 24).decode()
+    file = f'[tenants.bob]\nsecrets = ["{c}"]\n'.encode()
+    found = parse_tenant_secrets(f"alice={a}, alice={b}", file)
+    assert found == {"alice": (a, b), "bob": (c,)}
+    signer = Signer(b"k" * 32, configured=found)
+    assert signer.secrets_for("alice") == (a, b)
+    assert signer.secret_for("bob") == c
+    assert signer.secret_for("carol") == tenant_secret(b"k" * 32, "carol")
+    assert a not in repr(signer)
+
+
+@pytest.mark.parametrize(
+    ("env", "file", "says"),
+    [
+        ("alice", None, "tenant=whsec_"),
+        ("alice=nothex", None, "not whsec_"),
+        ("alice=whsec_AAAA", None, "not whsec_"),
+        (None, b'[tenants.a]\nsecrets = "x"', "secrets = ["),
+        (None, b"not toml [", "not TOML"),
+    ],
+)
+def test_malformed_tenant_secrets_are_refused_without_showing_them(
+    env: str | None, file: bytes | None, says: str
+) -> None:
+    with pytest.raises(ValueError, match=re.escape(says)) as caught:
+        parse_tenant_secrets(env, file)
+    assert "nothex" not in str(caught.value)
+
+
+def test_three_secrets_for_one_tenant_are_refused() -> None:
+    s = "whsec_" + base64.b64encode(b"s" * 24).decode()
+    with pytest.raises(ValueError, match="1 or 2"):
+        parse_tenant_secrets(f"t={s},t={s},t={s}", None)
