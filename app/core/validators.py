@@ -19,7 +19,7 @@ from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-from app.core import jsonpath
+from app.core import grounding, jsonpath
 from app.core.errors import InvalidInput
 from app.core.pattern import Pattern, PatternError, compile_pattern
 from app.core.spec import ValidatorSpec
@@ -48,8 +48,13 @@ async def first_failure(validators: Sequence[Validator], value: Any) -> str | No
     return None
 
 
-def build(spec: ValidatorSpec, index: int) -> Validator:
-    """A validator from its declarative spec; a malformed spec names its field."""
+def build(spec: ValidatorSpec, index: int, job_input: Any = None) -> Validator:
+    """A validator from its declarative spec; a malformed spec names its field.
+
+    ``job_input`` is the job's ``input``: where a ``grounded`` check looks for the values.
+    """
+    if spec.kind == "grounded":
+        return grounding.build(spec, f"validators[{index}]", job_input)
     return _BUILDERS[spec.kind](spec, f"validators[{index}]")
 
 
