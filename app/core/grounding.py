@@ -42,6 +42,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import unicodedata
 from array import array
 from bisect import bisect_right
 from collections.abc import Awaitable, Iterator
@@ -77,6 +78,7 @@ INPUT_CHARS_PER_STEP: Final = 2
 THREAD_ABOVE_CHARS: Final = 65_536
 _CACHED: Final = 10_000  # values looked up per job, remembered across its turns
 _SEPARATOR: Final = "\x00"  # between the strings of a JSON input: never inside a match
+_WIDEN: Final = 24  # a quoted closest text is widened to whole words by at most this
 
 
 def build(spec: ValidatorSpec, where: str, job_input: Any) -> Grounded:
@@ -130,8 +132,8 @@ class _Near:
 
 class Grounded:
     """A ``grounded`` validator: ``check(value)`` gives ``(ok, diagnosis)``; ``spans(value)``
-    the evidence of a value it passed. Called as a validator, it checks in a worker thread
-    when the input is large."""
+    the evidence of a value it passed. Called as a validator inside an event loop, it checks
+    in a worker thread (an awaitable) when the input is large, or not yet measured."""
 
     def __init__(
         self,
@@ -154,7 +156,7 @@ class Grounded:
         self._passed: tuple[Any, tuple[GroundingSpan, ...]] | None = None
 
     def __call__(self, value: Any) -> Verdict | Awaitable[Verdict]:
-        if self._small():
+        if self._small() or not _in_event_loop():
             return self.check(value)
         return asyncio.to_thread(self.check, value)
 
@@ -251,7 +253,7 @@ class Grounded:
         near = source.nearest(needle, max(1, len(needle) // 2))
         if near is None or near.similarity < CLOSEST_AT_LEAST:
             return line
-        line += f"; closest: {_show(source.text_of(near.hit))}"
+        line += f"; closest: {_show(source.quote(near.hit))}"
         if self.mode == "fuzzy":
             line += f" ({near.similarity:.0%} similar, {self.threshold:.0%} needed)"
         return line
@@ -325,9 +327,21 @@ class _Source:
             return json_path(hit.number_at)
         return None if self.paths is None else json_path(self.paths[hit.string])
 
-    def text_of(self, hit: _Hit) -> str:
-        first = self.starts[hit.string]
-        return self.text[first + hit.start : first + hit.end]
+    def quote(self, hit: _Hit) -> str:
+        """The text of ``hit`` widened to whole words (by at most ``_WIDEN`` characters a
+        side, punctuation the widening reached left out): "QX-17" rather than "QX-1"."""
+        text, first = self.text, self.starts[hit.string]
+        start, end = first + hit.start, first + hit.end
+        lo, hi = start, end
+        while lo > first and start - lo < _WIDEN and not _is_break(text[lo - 1]):
+            lo -= 1
+        while hi < len(text) and hi - end < _WIDEN and not _is_break(text[hi]):
+            hi += 1
+        while lo < start and _is_punctuation(text[lo]):
+            lo += 1
+        while hi > end and _is_punctuation(text[hi - 1]):
+            hi -= 1
+        return text[lo:hi]
 
     def exact(self, needle: str) -> _Hit | None:
         text, at = self.text, 0
@@ -411,6 +425,22 @@ class _Source:
         if self._folded is None:
             self._folded = fold_text(self.text)
         return self._folded
+
+
+def _in_event_loop() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
+
+
+def _is_break(char: str) -> bool:
+    return char.isspace() or char == _SEPARATOR
+
+
+def _is_punctuation(char: str) -> bool:
+    return unicodedata.category(char).startswith("P")
 
 
 def _find(text: str, needle: str, at: int) -> int:

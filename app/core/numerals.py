@@ -11,7 +11,9 @@ thousands, or ``,`` decimal with ``.`` thousands (thousands groups of three digi
 first group of one to three), so ``1,234`` is 1234 or 1.234 and ``45,00`` is 45. A run no
 convention reads (``12.03.2024``) is read as its digit groups, each an integer of its own.
 A ``-`` or ``−`` right before it is a sign unless a letter or digit comes before that
-(``SKU-7`` is 7). Numerals longer than ``MAX_NUMERAL_CHARS`` are not read.
+(``SKU-7`` is 7). Digits right after a letter are part of a name, not a numeral (``alice88``,
+``v2``); letters after them are fine (``3kg``). Numerals longer than ``MAX_NUMERAL_CHARS``
+are not read.
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ def numerals(text: str, start: int = 0, end: int | None = None) -> Iterator[Nume
     for found in _NUMERAL.finditer(text, start, len(text) if end is None else end):
         start, end = found.span()
         written = found.group()
-        if end - start > MAX_NUMERAL_CHARS:
+        if end - start > MAX_NUMERAL_CHARS or (start > 0 and text[start - 1].isalpha()):
             continue
         negative = (
             start > 0 and text[start - 1] in _MINUS and (start < 2 or not text[start - 2].isalnum())
@@ -75,7 +77,7 @@ def numeral_index(text: str) -> dict[Decimal | int, tuple[int, int]]:
         written = found.group()
         if written.isdigit():
             start, end = found.span()
-            if end - start > MAX_NUMERAL_CHARS:
+            if end - start > MAX_NUMERAL_CHARS or (start > 0 and text[start - 1].isalpha()):
                 continue
             negative = (
                 start > 0

@@ -69,6 +69,12 @@ def test_a_fabricated_value_is_named_with_the_closest_text_of_the_input() -> Non
     assert diagnosis == '$.lines[1].sku: "H-7" is not in the input; closest: "H-1"'
 
 
+def test_the_closest_text_is_quoted_as_whole_words() -> None:
+    ok, diagnosis = grounded("Item QX-17, qty 3", "$.sku").check({"sku": "QX-71"})
+    assert not ok
+    assert diagnosis == '$.sku: "QX-71" is not in the input; closest: "QX-17"'
+
+
 def test_a_value_with_nothing_like_it_gets_no_closest_text() -> None:
     ok, diagnosis = grounded(INVOICE, "$.vendor").check({"vendor": "Zyxwvut Qq"})
     assert not ok
@@ -260,6 +266,8 @@ def test_a_match_never_crosses_two_strings_of_a_json_input() -> None:
         ("٤٥ items", 45, "٤٥"),
         ("on 12.03.2024", 2024, "2024"),
         ("pay 0.5 now", 0.5, "0.5"),
+        ("weighs 3kg", 3, "3"),
+        ("cost €45", 45, "45"),
     ],
 )
 def test_numbers_match_their_written_forms(source: str, number: float, shown: str) -> None:
@@ -269,7 +277,15 @@ def test_numbers_match_their_written_forms(source: str, number: float, shown: st
 
 @pytest.mark.parametrize(
     ("source", "number"),
-    [("ref 1450", 45), ("ref 45.67", 45), ("item SKU-7", -7), ("x 3.5", 35), ("n 1e3", 1000)],
+    [
+        ("ref 1450", 45),
+        ("ref 45.67", 45),
+        ("item SKU-7", -7),
+        ("x 3.5", 35),
+        ("n 1e3", 1000),
+        ("mail alice88@example.com", 88),
+        ("model v2", 2),
+    ],
 )
 def test_numbers_do_not_match_inside_other_numbers(source: str, number: float) -> None:
     ok, diagnosis = grounded(source, "$.n", numbers=True).check({"n": number})
