@@ -16,6 +16,13 @@ a limit of 3 LLM calls per job, by:
 - ``reprompt strict``: the same with ``strict: true`` (no repair tier), to show how much of
   the result comes from repairs rather than from feedback.
 
+and, for grounded extraction (issue 13), reprompt with the validators a client can write
+without knowing the answer:
+
+- ``reprompt schema-only``: no validators at all;
+- ``reprompt grounded``: one ``grounded`` validator over each family's extracted fields
+  (``bench/tasks.py`` ``GROUNDED_PATHS``, numbers included) instead of the task's checks.
+
 Every system gets a fresh simulator process-thread with the same SimConfig.
 """
 
@@ -41,7 +48,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import httpx
 import jsonschema
 
-from bench.tasks import MODELS, MODES, TASK_SEED, Task, is_correct, semantic_diagnosis, sim_tasks
+from bench.tasks import (
+    GROUNDED_PATHS,
+    MODELS,
+    MODES,
+    TASK_SEED,
+    Task,
+    grounded_validators,
+    is_correct,
+    semantic_diagnosis,
+    sim_tasks,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs" / "benchmarks"
@@ -54,6 +71,7 @@ MAX_TOKENS = 512
 ATTEMPTS = 3
 TEMPERATURE = 0.0
 SYSTEMS = ("single-shot", "instructor JSON", "instructor TOOLS", "reprompt", "reprompt strict")
+GROUNDED_SYSTEMS = ("reprompt schema-only", "reprompt grounded")
 
 
 @dataclass
@@ -67,6 +85,7 @@ class Run:
     seconds: float = 0.0
     last_text: str | None = None  # the final raw answer (bench/real_model.py)
     answers: list[str] = field(default_factory=list)  # every raw answer (bench/real_model.py)
+    outcomes: list[str] = field(default_factory=list)  # each turn's outcome (reprompt only)
 
     @property
     def correct(self) -> bool:
@@ -187,12 +206,19 @@ def run_instructor(url: str, tasks: list[Task], mode_name: str) -> list[Run]:
 # ---------------------------------------------------------------- reprompt
 
 
-def job_for(task: Task, *, strict: bool, structured: str = "prompt") -> dict[str, Any]:
+def checks_for(task: Task, checks: str) -> list[dict[str, Any]]:
+    """The validators of a job: the task's own, a grounded one, or none."""
+    return {"task": task.validators, "grounded": grounded_validators(task), "none": []}[checks]
+
+
+def job_for(
+    task: Task, *, strict: bool, structured: str = "prompt", checks: str = "task"
+) -> dict[str, Any]:
     return {
         "task": task.task,
         "input": task.input,
         "schema": task.schema,
-        "validators": task.validators,
+        "validators": checks_for(task, checks),
         "budget": {"maxTurns": 1, "returnRetries": ATTEMPTS - 1},
         "structuredOutput": structured,
         "maxOutputTokens": MAX_TOKENS,
@@ -201,7 +227,9 @@ def job_for(task: Task, *, strict: bool, structured: str = "prompt") -> dict[str
     }
 
 
-async def _run_reprompt(url: str, tasks: list[Task], strict: bool) -> list[Run]:
+async def _run_reprompt(
+    url: str, tasks: list[Task], strict: bool, name: str, checks: str = "task"
+) -> list[Run]:
     from app.core.loop import Runtime, run_job
     from app.core.spec import JobSpec
     from app.providers.config import ModelConfig, ProviderConfig, ProvidersConfig
@@ -219,11 +247,13 @@ async def _run_reprompt(url: str, tasks: list[Task], strict: bool) -> list[Run]:
             open_router(http, data_dir=Path(tmp), config=config) as router,
         ):
             for task in tasks:
-                run = Run("reprompt strict" if strict else "reprompt", task)
+                run = Run(name, task)
                 t0 = time.perf_counter()
-                spec = JobSpec.model_validate(job_for(task, strict=strict))
+                spec = JobSpec.model_validate(job_for(task, strict=strict, checks=checks))
                 result = await run_job(spec, Runtime(client=router))
                 run.calls = [(t.usage.input_tokens, t.usage.output_tokens) for t in result.turns]
+                run.answers = [t.answer or "" for t in result.turns]
+                run.outcomes = [t.outcome for t in result.turns]
                 env = result.envelope
                 if env.status == "success":
                     run.accepted, run.value = True, env.data
@@ -234,8 +264,115 @@ async def _run_reprompt(url: str, tasks: list[Task], strict: bool) -> list[Run]:
     return runs
 
 
-def run_reprompt(url: str, tasks: list[Task], strict: bool) -> list[Run]:
-    return asyncio.run(_run_reprompt(url, tasks, strict))
+def run_reprompt(url: str, tasks: list[Task], strict: bool, name: str, checks: str) -> list[Run]:
+    return asyncio.run(_run_reprompt(url, tasks, strict, name, checks))
+
+
+# ---------------------------------------------------------------- grounding
+
+
+def grounding_counts(runs: list[Run]) -> dict[str, int]:
+    """Over every answer of every job: the wrong-but-schema-valid ones (parsed and matching
+    the schema after reprompt's repairs, yet not the expected answer), how many a validator
+    rejected (caught), how many of those the next answer fixed, and correct answers that
+    were rejected all the same."""
+    from app.core.answer import check_answer
+
+    counts = dict.fromkeys(
+        (
+            "jobs",
+            "correct",
+            "answers",
+            "wrong_valid",
+            "caught",
+            "fixed",
+            "jobs_caught",
+            "jobs_fixed",
+            "false_rejections",
+            "accepted_wrong",
+        ),
+        0,
+    )
+    for run in runs:
+        judged: list[bool | None] = []
+        for text in run.answers:
+            checked = check_answer(text, run.task.schema)
+            judged.append(is_correct(run.task, checked.value) if checked.ok else None)
+        caught = False
+        for i, (right, outcome) in enumerate(zip(judged, run.outcomes, strict=False)):
+            counts["answers"] += 1
+            if right is False:
+                counts["wrong_valid"] += 1
+                if outcome == "rejected":
+                    counts["caught"] += 1
+                    caught = True
+                    counts["fixed"] += i + 1 < len(judged) and judged[i + 1] is True
+            elif right is True and outcome == "rejected":
+                counts["false_rejections"] += 1
+        counts["jobs"] += 1
+        counts["correct"] += run.correct
+        counts["jobs_caught"] += caught
+        counts["jobs_fixed"] += caught and run.correct
+        counts["accepted_wrong"] += run.accepted and not run.correct
+    return counts
+
+
+def grounding_table(results: dict[str, list[Run]]) -> list[str]:
+    rows = [
+        "| system | correct jobs | answers | wrong but schema-valid | caught (rejected) | "
+        "fixed by the next answer | jobs with a catch that ended correct | correct answers "
+        "rejected | jobs accepted wrong |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for system, runs in results.items():
+        c = grounding_counts(runs)
+        caught = (
+            f"{c['caught']} ({pct(c['caught'] / c['wrong_valid'])})" if c["wrong_valid"] else "0"
+        )
+        fixed = f"{c['fixed']} ({pct(c['fixed'] / c['caught'])})" if c["caught"] else "0"
+        rows.append(
+            f"| {system} | {c['correct']}/{c['jobs']} | {c['answers']} | {c['wrong_valid']} | "
+            f"{caught} | {fixed} | {c['jobs_fixed']}/{c['jobs_caught']} | "
+            f"{c['false_rejections']} | {c['accepted_wrong']} |"
+        )
+    return rows
+
+
+def render_grounding(results: dict[str, list[Run]]) -> list[str]:
+    lines = [
+        "## Grounded extraction (issue 13)",
+        "",
+        "The same tasks through reprompt (same settings as above) with only the checks a "
+        "client can write without knowing the answer: `reprompt schema-only` has no "
+        "validators; `reprompt grounded` has one `grounded` validator (mode `normalized`, "
+        "`numbers: true`) over each family's extracted fields: "
+        + "; ".join(f"{family} `{', '.join(paths)}`" for family, paths in GROUNDED_PATHS.items())
+        + ". A *wrong but schema-valid* answer parses and matches the schema (after "
+        "reprompt's repairs) but is not the expected answer; *caught* = a validator "
+        "rejected it; *fixed* = the re-ask's answer was correct.",
+        "",
+    ]
+    lines += grounding_table(results)
+    grounded = results.get("reprompt grounded")
+    if grounded:
+        lines += [
+            "",
+            "By family, `reprompt grounded`, every mode:",
+            "",
+            "| family | wrong but schema-valid | caught | fixed by the next answer | "
+            "jobs accepted wrong |",
+            "|---|---|---|---|---|",
+        ]
+        for family in GROUNDED_PATHS:
+            runs = [r for r in grounded if r.task.family == family]
+            if not runs:
+                continue
+            c = grounding_counts(runs)
+            lines.append(
+                f"| {family} | {c['wrong_valid']} | {c['caught']} | {c['fixed']} | "
+                f"{c['accepted_wrong']} |"
+            )
+    return lines
 
 
 # ---------------------------------------------------------------- reporting
@@ -360,6 +497,7 @@ def render(
     info: dict[str, str],
     elapsed: float,
     plots: list[str],
+    grounded: dict[str, list[Run]] | None = None,
 ) -> str:
     systems = list(results)
     n_tasks = len(next(iter(results.values())))
@@ -486,6 +624,8 @@ def render(
             lines.append(f"| {system} | 0 | - | - | - | - | - |")
     lines += ["", "## Plots", ""]
     lines += [f"![{p}]({p})" for p in plots]
+    if grounded:
+        lines += ["", *render_grounding(grounded)]
     lines += [
         "",
         "## Machine",
@@ -568,7 +708,7 @@ def main(argv: list[str] | None = None) -> int:
     # full run: 20 tasks per cell = 600 tasks
     parser.add_argument("--per-cell", type=int, default=None, help="tasks per (mode, family)")
     parser.add_argument("--out", type=Path, default=None, help="markdown file to write")
-    parser.add_argument("--systems", default=",".join(SYSTEMS))
+    parser.add_argument("--systems", default=",".join(SYSTEMS + GROUNDED_SYSTEMS))
     args = parser.parse_args(argv)
     args.per_cell = args.per_cell or (1 if args.quick else 20)
     args.command = "python bench/efficacy.py" + " ".join(
@@ -598,9 +738,13 @@ def main(argv: list[str] | None = None) -> int:
             elif system.startswith("instructor"):
                 results[system] = run_instructor(url, tasks, system.split()[1])
             elif system == "reprompt":
-                results[system] = run_reprompt(url, tasks, strict=False)
+                results[system] = run_reprompt(url, tasks, False, system, "task")
             elif system == "reprompt strict":
-                results[system] = run_reprompt(url, tasks, strict=True)
+                results[system] = run_reprompt(url, tasks, True, system, "task")
+            elif system == "reprompt schema-only":
+                results[system] = run_reprompt(url, tasks, False, system, "none")
+            elif system == "reprompt grounded":
+                results[system] = run_reprompt(url, tasks, False, system, "grounded")
             else:
                 raise SystemExit(f"unknown system {system!r}")
         s = summarize(results[system])
@@ -610,8 +754,11 @@ def main(argv: list[str] | None = None) -> int:
             flush=True,
         )
     elapsed = time.perf_counter() - start
+    grounded = {s: results.pop(s) for s in GROUNDED_SYSTEMS if s in results}
     plots = plot(results, out.parent, "efficacy-quick" if args.quick else "efficacy")
-    out.write_text(with_notes(out, render(results, args, machine(), elapsed, plots)))
+    page = render(results, args, machine(), elapsed, plots, grounded)
+    out.write_text(with_notes(out, page))
+    results |= grounded
     raw = Path(tempfile.gettempdir()) / "reprompt-bench" / f"{out.stem}-runs.json"
     raw.parent.mkdir(parents=True, exist_ok=True)
     raw.write_text(

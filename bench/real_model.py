@@ -17,6 +17,10 @@ HTTP endpoint, one request at a time:
 
 All: at most 3 calls, ``temperature=0``, the same max_tokens on the first call, the same
 semantic validators (bench/tasks.py).
+
+Grounded extraction (issue 13): ``reprompt auto schema-only`` (no validators) and ``reprompt
+auto grounded`` (one ``grounded`` validator over the extracted fields instead of the task's
+checks) count the wrong-but-schema-valid answers grounding catches and the re-ask fixes.
 """
 
 from __future__ import annotations
@@ -36,7 +40,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import httpx
 import jsonschema
 
-from bench.efficacy import ATTEMPTS, DOCS, Run, judge_single, machine, pct, with_notes
+from bench.efficacy import (
+    ATTEMPTS,
+    DOCS,
+    Run,
+    checks_for,
+    grounding_table,
+    judge_single,
+    machine,
+    pct,
+    with_notes,
+)
 from bench.tasks import MODELS, TASK_SEED, Task, real_tasks
 
 TEMPERATURE = 0.0
@@ -48,6 +62,8 @@ SYSTEMS = (
     "reprompt auto",
     "reprompt prompt",
     "reprompt auto @0.7",
+    "reprompt auto schema-only",
+    "reprompt auto grounded",
 )
 
 
@@ -147,6 +163,8 @@ async def _run_reprompt(
     structured: str,
     max_tokens: int,
     temperature: float = TEMPERATURE,
+    checks: str = "task",
+    name: str | None = None,
 ) -> list[Run]:
     from app.core.loop import Runtime, run_job
     from app.core.spec import JobSpec
@@ -162,14 +180,14 @@ async def _run_reprompt(
             open_router(http, data_dir=Path(tmp), config=config) as router,
         ):
             for task in tasks:
-                run = Run(f"reprompt {structured}", task)
+                run = Run(name or f"reprompt {structured}", task)
                 t0 = time.perf_counter()
                 spec = JobSpec.model_validate(
                     {
                         "task": task.task,
                         "input": task.input,
                         "schema": task.schema,
-                        "validators": task.validators,
+                        "validators": checks_for(task, checks),
                         "budget": {"maxTurns": 1, "returnRetries": ATTEMPTS - 1},
                         "structuredOutput": structured,
                         "maxOutputTokens": max_tokens,
@@ -182,6 +200,7 @@ async def _run_reprompt(
                 run.calls = [(t.usage.input_tokens, t.usage.output_tokens) for t in result.turns]
                 run.last_text = result.turns[-1].answer if result.turns else None
                 run.answers = [t.answer or "" for t in result.turns]
+                run.outcomes = [t.outcome for t in result.turns]
                 env = result.envelope
                 if env.status == "success":
                     run.accepted, run.value = True, env.data
@@ -286,6 +305,10 @@ def render(
         f"| reprompt auto @0.7 | *variant, not part of the equal-settings comparison*: reprompt "
         f"auto at `temperature=0.7`, `seed={SAMPLING_SEED}`, to see whether sampling lets "
         "the feedback change the answer |",
+        "| reprompt auto schema-only | *grounding variant*: reprompt auto with no validators |",
+        "| reprompt auto grounded | *grounding variant*: reprompt auto with one `grounded` "
+        "validator (`numbers: true`) over the extracted fields (`bench/tasks.py` "
+        "`GROUNDED_PATHS`) instead of the task's checks |",
         "",
         "## Results",
         "",
@@ -333,6 +356,19 @@ def render(
                 )
             cells.append(f"{mark} ({len(r.calls)} calls, {r.seconds:.1f} s)")
         lines.append(f"| {run.task.id} | {run.task.input} | " + " | ".join(cells) + " |")
+    grounding = {s: rs for s, rs in results.items() if s.endswith(("schema-only", "grounded"))}
+    if grounding:
+        lines += [
+            "",
+            "## Grounded extraction (issue 13)",
+            "",
+            "Every answer of the grounding variants, judged against the expected answer. A "
+            "*wrong but schema-valid* answer parses and matches the schema (after reprompt's "
+            "repairs) but is not the expected answer; *caught* = the grounded validator "
+            "rejected it; *fixed* = the re-ask's answer was correct.",
+            "",
+            *grounding_table(grounding),
+        ]
     lines += ["", "## Plots", ""]
     lines += [f"![{p}]({p})" for p in plots]
     lines += [
@@ -431,8 +467,18 @@ def main(argv: list[str] | None = None) -> int:
                     hint=base.endswith("+hint"),
                 )
             elif base.startswith("reprompt "):
+                words = base.split()
+                checks = {"schema-only": "none", "grounded": "grounded"}.get(words[-1], "task")
                 results[system] = asyncio.run(
-                    _run_reprompt(server, tasks, base.split()[1], args.max_tokens, temperature)
+                    _run_reprompt(
+                        server,
+                        tasks,
+                        words[1],
+                        args.max_tokens,
+                        temperature,
+                        checks=checks,
+                        name=system,
+                    )
                 )
             else:
                 raise SystemExit(f"unknown system {system!r}")

@@ -242,6 +242,23 @@ def real_tasks(n: int, easy: int = 0, seed: int = TASK_SEED) -> list[Task]:
     return tasks
 
 
+# ---- grounded extraction (issue 13): the checks a client can write without the answer ----
+
+# The extracted fields of each family: what the source text states. Derived values (a count,
+# a sum) and booleans are not in the text, so grounding cannot check them.
+GROUNDED_PATHS: dict[str, list[str]] = {
+    "invoice": ["$.vendor", "$.lines[*].sku", "$.lines[*].amount", "$.total"],
+    "contact": ["$.name", "$.email", "$.age"],
+    "stats": ["$.values[*]"],
+    "person": ["$.name", "$.age"],
+}
+
+
+def grounded_validators(task: Task) -> list[dict[str, Any]]:
+    """One ``grounded`` validator over the family's extracted fields, numbers included."""
+    return [{"kind": "grounded", "paths": GROUNDED_PATHS[task.family], "numbers": True}]
+
+
 # ---- one semantic check for everyone: reprompt's own declarative validators ----
 
 

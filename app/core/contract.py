@@ -2,6 +2,7 @@
 
 contract = build_contract(spec)         # raises InvalidInput naming the field
 contract.output_schema, contract.example, contract.validators
+contract.grounding(value)               # the evidence grounded validators found for a value
 """
 
 from __future__ import annotations
@@ -13,9 +14,11 @@ from functools import lru_cache
 from typing import Any, Final
 
 from app.core import validators as validator_kinds
+from app.core.envelope import GroundingSpan
 from app.core.errors import InvalidInput
 from app.core.example import example_for
 from app.core.feedback import RETRY_PROMPT_KEYS
+from app.core.grounding import Grounded
 from app.core.prompts import check_custom
 from app.core.signature import compile_signature
 from app.core.spec import JobSpec
@@ -30,6 +33,16 @@ class Contract:
     input_schema: dict[str, Any] | None
     example: str | None  # compact JSON text of a valid instance, when one could be built
     validators: tuple[Validator, ...]
+
+    def grounding(self, value: Any) -> tuple[GroundingSpan, ...]:
+        """Where the input holds the values the grounded validators checked in ``value``
+        (which they passed): one span per concrete path, in validator order."""
+        spans: dict[str, GroundingSpan] = {}
+        for validator in self.validators:
+            if isinstance(validator, Grounded):
+                for span in validator.spans(value):
+                    spans.setdefault(span.path, span)
+        return tuple(spans.values())
 
 
 def _errors(data: Any, schema: dict[str, Any], *, field: str) -> list[str]:
@@ -90,7 +103,9 @@ def build_contract(
     if spec.retry_prompt is not None:
         check_custom(spec.retry_prompt, field="retryPrompt", keys=RETRY_PROMPT_KEYS)
 
-    built = tuple(validator_kinds.build(v, i, hooks) for i, v in enumerate(spec.validators))
+    built = tuple(
+        validator_kinds.build(v, i, hooks, spec.input) for i, v in enumerate(spec.validators)
+    )
     return Contract(
         output_schema=output_schema,
         input_schema=input_schema,

@@ -4,9 +4,9 @@
     # {"status": "success", "data": {...}, "warnings": [], "execution": {"durationMs": ...}}
     Envelope.failure(codes.BUDGET_EXHAUSTED, "no valid answer").job_status   # "failed"
 
-``status`` decides which fields are written: ``data`` on success; ``error``, ``detail``
-(and ``cause``) on error; ``progress`` while in progress. Optional fields without a value
-are left out rather than written as null.
+``status`` decides which fields are written: ``data`` (and ``grounding``) on success;
+``error``, ``detail`` (and ``cause``) on error; ``progress`` while in progress. Optional
+fields without a value are left out rather than written as null.
 """
 
 from __future__ import annotations
@@ -73,6 +73,26 @@ class Progress(Wire):
         return {key: value for key, value in handler(self).items() if value is not None}
 
 
+class GroundingSpan(Wire):
+    """Where the input holds a value of the answer (a ``grounded`` validator found it).
+
+    Offsets count Unicode code points (not UTF-16 units, not bytes), ``end`` exclusive. For
+    a string input they are offsets into the input; for a JSON input, into the string at
+    ``inputPath`` (for a number of the input: into its JSON text)."""
+
+    path: str = Field(description="The answer's value, as a concrete path: $.lines[0].sku.")
+    start: int = Field(description="Offset of the evidence's first character (code points).")
+    end: int = Field(description="Offset just past its last character (exclusive).")
+    input_path: str | None = Field(
+        default=None, description="JSON input only: the input's string or number that holds it."
+    )
+
+    # Not annotated: pydantic then documents the model's own fields in the JSON Schema.
+    @model_serializer(mode="wrap")
+    def _sparse(self, handler: SerializerFunctionWrapHandler):  # type: ignore[no-untyped-def]
+        return {key: value for key, value in handler(self).items() if value is not None}
+
+
 class Envelope(Wire):
     """The result envelope: ``data`` on success, ``error`` + ``detail`` on error, and
     ``progress`` (current turn and phase) while the job is queued or running. Fields that
@@ -88,6 +108,11 @@ class Envelope(Wire):
     confidence: float | None = None
     warnings: tuple[str, ...] = ()
     provenance: str | None = None
+    grounding: tuple[GroundingSpan, ...] = Field(
+        default=(),
+        description="Success only: where the input holds the values grounded validators "
+        "checked (left out when there are none).",
+    )
     execution: Execution | None = None
     progress: Progress | None = Field(
         default=None, description="In progress only: turn, type, attempt, lastOutcome, …"
@@ -159,4 +184,6 @@ class Envelope(Wire):
         for key in ("confidence", "provenance", "execution"):
             if out.get(key) is None:
                 drop.add(key)
+        if not self.grounding:
+            drop.add("grounding")
         return {key: value for key, value in out.items() if key not in drop}

@@ -1,6 +1,7 @@
 """A small JSONPath subset for validators: ``$``, ``.key``, ``["key"]``, ``[3]``, ``[*]``.
 
 select({"lines": [{"qty": 1}, {"qty": 2}]}, "$.lines[*].qty")  # [1, 2]
+locate({"lines": [{"qty": 1}, {"qty": 2}]}, "$.lines[*].qty")  # [(("lines", 0, "qty"), 1), ...]
 """
 
 from __future__ import annotations
@@ -67,5 +68,30 @@ def select(value: Any, path: str | tuple[Step, ...]) -> list[Any]:
                     nxt.append(item[step])
             elif isinstance(item, dict) and step in item:
                 nxt.append(item[step])
+        current = nxt
+    return current
+
+
+Located = tuple[tuple[str | int, ...], Any]
+
+
+def locate(value: Any, path: str | tuple[Step, ...]) -> list[Located]:
+    """What ``select`` reaches, each with its concrete path (keys and non-negative indices)."""
+    steps = parse(path) if isinstance(path, str) else path
+    current: list[Located] = [((), value)]
+    for step in steps:
+        nxt: list[Located] = []
+        for at, item in current:
+            if step is None:
+                if isinstance(item, list):
+                    nxt.extend(((*at, i), v) for i, v in enumerate(item))
+                elif isinstance(item, dict):
+                    nxt.extend(((*at, k), v) for k, v in item.items())
+            elif isinstance(step, int):
+                if isinstance(item, list) and -len(item) <= step < len(item):
+                    index = step % len(item)
+                    nxt.append(((*at, index), item[index]))
+            elif isinstance(item, dict) and step in item:
+                nxt.append(((*at, step), item[step]))
         current = nxt
     return current

@@ -4,7 +4,7 @@ and the envelope built from them.
     ledger = Ledger(clock)
     ledger.account(response, messages)        # after every call
     ledger.turns.append(record)
-    envelope = ledger.success(data, repairs)  # or ledger.failure(code, detail, ...)
+    envelope = ledger.success(data, repairs, grounding)  # or ledger.failure(code, detail, ...)
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any
 
 from app.core.budget import estimate_tokens
 from app.core.clock import Clock, iso
-from app.core.envelope import Envelope, Execution
+from app.core.envelope import Envelope, Execution, GroundingSpan
 from app.core.model import LLMResponse, Message
 from app.core.prompts import render
 from app.core.spec import FallbackSpec
@@ -120,7 +120,9 @@ class Ledger:
             ),
         )
 
-    def success(self, data: Any, repairs: tuple[str, ...]) -> Envelope:
+    def success(
+        self, data: Any, repairs: tuple[str, ...], grounding: tuple[GroundingSpan, ...] = ()
+    ) -> Envelope:
         provenance = None
         if self.history:
             summary = "; ".join(first_line(h.diagnosis) for h in self.history)
@@ -132,6 +134,7 @@ class Ledger:
             data,
             warnings=tuple(repairs) + tuple(self.warnings),
             provenance=provenance,
+            grounding=grounding,
             execution=self.execution(True),
         )
 

@@ -185,7 +185,9 @@ class _Run:
             while self.budget.phase != "exhausted":
                 accepted = await self._turn(conversation)
                 if accepted is not None:
-                    envelope = self.ledger.success(accepted.value, accepted.warnings)
+                    envelope = self.ledger.success(
+                        accepted.value, accepted.warnings, accepted.grounding
+                    )
                     return self._finish(envelope, conversation)
             last = self.last_failure
             raise _End(

@@ -89,7 +89,7 @@ class PassIf(_Wire):
 class ValidatorSpec(_Wire):
     """A declarative semantic check run after the schema passes (see app.core.validators)."""
 
-    kind: Literal["sum", "unique", "compare", "regex", "nonempty", "webhook", "judge"]
+    kind: Literal["sum", "unique", "compare", "regex", "nonempty", "grounded", "webhook", "judge"]
     path: StrictStr | None = None
     items: StrictStr | None = None
     equals: StrictStr | None = None
@@ -108,6 +108,11 @@ class ValidatorSpec(_Wire):
     pass_if: PassIf | None = Field(
         default=None, description="judge: a minimum score; unset: the judge's own pass/fail."
     )
+    # grounded (app.core.grounding): the values at ``paths`` must be found in the input
+    paths: list[StrictStr] | None = Field(default=None, min_length=1, max_length=32)
+    mode: Literal["exact", "normalized", "fuzzy"] | None = None
+    threshold: StrictFloat | StrictInt | None = Field(default=None, gt=0, le=1)
+    numbers: StrictBool = False
 
 
 # A tool name as every provider accepts it (OpenAI: ^[a-zA-Z0-9_-]{1,64}$; Anthropic the same).

@@ -22,7 +22,7 @@ from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Protocol
 
-from app.core import jsonpath
+from app.core import grounding, jsonpath
 from app.core.errors import InvalidInput, ValidatorUnavailable
 from app.core.pattern import Pattern, PatternError, compile_pattern
 from app.core.spec import ValidatorSpec
@@ -63,13 +63,18 @@ async def first_failure(validators: Sequence[Validator], value: Any) -> str | No
     return None
 
 
-def build(spec: ValidatorSpec, index: int, hooks: Hooks | None = None) -> Validator:
+def build(
+    spec: ValidatorSpec, index: int, hooks: Hooks | None = None, job_input: Any = None
+) -> Validator:
     """A validator from its declarative spec; a malformed spec names its field.
 
     Without ``hooks`` (the API checking a job at submit) a calling-out kind is checked and
-    built, but cannot run: it raises ``ValidatorUnavailable``.
+    built, but cannot run: it raises ``ValidatorUnavailable``. ``job_input`` is the job's
+    ``input``: where a ``grounded`` check looks for the values.
     """
     where = f"validators[{index}]"
+    if spec.kind == "grounded":
+        return grounding.build(spec, where, job_input)
     if spec.kind in _CALLING_OUT:
         return _CALLING_OUT[spec.kind](spec, where, hooks)
     return _BUILDERS[spec.kind](spec, where)

@@ -28,6 +28,7 @@ from typing import Any, Final
 
 from app.core.answer import Checked, check_answer
 from app.core.contract import Contract
+from app.core.envelope import GroundingSpan
 from app.core.feedback import (
     Failure,
     failure_bad_text,
@@ -64,6 +65,7 @@ _SALVAGED: Final = (
 class Accepted:
     value: Any
     warnings: tuple[str, ...]
+    grounding: tuple[GroundingSpan, ...] = ()  # the evidence grounded validators found
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,7 +123,11 @@ async def classify(
         if not spec.strict:
             salvaged = await _check(content, schema, prompt=prompt_text, allow_echo=False)
             if salvaged.ok and await _passes(validate, salvaged.value, content):
-                return Accepted(salvaged.value, (*salvaged.warnings, _SALVAGED))
+                return Accepted(
+                    salvaged.value,
+                    (*salvaged.warnings, _SALVAGED),
+                    contract.grounding(salvaged.value),
+                )
         return Rejected(failure_truncated(max_output_tokens))
     fail = _FAIL.fullmatch(unfenced(content))
     if fail is not None:
@@ -135,7 +141,7 @@ async def classify(
         return Rejected(failure_too_complex(f"the checks needed more than {exc.limit} steps"))
     if problem is not None:
         return Rejected(failure_from_validator(problem))
-    return Accepted(checked.value, checked.warnings)
+    return Accepted(checked.value, checked.warnings, contract.grounding(checked.value))
 
 
 def answer_limit(max_output_tokens: int) -> int:

@@ -72,6 +72,16 @@ def own_budget(steps: int) -> Iterator[None]:
         _BUDGET.reset(token)
 
 
+def grant(steps: int) -> None:
+    """Give the budget in force ``steps`` more (none in force: nothing to give). For a check
+    whose work grows with something besides the value it checks: a grounded validator gets
+    steps in proportion to the job's input, which it searches (``app.core.grounding``)."""
+    budget = _BUDGET.get()
+    if budget is not None:
+        budget.left += steps
+        budget.limit += steps
+
+
 def charge(steps: int) -> None:
     """Spend ``steps`` of the budget in force (none: free); ``TooMuchWork`` past it."""
     budget = _BUDGET.get()

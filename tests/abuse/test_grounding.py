@@ -1,0 +1,113 @@
+"""A grounded validator over a ~1 MB input and a hostile answer: the work is bounded, never
+quadratic in the input (app.core.grounding: scans charged to the work budget, fuzzy search
+only in windows around exact hits of pieces, indexes built once per job)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import string
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from app.core.grounding import build
+from app.core.loop import Runtime, run_job
+from app.core.spec import JobSpec, ValidatorSpec
+from app.core.work import TooMuchWork, steps_for, work_budget
+from tests.core.fakes import ScriptedClient, answer
+
+# CPU for one check of a hostile answer against a ~1 MB input (about 0.5 s on a busy 2-core
+# machine; quadratic work would take minutes).
+BOUND_S = 2.0
+INPUT_CHARS = 1_000_000
+
+
+def _words_text(rnd: random.Random, size: int) -> str:
+    words = ["".join(rnd.choices(string.ascii_letters, k=rnd.randint(2, 9))) for _ in range(5000)]
+    return " ".join(rnd.choices(words, k=size // 4))[:size]
+
+
+RND = random.Random(13)
+PROSE = _words_text(RND, INPUT_CHARS)
+INPUTS: dict[str, Any] = {
+    "prose": PROSE,
+    "spaced": PROSE.replace(" ", " \t\n ")[:INPUT_CHARS],
+    "sharp-s": ("Straße " * (INPUT_CHARS // 7)),
+    "one-letter": "a" * INPUT_CHARS,
+    "numerals": "1 " * (INPUT_CHARS // 2),
+    "json-strings": {"cells": [PROSE[i : i + 8] for i in range(0, INPUT_CHARS, 10)]},
+}
+FABRICATED = ["".join(RND.choices(string.ascii_letters, k=8)) for _ in range(3000)]
+
+
+def _cpu(check: Callable[[], Any]) -> tuple[Any, float]:
+    began = time.thread_time()
+    try:
+        result = check()
+    except TooMuchWork as exc:
+        result = exc
+    return result, time.thread_time() - began
+
+
+def _checked(job_input: Any, value: Any, **fields: Any) -> tuple[Any, float]:
+    spec = ValidatorSpec.model_validate({"kind": "grounded", "paths": ["$"], **fields})
+    check = build(spec, "validators[0]", job_input)
+
+    def run() -> Any:
+        # The budget the verdict gives validators (app.core.verdict._validated).
+        with work_budget(steps_for(len(json.dumps(value)))):
+            return check.check(value)
+
+    return _cpu(run)
+
+
+@pytest.mark.parametrize("mode", ["exact", "normalized", "fuzzy"])
+@pytest.mark.parametrize("name", list(INPUTS))
+def test_thousands_of_fabricated_values_over_a_megabyte_are_bounded(name: str, mode: str) -> None:
+    result, took = _checked(INPUTS[name], FABRICATED, mode=mode)
+    assert isinstance(result, TooMuchWork) or result[0] is False
+    assert took < BOUND_S, f"{name}/{mode}: {took:.2f} s"
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "fields"),
+    [
+        # every hit of "se" starts inside a folded "ß": each is found, then refused
+        ("sharp-s", ["sest"] * 3, {}),
+        # windows full of near matches; a long pattern's bit vectors span words
+        ("one-letter", ["a" * 1999 + "b"], {"mode": "fuzzy", "threshold": 0.5}),
+        ("one-letter", [f"{'a' * 40}{c}{'a' * 40}" for c in string.digits], {"mode": "fuzzy"}),
+        # a match that would cross from one string of the input to the next, everywhere
+        ("json-strings", ["\x00".join(["x"] * 500)], {"mode": "exact"}),
+        ("numerals", list(range(2, 3000)), {"numbers": True}),
+    ],
+    ids=["misaligned", "long-fuzzy", "fuzzy-windows", "crossing", "numbers"],
+)
+def test_pathological_values_are_bounded(name: str, value: Any, fields: dict[str, Any]) -> None:
+    _, took = _checked(INPUTS[name], value, **fields)  # found or not: either is right here
+    assert took < BOUND_S, f"{name}: {took:.2f} s"
+
+
+def test_a_hostile_answer_over_a_megabyte_input_ends_as_a_rejected_turn() -> None:
+    spec = JobSpec.model_validate(
+        {
+            "task": "Extract the names",
+            "input": PROSE,
+            "signature": "{names [:string]}",
+            "budget": {"maxTurns": 1},
+            "maxOutputTokens": 16_000,
+            "validators": [{"kind": "grounded", "paths": ["$.names[*]"], "mode": "fuzzy"}],
+        }
+    )
+    client = ScriptedClient([answer({"names": FABRICATED})])
+    began = time.process_time()  # the check runs in a worker thread: count the process
+    result = asyncio.run(run_job(spec, Runtime(client=client)))
+    took = time.process_time() - began
+    (turn,) = result.turns
+    assert turn.outcome in ("invalid", "rejected")
+    assert result.envelope.error == "budget-exhausted"
+    assert took < BOUND_S * 2
