@@ -67,6 +67,8 @@ log = logging.getLogger(__name__)
 # A worker's metrics port is the first free one of REPROMPT_WORKER_METRICS_PORT and the
 # next 31, so up to 32 workers on one host get predictable ports; more get any free one.
 METRICS_PORT_SPAN = 32
+# How long a worker's Redis command may wait for a free connection of its pool.
+WORKER_REDIS_QUEUE_S = 30.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,16 +141,21 @@ async def open_parts(
         else:
             raise ValueError("no Redis URL and no embedded redis-server")
         options = store_options(settings)
-        # Two pools: however many requests the API serves, the worker's claims, heartbeats
-        # and commits always find a connection.
-        api_redis, worker_redis = _connect(url, settings), _connect(url, settings)
-        for client in (api_redis, worker_redis):
+        # Separate pools: however many requests the API serves, the worker's claims,
+        # heartbeats and commits always find a connection; and however many writes and
+        # commits the worker's jobs send, its claims, heartbeats and reaps have a few
+        # connections of their own (the lane). The worker's commands queue for a connection
+        # when all are busy (thousands of held jobs commit in bursts); the API's fail at once.
+        api_redis = _connect(url, settings)
+        worker_redis = _connect(url, settings, queue_s=WORKER_REDIS_QUEUE_S)
+        lane = _connect(url, settings, queue_s=WORKER_REDIS_QUEUE_S, max_connections=4)
+        for client in (api_redis, worker_redis, lane):
             stack.push_async_callback(client.aclose)
         # An evicting Redis would drop jobs silently: refuse it now (EvictingRedis).
         warning = judge(await eviction_policy(api_redis))
         if warning is not None:
             log.warning("%s", warning)
-        jobs, leases = JobStore(api_redis, options), Leases(worker_redis, options)
+        jobs, leases = JobStore(api_redis, options), Leases(worker_redis, options, lane=lane)
         stack.push_async_callback(jobs.aclose)
         stack.push_async_callback(leases.aclose)
         # One connection per job a worker may hold: a smaller pool queues model calls.
@@ -376,8 +383,12 @@ def _fairness(settings: Settings) -> Fairness:
     )
 
 
-def _connect(url: str, settings: Settings) -> RedisClient:
-    return connect(url, cluster=settings.redis_cluster)
+def _connect(
+    url: str, settings: Settings, *, queue_s: float | None = None, max_connections: int = 200
+) -> RedisClient:
+    return connect(
+        url, cluster=settings.redis_cluster, queue_s=queue_s, max_connections=max_connections
+    )
 
 
 def _worker_ended(task: asyncio.Task[None]) -> None:

@@ -51,7 +51,7 @@ from app.core.wire import Wire
 from app.delivery import CallbackSender
 from app.outbound.kit import Outbound
 from app.settings import Settings
-from app.store import Claim, Leases, StoreUnavailable, Written
+from app.store import MAX_CLAIM, Claim, Leases, StoreUnavailable, Written
 
 # Not __name__: run as ``python -m app.worker`` this module is ``__main__``.
 log = logging.getLogger("app.worker")
@@ -65,6 +65,10 @@ WRITE_TRIES: Final = 3
 # written, and goes with the next write or the commit if that comes first: a fast call
 # costs one Redis round trip, not three.
 FLUSH_AFTER_S: Final = 0.1
+# The most jobs one claim asks for (at most the store's MAX_CLAIM): a claim's jobs are all
+# started in one turn of the event loop, and a worker with thousands of free slots should
+# not keep its heartbeats and running jobs waiting for that long.
+CLAIM_BATCH: Final = min(100, MAX_CLAIM)
 # How long a cancelled job may take to unwind and release its claim on shutdown.
 UNWIND_TIMEOUT_S: Final = 10.0
 # How often a stopped job's task is cancelled again until the cancellation lands.
@@ -181,7 +185,7 @@ class Worker:
             if not await self._take_slot(stop):
                 return
             # Every free slot, in one round trip: a busy worker claims in batches.
-            free = 1 + self._free_slots()
+            free = 1 + min(self._free_slots(), CLAIM_BATCH - 1)
             try:
                 claims = await self.store.claim(self.worker_id, free, first=hint)
             except Exception:
@@ -668,24 +672,34 @@ class Worker:
             await asyncio.sleep(period)
             jobs = [job for job in self._jobs.values() if job.stopped is None]
             if jobs:
-                await asyncio.gather(*(self._beat(job, period) for job in jobs))
+                await self._beat(jobs, period)
 
-    async def _beat(self, job: _Job, timeout_s: float) -> None:
+    async def _beat(self, jobs: list[_Job], timeout_s: float) -> None:
+        """Renew every lease in ``jobs`` at once (a script per shard and batch, not a round
+        trip per job: 10,000 held jobs cost a few scripts per period)."""
         try:
             async with asyncio.timeout(timeout_s):
-                held = await self.store.heartbeat(job.id, job.claim.token)
+                lost = await self.store.heartbeats([(job.id, job.claim.token) for job in jobs])
         except Exception as exc:
-            # Unknown: keep going while the lease may still hold; the commit is fenced anyway.
-            silent_s = time.monotonic() - job.last_beat
-            held = silent_s < self.settings.lease_ms / 1000
+            # Unknown: keep going while a lease may still hold; the commit is fenced anyway.
+            now = time.monotonic()
+            silent_s = max(now - job.last_beat for job in jobs)
+            lease_s = self.settings.lease_ms / 1000
+            lost = {job.id for job in jobs if now - job.last_beat >= lease_s}
             log.warning(
-                "job %s: heartbeat failed (%.1fs since the last): %r", job.id, silent_s, exc
+                "heartbeat of %d jobs failed (%.1fs since the oldest one's last): %r",
+                len(jobs),
+                silent_s,
+                exc,
             )
         else:
-            if held:
-                job.last_beat = time.monotonic()
-        if not held and self._stop(job, "lease-lost"):
-            log.warning("job %s: lease lost, stopping it; nothing is committed", job.id)
+            now = time.monotonic()
+            for job in jobs:
+                if job.id not in lost:
+                    job.last_beat = now
+        for job in jobs:
+            if job.id in lost and self._stop(job, "lease-lost"):
+                log.warning("job %s: lease lost, stopping it; nothing is committed", job.id)
 
     async def _cancellations(self) -> None:
         while True:

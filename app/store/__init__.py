@@ -39,11 +39,12 @@ from app.store.errors import (
 )
 from app.store.ids import is_job_id, new_job_id, shard_of
 from app.store.jobs import STATUSES, JobStore, body_digest
-from app.store.leases import Leases, Written
+from app.store.leases import MAX_CLAIM, Leases, Written
 from app.store.outbox import Leased, Outbox
 from app.store.records import Claim, Event, JobView, ReapResult, public_job
 
 __all__ = [
+    "MAX_CLAIM",
     "STATUSES",
     "Claim",
     "Event",

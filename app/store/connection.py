@@ -19,7 +19,7 @@ from functools import cache
 from importlib import resources
 from typing import Any, Final
 
-from redis.asyncio import Redis
+from redis.asyncio import BlockingConnectionPool, Redis
 from redis.asyncio.cluster import RedisCluster
 from redis.commands.core import AsyncScript
 
@@ -37,6 +37,7 @@ SCRIPTS: Final = (
     "write",
     "complete",
     "heartbeat",
+    "heartbeats",
     "release",
     "cancel",
     "reap",
@@ -105,11 +106,15 @@ def connect(
     cluster: bool = False,
     max_connections: int = 200,
     socket_timeout_s: float = 30.0,
+    queue_s: float | None = None,
 ) -> RedisClient:
     """The Redis client (and pool) of one process role. Close it with ``aclose()``.
 
     No call holds a connection while it waits (waits go through one pub/sub subscription),
-    so the pool is sized for concurrent commands, not for waiting clients.
+    so the pool is sized for concurrent commands, not for waiting clients. A command that
+    finds every connection busy fails at once (``StoreUnavailable``), or with ``queue_s``
+    waits up to that long for one: a worker holding thousands of jobs sends bursts of
+    writes and commits far larger than any pool (not on a cluster: its pools cannot wait).
     """
     options: dict[str, Any] = {
         "socket_timeout": socket_timeout_s,
@@ -120,6 +125,8 @@ def connect(
     }
     if cluster:
         return RedisCluster.from_url(url, **options)
+    if queue_s is not None:
+        return Redis.from_pool(BlockingConnectionPool.from_url(url, timeout=queue_s, **options))
     return Redis.from_url(url, **options)
 
 

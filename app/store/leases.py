@@ -4,6 +4,7 @@
     claims = await leases.claim("worker-1", n=8)      # [] when every shard's queue is empty
     if not claims:
         await leases.wait_for_work(timeout_s=5)
+    lost = await leases.heartbeats([(c.job_id, c.token) for c in held])  # every lease at once
     ok = await leases.write(claim, turn=record, events=[...], progress=progress)
     ok = await leases.complete(claim, envelope=..., history=..., transcript=...)
     # ok is False when the claim is not ours any more (reaped, cancelled): nothing written
@@ -16,12 +17,13 @@ so it is kept whoever writes it, as long as the job has not ended.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import json
 import time
 from collections.abc import AsyncGenerator, Sequence
 from enum import Enum
-from typing import Final
+from typing import Any, Final
 
 from app.core import codes
 from app.core.checkpoint import Checkpoint, RequiredAction
@@ -30,13 +32,19 @@ from app.core.envelope import Envelope, Progress
 from app.core.events import JobEnded, QueueEvent
 from app.core.turn import Rejection, Spend, TurnRecord
 from app.core.wire import Wire
-from app.store.connection import Role, dumps
+from app.store.connection import RedisClient, Role, StoreOptions, dumps
 from app.store.errors import edge
 from app.store.hub import ANY
-from app.store.ids import is_job_id
+from app.store.ids import is_job_id, shard_of
 from app.store.records import Claim, JobView, ReapResult, checkpoint, outputs, spend, text
 
 _REAP_BATCH: Final = 100
+# The most jobs one claim leases (a larger ``n`` is cut to it): the claim script keeps
+# Redis busy, and its reply (every spec) keeps the worker busy, in proportion; and the
+# script cannot lease more than about 4000 jobs in one ZADD.
+MAX_CLAIM: Final = 500
+# The most leases one heartbeat script renews: about a millisecond of Redis per script.
+HEARTBEAT_BATCH: Final = 1000
 
 
 class Written(Enum):
@@ -55,18 +63,40 @@ class Leases(Role):
 
     _turn = itertools.count()
 
+    def __init__(
+        self,
+        redis: RedisClient,
+        options: StoreOptions | None = None,
+        *,
+        lane: RedisClient | None = None,
+        **fields: Any,
+    ) -> None:
+        """``lane``: a client of its own (owned and closed by the caller) for claims,
+        heartbeats and reaps, so they never queue behind job writes and commits, which a
+        worker holding thousands of jobs sends in bursts larger than its pool."""
+        super().__init__(redis, options, **fields)
+        self._lane = redis if lane is None else lane
+
+    async def _control(
+        self, name: str, keys: Sequence[str], args: Sequence[str | int | float]
+    ) -> Any:
+        """Run script ``name`` on the lane (``_run`` is on the shared pool)."""
+        return await self._scripts[name](keys=keys, args=args, client=self._lane)
+
     @edge
     async def claim(self, worker_id: str, n: int = 1, *, first: int | None = None) -> list[Claim]:
-        """Lease up to ``n`` queued jobs, taking shards and, within one, tenants in turn.
+        """Lease up to ``n`` queued jobs (at most ``MAX_CLAIM``), taking shards and, within
+        one, tenants in turn.
 
         ``first`` is the shard to look at first (a wake-up names where work was queued).
         """
+        n = min(n, MAX_CLAIM)
         shards = self.keys.shards
         start = next(self._turn) if first is None else first
         claims: list[Claim] = []
         for step in range(shards):
             shard = self.keys.shard((start + step) % shards)
-            reply = await self._run(
+            reply = await self._control(
                 "claim",
                 [shard.ring, shard.leases, shard.running],
                 [
@@ -119,6 +149,36 @@ class Leases(Role):
             [job_id, token, self.options.lease_ms],
         )
         return bool(int(reply))
+
+    @edge
+    async def heartbeats(
+        self, held: Sequence[tuple[str, int]], *, batch: int = HEARTBEAT_BATCH
+    ) -> set[str]:
+        """Extend the lease of every ``(job_id, token)`` in ``held`` by ``lease_ms``, each
+        fenced by its token, in one script per shard and ``batch`` jobs, sent together; the
+        ids whose lease is lost (stop working on them). Their leases are left alone.
+
+            lost = await leases.heartbeats([(claim.job_id, claim.token), ...])
+
+        If any script fails this raises, though the others may have renewed their leases.
+        """
+        by_shard: dict[int, list[tuple[str, int]]] = {}
+        for job_id, token in held:
+            by_shard.setdefault(shard_of(job_id), []).append((job_id, token))
+        calls = []
+        for index, jobs in by_shard.items():
+            shard = self.keys.shard(index)
+            for start in range(0, len(jobs), batch):
+                args: list[str | int] = [shard.job_prefix, self.options.lease_ms]
+                for job_id, token in jobs[start : start + batch]:
+                    args += (job_id, token)
+                calls.append(self._control("heartbeats", [shard.leases], args))
+        lost: set[str] = set()
+        for reply in await asyncio.gather(*calls, return_exceptions=True):
+            if isinstance(reply, BaseException):
+                raise reply
+            lost.update(text(job_id) for job_id in reply)
+        return lost
 
     @edge
     async def write(
@@ -268,7 +328,7 @@ class Leases(Role):
         )
         for shard in self.keys.all_shards():
             while True:
-                ids, scanned = await self._run(
+                ids, scanned = await self._control(
                     "expire",
                     [shard.actions, shard.ring],
                     [
@@ -286,7 +346,7 @@ class Leases(Role):
                 if int(scanned) < _REAP_BATCH:
                     break
             while True:
-                again, dead, scanned = await self._run(
+                again, dead, scanned = await self._control(
                     "reap",
                     [shard.leases, shard.ring, shard.running],
                     [
