@@ -165,10 +165,10 @@ class Proc:
         return [self.pid, *self.extra_pids]
 
 
-def _spawn(name: str, argv: list[str], env: dict[str, str], logdir: Path) -> Proc:
+def _spawn(name: str, argv: list[str], env: dict[str, str], logdir: Path, cwd: Path = ROOT) -> Proc:
     log = logdir / f"{name}.log"
     fh = log.open("wb")
-    popen = subprocess.Popen(argv, env=env, stdout=fh, stderr=subprocess.STDOUT, cwd=ROOT)
+    popen = subprocess.Popen(argv, env=env, stdout=fh, stderr=subprocess.STDOUT, cwd=cwd)
     fh.close()
     return Proc(name, popen, log=log)
 
@@ -199,10 +199,16 @@ def wait_http(url: str, proc: Proc, timeout: float = 60.0) -> None:
 
 
 class Stack(contextlib.ExitStack):
-    """An ExitStack that also owns a temporary directory for logs, data and config."""
+    """An ExitStack that also owns a temporary directory for logs, data and config.
 
-    def __init__(self) -> None:
+    ``code``: the source tree ``reprompt`` services run from (``python -m app.cli`` in that
+    directory imports its ``app``), e.g. an export of an earlier commit for a before/after
+    run; the simulator always runs from this tree.
+    """
+
+    def __init__(self, code: Path = ROOT) -> None:
         super().__init__()
+        self.code = code
         self.tmp = Path(self.enter_context(tempfile.TemporaryDirectory(prefix="rp-bench-")))
 
     # -- the simulator, in its own process so it never shares a GIL with the load generator
@@ -240,20 +246,23 @@ class Stack(contextlib.ExitStack):
         assert process is not None
         return server.url, process.pid
 
-    def providers(self, sim_url: str) -> Path:
+    def providers(self, sim_url: str, timeout_s: float | None = None) -> Path:
         path = self.tmp / f"providers-{abs(hash(sim_url))}.toml"
+        timeout = "" if timeout_s is None else f"timeout_s = {timeout_s}\n"
         path.write_text(
-            f'[providers.sim]\nkind = "openai"\nbase_url = "{sim_url}/v1"\n\n'
+            f'[providers.sim]\nkind = "openai"\nbase_url = "{sim_url}/v1"\n{timeout}\n'
             '[models.sim-model]\nprovider = "sim"\nstructured = "prompt"\n'
         )
         return path
 
-    def env(self, sim_url: str, redis_url: str | None, **extra: Any) -> dict[str, str]:
+    def env(
+        self, sim_url: str, redis_url: str | None, *, timeout_s: float | None = None, **extra: Any
+    ) -> dict[str, str]:
         env = dict(os.environ)
         for key in [k for k in env if k.startswith("REPROMPT_") or k == "REDIS_URL"]:
             del env[key]
         env.update(
-            REPROMPT_PROVIDERS=str(self.providers(sim_url)),
+            REPROMPT_PROVIDERS=str(self.providers(sim_url, timeout_s)),
             REPROMPT_DATA_DIR=str(self.tmp / f"data-{free_port()}"),
             REPROMPT_WORKER_METRICS_PORT="0",
             REPROMPT_MAX_QUEUED="100000",
@@ -275,7 +284,7 @@ class Stack(contextlib.ExitStack):
             if env.get("REPROMPT_WORKER_METRICS_PORT", "0") == "0":
                 env["REPROMPT_WORKER_METRICS_PORT"] = str(port)
             port = int(env["REPROMPT_WORKER_METRICS_PORT"])
-        proc = _spawn(name or f"{command}-{port}", argv, env, self.tmp)
+        proc = _spawn(name or f"{command}-{port}", argv, env, self.tmp, cwd=self.code)
         self.callback(stop, proc)
         if command in ("serve", "api"):
             proc.url = f"http://127.0.0.1:{port}"

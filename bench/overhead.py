@@ -289,8 +289,11 @@ def _where(frame: str) -> str:
     where = frame.rpartition(" (")[2].rstrip(")").rsplit(":", 1)[0]
     for marker in ("/site-packages/", "/work/main/", "/lib/python3.12/", "/lib/python3"):
         if marker in where:
-            where = where.split(marker, 1)[1]
-            break
+            return where.split(marker, 1)[1]
+    # reprompt run from another checkout (a worktree, an export of an earlier commit).
+    for package in ("/app/", "/reprompt_sim/", "/bench/"):
+        if package in where:
+            return package[1:] + where.rsplit(package, 1)[1]
     return where
 
 
@@ -312,8 +315,8 @@ def summarize_profile(raw: Path) -> dict[str, Any]:
     text = (gzip.decompress(data) if raw.suffix == ".gz" else data).decode()
     for line in text.splitlines():
         stack, _, count_s = line.rpartition(" ")
-        if not stack:
-            continue
+        if not stack or not count_s.isdigit():
+            continue  # a torn sample (py-spy --nonblocking reads a running process)
         count = int(count_s)
         frames = [f for f in stack.split(";") if not f.startswith(("process ", "thread "))]
         if not frames:

@@ -1,26 +1,37 @@
 """Scale: thousands of jobs in flight on one worker, and queue drain with 1, 2, 4 workers.
 
-    .venv/bin/python bench/scale.py            # full run (about 3 minutes)
-    .venv/bin/python bench/scale.py --quick    # smoke check (< 60 s)
+    .venv/bin/python bench/scale.py                  # full run (about 10 minutes)
+    .venv/bin/python bench/scale.py --quick          # smoke check (about a minute)
+    .venv/bin/python bench/scale.py --before main    # the 'before' of the report's tables
+    .venv/bin/python bench/scale.py --hold-only --jobs 5000 --latency-ms 2000   # one hold
 
 **Hold.** One redis-server, one ``reprompt api``, one ``reprompt worker`` with
-``REPROMPT_WORKER_CONCURRENCY`` high, a slow simulator (seconds per call). Jobs are
-submitted with ``POST /v1/jobs`` by a concurrency-limited client as fast as the API takes
-them; the worker's ``/metrics`` (``reprompt_jobs_in_progress``,
-``reprompt_jobs_finished_total``) and ``/proc`` (VmRSS, utime+stime, open fds) are
-sampled every 250 ms until every job has finished.
+``REPROMPT_WORKER_CONCURRENCY`` equal to the jobs queued, a slow simulator. The jobs are
+queued with ``POST /v1/jobs`` while the worker is frozen (SIGSTOP), then it is thawed; its
+``/metrics`` (jobs in progress, finished, model calls and their time, leases expired) and
+``/proc`` (VmRSS, utime+stime, open fds) are sampled every 250 ms until every job has
+finished, py-spy records its stacks for the first 20 s, and ``redis-cli monitor`` records
+every Redis command (to count the heartbeats). At the end the jobs in Redis are counted by
+status, and the leases left. ``--before REF`` runs the same holds with the services of git
+``REF`` (an export of that commit, run with this venv) and saves them for the report's
+before/after tables.
 
 **Drain.** For 1, 2 and 4 worker processes (``REPROMPT_WORKER_CONCURRENCY`` each): start
 them, freeze them (SIGSTOP), queue the same number of jobs, thaw them (SIGCONT) and time
-until the last job has finished. Writes docs/benchmarks/scale.md and scale.png.
+until the last job has finished. Writes docs/benchmarks/scale.md, scale.json and scale.png.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import atexit
+import collections
+import hashlib
+import itertools
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -28,15 +39,19 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.parse
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import httpx
+import redis
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import (
     DOCS,
+    ROOT,
     Proc,
     Stack,
     client,
@@ -54,28 +69,39 @@ from bench.common import (
 SEED = 1
 SUBMIT_CONCURRENCY = 32
 OUT = DOCS
+BEFORE = DOCS / "scale-before.json"
+# Leases short enough that every held job is renewed several times while it waits (the
+# defaults are 30 s and 10 s): a worker whose event loop falls behind loses them.
+HOLD_LEASE_MS = 10_000
+HOLD_HEARTBEAT_MS = 3_000
+# A hold in which nothing moves (jobs held, finished, model calls) for this long is over.
+STALL_S = 60.0
+# The holds of a full run: the issue's 2 s model; a model slow enough (a minute a call)
+# that holding 10,000 jobs needs no more than the ~170 jobs/s this machine can run; and the
+# most jobs the worker of commit 187ea53 could claim at once (its claim script failed
+# past ~4,000), so 'before' has numbers to compare.
+HOLDS = [
+    {"jobs": 10_000, "latency_ms": 2_000},
+    {"jobs": 10_000, "latency_ms": 60_000},
+    {"jobs": 3_000, "latency_ms": 2_000},
+]
+QUICK_HOLDS = [{"jobs": 300, "latency_ms": 2_000}]
+DRAIN: dict[str, Any] = {
+    "drain_jobs": 1000,
+    "drain_concurrency": 200,
+    "drain_latency": 1000,
+    "workers": [1, 2, 4],
+}
+QUICK_DRAIN: dict[str, Any] = {
+    "drain_jobs": 200,
+    "drain_concurrency": 200,
+    "drain_latency": 1000,
+    "workers": [1, 2],
+}
 
 
-def plan(quick: bool) -> dict[str, Any]:
-    if quick:
-        return {
-            "hold_jobs": 300,
-            "hold_concurrency": 400,
-            "hold_latency": 2000,
-            "drain_jobs": 200,
-            "drain_concurrency": 200,
-            "drain_latency": 1000,
-            "workers": [1, 2],
-        }
-    return {
-        "hold_jobs": 2000,
-        "hold_concurrency": 2000,
-        "hold_latency": 3000,
-        "drain_jobs": 1000,
-        "drain_concurrency": 200,
-        "drain_latency": 1000,
-        "workers": [1, 2, 4],
-    }
+def key(jobs: int, latency_ms: int) -> str:
+    return f"{jobs}@{latency_ms}"
 
 
 async def submit(url: str, n: int) -> tuple[float, int]:
@@ -97,13 +123,14 @@ class Sampler(threading.Thread):
         self.workers = workers
         self.period = period
         self.samples: list[dict[str, float]] = []
+        self.stalled = False
         self.halt = threading.Event()
         self.t0 = time.monotonic()
         # One keep-alive client: a new connection per sample costs the box real CPU.
         self.http = httpx.Client(timeout=5, trust_env=False)
 
     def read(self) -> dict[str, float]:
-        in_progress = finished = calls = 0.0
+        in_progress = finished = calls = expired = call_s = 0.0
         for w in self.workers:
             try:
                 text = self.http.get(w.metrics_url).text
@@ -112,11 +139,15 @@ class Sampler(threading.Thread):
             in_progress += metric_sum(text, "reprompt_jobs_in_progress")
             finished += metric_sum(text, "reprompt_jobs_finished_total")
             calls += metric_sum(text, "reprompt_llm_calls_total")
+            expired += metric_sum(text, "reprompt_leases_expired_total")
+            call_s += metric_sum(text, "reprompt_llm_request_duration_seconds_sum")
         return {
             "t": time.monotonic() - self.t0,
             "in_progress": in_progress,
             "finished": finished,
             "calls": calls,
+            "leases_expired": expired,
+            "call_s": call_s,
             "rss_mb": sum(rss_mb(w.pid) for w in self.workers),
             "cpu_s": sum(cpu_seconds(w.pid) for w in self.workers),
             "fds": sum(open_fds(w.pid) for w in self.workers),
@@ -128,19 +159,123 @@ class Sampler(threading.Thread):
                 self.samples.append(self.read())
                 self.halt.wait(self.period)
 
-    def wait_finished(self, n: int, timeout: float) -> float:
+    def wait_finished(self, n: int, timeout: float, stall_s: float | None = None) -> float:
         """Until every job has finished: ``reprompt_jobs_finished_total`` reaches ``n``, or
         (it can undercount, see the report) every job has made its one model call and no
-        job is in progress any more."""
+        job is in progress any more. With ``stall_s``: also when nothing has moved (jobs
+        held, finished, model calls) for that long; ``stalled`` then says so."""
         deadline = time.monotonic() + timeout
+        moved, seen = time.monotonic(), None
+        self.stalled = False
         while time.monotonic() < deadline:
             last = self.samples[-1] if self.samples else None
             if last and (
                 last["finished"] >= n or (last["calls"] >= n and last["in_progress"] == 0)
             ):
                 return last["t"]
+            if last:
+                now = (last["in_progress"], last["finished"], last["calls"])
+                if now != seen:
+                    moved, seen = time.monotonic(), now
+                elif stall_s is not None and time.monotonic() - moved > stall_s:
+                    self.stalled = True
+                    return last["t"]
             time.sleep(self.period / 2)
         raise TimeoutError(f"jobs did not finish: {self.samples[-1] if self.samples else None}")
+
+
+class Monitor:
+    """``redis-cli monitor`` into a file while it runs; ``count()`` then attributes every
+    command to the script it ran in (by the script's SHA1) or to itself.
+
+    MONITOR shows every command a client sends and, marked ``[0 lua]``, every command a
+    script runs, right after the ``EVALSHA`` that ran it; this costs redis-server some CPU
+    but nothing in the worker.
+    """
+
+    def __init__(self, redis_url: str, code: Path, out: Path) -> None:
+        from app.redis_server import find_redis_server
+
+        url = urllib.parse.urlsplit(redis_url)
+        env = dict(os.environ, REDISCLI_AUTH=urllib.parse.unquote(url.password or ""))
+        cli = find_redis_server().with_name("redis-cli")
+        self.out = out
+        self.scripts = script_shas(code)
+        with out.open("wb") as fh:
+            self.proc = subprocess.Popen(
+                [str(cli), "--no-auth-warning", "-p", str(url.port), "monitor"],
+                env=env,
+                stdout=fh,
+                stderr=subprocess.DEVNULL,
+            )
+        self.started = time.monotonic()
+        self.seconds = 0.0
+
+    def stop(self) -> None:
+        self.seconds = time.monotonic() - self.started
+        self.proc.terminate()
+        self.proc.wait(timeout=10)
+
+    def count(self) -> dict[str, dict[str, int]]:
+        """Per script name (or ``cmd:NAME`` for a plain command): ``calls`` (round trips),
+        ``inner`` (commands the script ran), ``ids`` (its arguments that are job ids)."""
+        out: dict[str, dict[str, int]] = collections.defaultdict(
+            lambda: {"calls": 0, "inner": 0, "ids": 0}
+        )
+        current = ""
+        with self.out.open("rb") as fh:
+            for raw in fh:
+                head, _, rest = raw.partition(b"] ")
+                if not rest:
+                    continue
+                if head.endswith(b" lua"):
+                    if current:
+                        out[current]["inner"] += 1
+                    continue
+                words = rest.split(b'" "', 2)
+                command = words[0].strip(b'"').upper().decode(errors="replace")
+                if command == "EVALSHA" and len(words) > 1:
+                    current = self.scripts.get(words[1].decode(errors="replace"), "script:?")
+                    out[current]["calls"] += 1
+                    out[current]["ids"] += rest.count(b'"job_')
+                else:
+                    current = ""
+                    out[f"cmd:{command}"]["calls"] += 1
+        return dict(out)
+
+
+def script_shas(code: Path) -> dict[str, str]:
+    """SHA1 of every Lua script of the tree at ``code`` (as ``app.store.connection`` loads
+    them: ``common.lua``, a newline, the script) → its name."""
+    lua = code / "app" / "store" / "lua"
+    common = (lua / "common.lua").read_text()
+    return {
+        hashlib.sha1((common + "\n" + f.read_text()).encode()).hexdigest(): f.stem
+        for f in sorted(lua.glob("*.lua"))
+        if f.stem != "common"
+    }
+
+
+HEARTBEAT_SCRIPTS = ("heartbeat", "heartbeats")
+
+
+def census(redis_url: str) -> dict[str, Any]:
+    """Every job in Redis by status (and how many took more than one attempt), the leases
+    and queued ids left: what a run leaves behind, whatever the metrics said."""
+    statuses: collections.Counter[str] = collections.Counter()
+    retried = leases = queued = 0
+    with redis.Redis.from_url(redis_url, decode_responses=True) as r:
+        keys = list(r.scan_iter(match="*:job:*", count=1000))
+        for start in range(0, len(keys), 1000):
+            pipe = r.pipeline(transaction=False)
+            for k in keys[start : start + 1000]:
+                pipe.hmget(k, "status", "attempts")
+            for status, attempts in pipe.execute():
+                statuses[status or "?"] += 1
+                retried += int(attempts or 0) > 1
+        leases = sum(int(r.zcard(k)) for k in r.scan_iter(match="*:leases"))
+        queued = sum(int(r.llen(k)) for k in r.scan_iter(match="*:q:*"))
+    return {"status": dict(statuses), "retried": retried, "leases": leases, "queued": queued}
 
 
 def failed_jobs(url: str) -> int:
@@ -173,12 +308,35 @@ def start_pyspy(pid: int, out: Path, duration_s: int) -> subprocess.Popen[bytes]
     )
 
 
-def hold(p: dict[str, Any], profile: bool) -> dict[str, Any]:
-    n, conc, lat = p["hold_jobs"], p["hold_concurrency"], p["hold_latency"]
-    with Stack() as stack:
-        sim = stack.sim(latency_ms=lat, seed=SEED)
+# Worker log lines worth counting in a hold run (a healthy run has none of them).
+LOG_SIGNS = {
+    "heartbeat failed": "heartbeat failed",
+    "lease lost": "lease lost",
+    "stale write or commit refused": "stale (write|commit) refused",
+    "progress write failed": "progress failed",
+    "commit failed": "commit failed",
+    "claim failed": "claim failed",
+    "job failed by the worker": "the worker failed|the turn loop failed",
+}
+
+
+def hold(
+    jobs: int, latency_ms: int, *, profile: bool, code: Path = ROOT, tag: str = ""
+) -> dict[str, Any]:
+    """One worker, ``jobs`` slots, ``jobs`` queued while it is frozen, a ``latency_ms``
+    model; the services run from the tree at ``code``."""
+    name = key(jobs, latency_ms) + ("-before" if tag else "")
+    with Stack(code) as stack:
+        sim = stack.sim(latency_ms=latency_ms, seed=SEED)
         redis_url, redis_pid = stack.redis()
-        env = stack.env(sim.url, redis_url, REPROMPT_WORKER_CONCURRENCY=conc)
+        env = stack.env(
+            sim.url,
+            redis_url,
+            timeout_s=max(60.0, 3 * latency_ms / 1000),
+            REPROMPT_WORKER_CONCURRENCY=jobs,
+            REPROMPT_LEASE_MS=HOLD_LEASE_MS,
+            REPROMPT_HEARTBEAT_MS=HOLD_HEARTBEAT_MS,
+        )
         api = stack.service("api", env)
         worker = stack.service("worker", env, name="worker")
         time.sleep(1.0)
@@ -187,33 +345,30 @@ def hold(p: dict[str, Any], profile: bool) -> dict[str, Any]:
             "fds": open_fds(worker.pid),
             "redis_rss_mb": rss_mb(redis_pid),
         }
-        cpu0 = {
-            "worker": cpu_seconds(worker.pid),
-            "api": cpu_seconds(api.pid),
-            "redis": cpu_seconds(redis_pid),
-            "sim": cpu_seconds(sim.pid),
-        }
         os.kill(worker.pid, signal.SIGSTOP)  # queue everything first, then let it claim
         try:
-            submit_s, submit_fails = asyncio.run(submit(api.url, n))
+            submit_s, submit_fails = asyncio.run(submit(api.url, jobs))
         finally:
+            monitor = Monitor(redis_url, code, stack.tmp / "monitor.txt")
+            pids = {"worker": worker.pid, "api": api.pid, "redis": redis_pid, "sim": sim.pid}
+            cpu0 = {k: cpu_seconds(pid) for k, pid in pids.items()}
             os.kill(worker.pid, signal.SIGCONT)
         redis_peak = rss_mb(redis_pid)
         sampler = Sampler([worker])
         sampler.start()
-        folded = DOCS / "scale-worker.folded"
+        folded = OUT / f"scale-worker-{name}.folded"
         spy = start_pyspy(worker.pid, folded, 20) if profile else None
-        t_submit = 0.0
-        done_t = sampler.wait_finished(n - submit_fails, timeout=900)
+        done_t = sampler.wait_finished(jobs - submit_fails, timeout=1200, stall_s=STALL_S)
+        monitor.stop()
         sampler.halt.set()
         sampler.join()
-        cpu1 = {
-            "worker": cpu_seconds(worker.pid),
-            "api": cpu_seconds(api.pid),
-            "redis": cpu_seconds(redis_pid),
-            "sim": cpu_seconds(sim.pid),
-        }
-        failed = failed_jobs(api.url)
+        cpu1 = {k: cpu_seconds(pid) for k, pid in pids.items()}
+        left = census(redis_url)
+        log = worker.log.read_text(errors="replace") if worker.log else ""
+        logs = Path(tempfile.gettempdir()) / "reprompt-bench"
+        logs.mkdir(exist_ok=True)
+        (logs / f"scale-worker-{name}.log").write_text(log)
+        commands = monitor.count()
     prof = None
     if spy is not None:
         spy.wait(timeout=60)
@@ -222,37 +377,56 @@ def hold(p: dict[str, Any], profile: bool) -> dict[str, Any]:
 
             prof = summarize_profile(compress(folded))
     s = sampler.samples
-    undercount = n - submit_fails - s[-1]["finished"]
     peak = max(x["in_progress"] for x in s)
     t_peak = next(x["t"] for x in s if x["in_progress"] == peak)
     peak_rss = max(x["rss_mb"] for x in s)
+    beats = [commands[b] for b in HEARTBEAT_SCRIPTS if b in commands]
+    held_s = sum(
+        (b["t"] - a["t"]) * (a["in_progress"] + b["in_progress"]) / 2
+        for a, b in itertools.pairwise(s)
+    )
     return {
-        "jobs": n,
-        "concurrency": conc,
-        "latency_ms": lat,
+        "code": tag.removeprefix("-") or "this tree",
+        "stalled": sampler.stalled,
+        "jobs": jobs,
+        "concurrency": jobs,
+        "latency_ms": latency_ms,
+        "lease_ms": HOLD_LEASE_MS,
+        "heartbeat_ms": HOLD_HEARTBEAT_MS,
         "submit_s": submit_s,
-        "submit_rps": n / submit_s,
+        "submit_rps": jobs / submit_s,
         "submit_fails": submit_fails,
-        "failed_jobs": failed,
-        "finished_undercount": undercount,
-        "total_s": done_t - t_submit,
-        "throughput": n / (done_t - t_submit),
+        "census": left,
+        "finished_undercount": jobs - submit_fails - s[-1]["finished"],
+        "leases_expired": s[-1]["leases_expired"],
+        "total_s": done_t,
+        "throughput": s[-1]["finished"] / done_t if done_t else 0.0,
+        "mean_call_s": s[-1]["call_s"] / s[-1]["calls"] if s[-1]["calls"] else 0.0,
+        "mean_held": held_s / done_t if done_t else 0.0,
         "peak_in_progress": peak,
         "t_peak": t_peak,
         "base_rss_mb": base["rss_mb"],
         "peak_rss_mb": peak_rss,
-        "kb_per_job": (peak_rss - base["rss_mb"]) * 1024 / peak if peak else 0,
+        "kb_per_job": (peak_rss - base["rss_mb"]) * 1024 / peak if peak else 0.0,
         "base_fds": base["fds"],
         "peak_fds": max(x["fds"] for x in s),
         "redis_rss_mb": (base["redis_rss_mb"], redis_peak),
         "cpu_s": {k: cpu1[k] - cpu0[k] for k in cpu0},
-        "cpu_ms_job": {k: (cpu1[k] - cpu0[k]) / n * 1000 for k in cpu0},
+        "cpu_ms_job": {k: (cpu1[k] - cpu0[k]) / jobs * 1000 for k in cpu0},
+        "worker_cpu_util": (cpu1["worker"] - cpu0["worker"]) / done_t if done_t else 0.0,
+        "monitor_s": monitor.seconds,
+        "heartbeat_calls_per_s": sum(b["calls"] for b in beats) / monitor.seconds,
+        "heartbeat_commands_per_s": sum(b["calls"] + b["inner"] for b in beats) / monitor.seconds,
+        "leases_renewed_per_s": sum(b["ids"] for b in beats) / monitor.seconds,
+        "redis_commands": commands,
+        "log_signs": {k: len(re.findall(v, log)) for k, v in LOG_SIGNS.items()},
         "samples": s,
         "profile": prof,
     }
 
 
 def drain(p: dict[str, Any], workers: int) -> dict[str, Any]:
+    """``workers`` workers drain ``drain_jobs`` jobs queued while they were frozen."""
     n, conc, lat = p["drain_jobs"], p["drain_concurrency"], p["drain_latency"]
     with Stack() as stack:
         sim = stack.sim(latency_ms=lat, seed=SEED)
@@ -301,7 +475,7 @@ def drain(p: dict[str, Any], workers: int) -> dict[str, Any]:
     }
 
 
-def plot(h: dict[str, Any], drains: list[dict[str, Any]]) -> None:
+def plot(holds: list[dict[str, Any]], drains: list[dict[str, Any]]) -> None:
     try:
         import matplotlib
 
@@ -311,33 +485,22 @@ def plot(h: dict[str, Any], drains: list[dict[str, Any]]) -> None:
         print("matplotlib not installed: no plot")
         return
     fig, (a, b) = plt.subplots(1, 2, figsize=(12, 4.2))
-    s = h["samples"]
-    t = [x["t"] for x in s]
-    a.plot(t, [x["in_progress"] for x in s], label="jobs in progress (worker)")
-    a.plot(t, [x["finished"] for x in s], label="jobs finished")
-    a.set_xlabel("seconds")
-    a.set_ylabel("jobs")
     a2 = a.twinx()
-    a2.plot(t, [x["rss_mb"] for x in s], "r:", label="worker RSS (MB)")
-    a2.set_ylabel("RSS MB", color="r")
-    a.set_title(f"one worker, concurrency {h['concurrency']}, sim {h['latency_ms']} ms/call")
-    a.legend(loc="upper left", fontsize=8)
-    a2.legend(loc="lower right", fontsize=8)
+    for h, color in zip(holds, ("C0", "C1", "C2", "C3"), strict=False):
+        s = h["samples"]
+        t = [x["t"] for x in s]
+        label = f"{h['jobs']} jobs, {h['latency_ms'] / 1000:g} s model"
+        a.plot(t, [x["in_progress"] for x in s], color=color, label=f"held: {label}")
+        a2.plot(t, [x["rss_mb"] for x in s], ":", color=color)
+    a.set_xlabel("seconds after the thaw")
+    a.set_ylabel("jobs in progress")
+    a2.set_ylabel("worker RSS MB (dotted)")
+    a.set_title("one worker holding jobs")
+    a.legend(loc="upper right", fontsize=8)
     a.grid(alpha=0.3)
-    ws = [d["workers"] for d in drains]
-    b.bar([str(w) for w in ws], [d["drain_s"] for d in drains], label="measured")
-    b.plot(
-        [str(w) for w in ws],
-        [d["floor_s"] for d in drains],
-        "k--o",
-        label="floor: 100 provider connections/worker",
-    )
-    b.plot(
-        [str(w) for w in ws],
-        [d["floor_nopool_s"] for d in drains],
-        "g:o",
-        label="floor: concurrency slots only",
-    )
+    ws = [str(d["workers"]) for d in drains]
+    b.bar(ws, [d["drain_s"] for d in drains], label="measured")
+    b.plot(ws, [d["floor_nopool_s"] for d in drains], "g:o", label="floor: slots × latency")
     b.set_xlabel("worker processes")
     b.set_ylabel("seconds")
     d0 = drains[0]
@@ -351,83 +514,164 @@ def plot(h: dict[str, Any], drains: list[dict[str, Any]]) -> None:
     plt.close(fig)
 
 
-def profile_md(prof: dict[str, Any] | None) -> list[str]:
+def profile_md(prof: dict[str, Any] | None, title: str) -> list[str]:
     if not prof:
         return []
     return [
-        "### Where the worker's CPU goes while it holds them (py-spy)",
-        "",
-        "`py-spy record --rate 100 --format raw --nonblocking --duration 20` on the worker"
-        f" from the thaw: {prof['samples']} on-CPU samples; folded stacks in"
-        " `scale-worker.folded.gz`.",
+        f"**{title}** ({prof['samples']} on-CPU samples)",
         "",
         "| top functions by self time | self |",
         "|---|---:|",
-        *[f"| `{k}` | {v:.1%} |" for k, v in prof["self"][:12]],
+        *[f"| `{k}` | {v:.1%} |" for k, v in prof["self"][:10]],
         "",
         "| package (inclusive: anywhere on the stack) | share |",
         "|---|---:|",
-        *[f"| {k} | {v:.1%} |" for k, v in prof["inclusive_buckets"][:10]],
+        *[f"| {k} | {v:.1%} |" for k, v in prof["inclusive_buckets"][:8]],
         "",
     ]
 
 
+def saved_before() -> dict[str, Any]:
+    return json.loads(BEFORE.read_text()) if BEFORE.exists() else {"holds": {}}
+
+
+def hold_table(h: dict[str, Any], b: dict[str, Any] | None) -> list[str]:
+    """One hold as a Markdown table, beside its saved 'before' when there is one."""
+
+    def top(x: dict[str, Any]) -> str:
+        prof = x.get("profile")
+        if not prof:
+            return "–"
+        name, share = prof["self"][0]
+        return f"`{name.split(' (')[0]}` {share:.0%}"
+
+    def ended(x: dict[str, Any]) -> str:
+        if x.get("stalled"):
+            return f"**stalled**: nothing moved for {STALL_S:.0f} s"
+        return "every job finished"
+
+    def statuses(x: dict[str, Any]) -> str:
+        c = x.get("census")
+        if not c:
+            return "–"
+        counts = ", ".join(f"{v} {k}" for k, v in sorted(c["status"].items()))
+        return f"{counts}; {c['leases']} leases, {c['queued']} queued"
+
+    def signs(x: dict[str, Any]) -> str:
+        found = {k: v for k, v in x.get("log_signs", {}).items() if v}
+        return ", ".join(f"{v} {k}" for k, v in found.items()) or "none"
+
+    def pct(v: float) -> str:
+        return f"{v:.0%}"
+
+    rows: list[tuple[str, Callable[[dict[str, Any]], str]]] = [
+        (
+            "**peak jobs held** (`reprompt_jobs_in_progress`)",
+            lambda x: f"**{x['peak_in_progress']:.0f}**",
+        ),
+        ("time to the peak after the thaw", lambda x: f"{x['t_peak']:.1f} s"),
+        ("mean jobs held, thaw → end", lambda x: f"{x['mean_held']:.0f}"),
+        ("how the run ended", ended),
+        ("thaw → end", lambda x: f"{x['total_s']:.0f} s ({x['throughput']:.0f} jobs/s)"),
+        ("mean model call as the worker timed it", lambda x: f"{x['mean_call_s']:.1f} s"),
+        ("worker RSS idle → peak", lambda x: f"{x['base_rss_mb']:.0f} → {x['peak_rss_mb']:.0f} MB"),
+        (
+            "**RSS per held job** ((peak − idle) ÷ peak held)",
+            lambda x: f"**{x['kb_per_job']:.0f} KB**",
+        ),
+        ("worker open fds idle → peak", lambda x: f"{x['base_fds']} → {x['peak_fds']}"),
+        (
+            "**worker CPU**, thaw → end (100 % = one core)",
+            lambda x: f"**{pct(x['worker_cpu_util'])}**",
+        ),
+        (
+            "CPU per job, thaw → end: worker / redis / sim (ms)",
+            lambda x: " / ".join(f"{x['cpu_ms_job'][k]:.1f}" for k in ("worker", "redis", "sim")),
+        ),
+        (
+            "**heartbeat round trips / s** (EVALSHA)",
+            lambda x: f"**{x['heartbeat_calls_per_s']:.1f}**",
+        ),
+        (
+            "heartbeat Redis commands / s (with those the scripts ran)",
+            lambda x: f"{x['heartbeat_commands_per_s']:.0f}",
+        ),
+        ("leases renewed / s", lambda x: f"{x['leases_renewed_per_s']:.0f}"),
+        (
+            "**leases expired** (`reprompt_leases_expired_total`)",
+            lambda x: f"**{x['leases_expired']:.0f}**",
+        ),
+        ("jobs in Redis at the end", statuses),
+        ("worker log: trouble", signs),
+        ("top function by self time (py-spy, first 20 s)", top),
+    ]
+    if b is None:
+        out = ["| measure | value |", "|---|---:|"]
+        return out + [f"| {label} | {fmt(h)} |" for label, fmt in rows]
+    out = [f"| measure | before: {b['code']} | after: {h['code']} |", "|---|---:|---:|"]
+    return out + [f"| {label} | {fmt(b)} | {fmt(h)} |" for label, fmt in rows]
+
+
 def write_report(
-    h: dict[str, Any],
+    holds: list[dict[str, Any]],
     drains: list[dict[str, Any]],
     info: dict[str, str],
     quick: bool,
     elapsed: float,
 ) -> None:
-    plot(h, drains)
+    plot(holds, drains)
     cmd = "python bench/scale.py" + (" --quick" if quick else "")
-    c = h["cpu_ms_job"]
+    before = saved_before()
     out = [
         "# Scale: jobs in flight on one worker, and queue drain",
         "",
-        f"Produced by `{cmd}` (took {elapsed:.0f} s) on a shared, noisy 2-core machine;"
-        " every number comes from that one run.",
+        f"Produced by `{cmd}` (took {elapsed:.0f} s) on a shared, noisy 2-core machine; the"
+        " *before* columns by `python bench/scale.py --before main` on the same machine"
+        f" ({before.get('date', 'date unknown')}), saved in `scale-before.json`. One run each:"
+        " read ratios and orders of magnitude, not the last digit.",
         "",
         "## How many jobs one worker holds",
         "",
-        f"One redis-server, one `reprompt api`, one `reprompt worker` with"
-        f" `REPROMPT_WORKER_CONCURRENCY={h['concurrency']}`; the simulator answers every call"
-        f" correctly after {h['latency_ms']} ms (`--latency-ms {h['latency_ms']}`)."
-        f" {h['jobs']} single-turn jobs queued with `POST /v1/jobs` by {SUBMIT_CONCURRENCY}"
-        " concurrent callers while the worker was frozen (SIGSTOP), so the API's intake rate"
-        " does not limit how many the worker can take; then the worker was thawed (SIGCONT)"
-        " and its `/metrics` and `/proc` sampled every 250 ms until the last job finished.",
+        "One redis-server, one `reprompt api`, one `reprompt worker` with"
+        " `REPROMPT_WORKER_CONCURRENCY` equal to the jobs queued,"
+        f" `REPROMPT_LEASE_MS={HOLD_LEASE_MS}` and `REPROMPT_HEARTBEAT_MS={HOLD_HEARTBEAT_MS}`"
+        " (every held job is renewed several times); the simulator answers every call"
+        " correctly after its latency. The single-turn jobs are queued with `POST /v1/jobs`"
+        f" by {SUBMIT_CONCURRENCY} callers while the worker is frozen (SIGSTOP); then it is"
+        " thawed and sampled every 250 ms (`/metrics`, `/proc`) until the last job ends."
+        " py-spy records the worker's first 20 s; `redis-cli monitor` records every Redis"
+        " command (heartbeats are counted by their script's SHA1); at the end every job in"
+        " Redis is counted by status.",
         "",
-        "| measure | value |",
-        "|---|---:|",
-        f"| jobs submitted | {h['jobs']} ({h['submit_fails']} refused) |",
-        f"| queueing time (`reprompt api` intake, worker frozen) | {h['submit_s']:.1f} s"
-        f" ({h['submit_rps']:.0f} jobs/s) |",
-        f"| **peak `reprompt_jobs_in_progress` (one worker)** | **{h['peak_in_progress']:.0f}** |",
-        f"| jobs failed (`GET /v1/jobs?status=failed`) | {h['failed_jobs']} |",
-        f"| jobs that succeeded in Redis but are missing from `reprompt_jobs_finished_total` |"
-        f" {h['finished_undercount']:.0f} |",
-        f"| thaw → last job finished | {h['total_s']:.1f} s ({h['throughput']:.1f} jobs/s) |",
-        f"| worker RSS idle → peak | {h['base_rss_mb']:.0f} MB → {h['peak_rss_mb']:.0f} MB |",
-        f"| RSS per held job | {h['kb_per_job']:.0f} KB |",
-        f"| worker open fds idle → peak | {h['base_fds']} → {h['peak_fds']} |",
-        f"| redis-server RSS idle → after submit | {h['redis_rss_mb'][0]:.0f} MB →"
-        f" {h['redis_rss_mb'][1]:.0f} MB |",
-        f"| CPU ms per job (submit + run): worker / api / redis / sim | {c['worker']:.1f} /"
-        f" {c['api']:.1f} /"
-        f" {c['redis']:.1f} / {c['sim']:.1f} |",
-        f"| time to reach the peak after thaw | {h['t_peak']:.1f} s |",
-        f"| worker CPU seconds (whole run) | {h['cpu_s']['worker']:.1f} s |",
+    ]
+    for h in holds:
+        b = before["holds"].get(key(h["jobs"], h["latency_ms"]))
+        out += [
+            f"### {h['jobs']:,} jobs on a {h['latency_ms'] / 1000:g} s model",
+            "",
+            *hold_table(h, b),
+            "",
+        ]
+    out += ["### Where the worker's CPU goes (py-spy)", ""]
+    for i, h in enumerate(holds):
+        b = before["holds"].get(key(h["jobs"], h["latency_ms"]))
+        what = f"{h['jobs']:,} jobs on a {h['latency_ms'] / 1000:g} s model"
+        busy = b is not None and b.get("profile") and b["profile"]["samples"] > 200
+        if busy:
+            out += profile_md(b["profile"], f"Before ({b['code']}), {what}")
+        if busy or i == 0:
+            out += profile_md(h.get("profile"), f"After, {what}")
+    out += [
+        "Folded stacks: `scale-worker-<jobs>@<latency ms>[-before].folded.gz`"
+        " (`zcat … | flamegraph.pl`).",
         "",
-        *profile_md(h.get("profile")),
         "## Queue drain with 1, 2 and 4 workers",
         "",
         f"{drains[0]['jobs']} jobs queued while the workers were frozen (SIGSTOP), then timed"
         " from SIGCONT until the last `reprompt_jobs_finished_total`; simulator"
         f" {drains[0]['latency_ms']} ms per call, `REPROMPT_WORKER_CONCURRENCY="
         f"{drains[0]['concurrency']}` per worker. *floor* = jobs ÷ (workers × concurrency) ×"
-        " latency: the drain time if CPU were free (each worker's provider connection pool is"
-        " sized to its concurrency).",
+        " latency: the drain time if CPU were free.",
         "",
         "| workers | drain s | jobs/s | floor s | peak in progress (all) |"
         " RSS MB/worker | worker CPU ms/job | redis CPU ms/job | worker CPU util (cores) |"
@@ -461,39 +705,101 @@ def write_report(
     (OUT / "scale.md").write_text(text)
     (OUT / "scale.json").write_text(
         json.dumps(
-            {"hold": h, "drain": drains, "info": info, "elapsed": elapsed}, indent=1, default=str
+            {"holds": holds, "drain": drains, "info": info, "elapsed": elapsed},
+            indent=1,
+            default=str,
         )
     )
     print(f"wrote {OUT / 'scale.md'}")
 
 
+def commit_of(ref: str) -> str:
+    return subprocess.run(
+        ["git", "rev-parse", "--short", ref], cwd=ROOT, check=True, capture_output=True, text=True
+    ).stdout.strip()
+
+
+def export(ref: str) -> Path:
+    """The tree of git ``ref`` in a temporary directory (removed at exit)."""
+    out = Path(tempfile.mkdtemp(prefix=f"rp-code-{commit_of(ref)}-"))
+    archive = subprocess.run(["git", "archive", ref], cwd=ROOT, check=True, capture_output=True)
+    subprocess.run(["tar", "-x", "-C", str(out)], input=archive.stdout, check=True)
+    atexit.register(shutil.rmtree, out, ignore_errors=True)
+    return out
+
+
+def brief(h: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in h.items() if k not in ("samples", "redis_commands", "profile")}
+
+
 def main() -> int:
     global OUT
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="a smoke run (< 60 s)")
+    parser.add_argument("--quick", action="store_true", help="a smoke run (about a minute)")
     parser.add_argument(
         "--report-only",
         action="store_true",
         help="rewrite the report from docs/benchmarks/scale.json",
     )
+    parser.add_argument(
+        "--before",
+        metavar="REF",
+        help="run the holds with the services of git REF (e.g. main) and save them as the"
+        " 'before' of the report's tables (docs/benchmarks/scale-before.json)",
+    )
+    parser.add_argument(
+        "--hold-only",
+        action="store_true",
+        help="run the holds only and print them beside the saved 'before'; writes nothing"
+        " under docs/",
+    )
+    parser.add_argument("--jobs", type=int, help="one hold of this many jobs (and slots)")
+    parser.add_argument("--latency-ms", type=int, default=2000, help="with --jobs: the model")
     ns = parser.parse_args()
     if ns.report_only:
         saved = json.loads((DOCS / "scale.json").read_text())
-        write_report(saved["hold"], saved["drain"], saved["info"], False, saved["elapsed"])
+        write_report(saved["holds"], saved["drain"], saved["info"], False, saved["elapsed"])
         return 0
     print("fd limit", raise_fd_limit())
-    OUT = Path(tempfile.gettempdir()) / "reprompt-bench" if ns.quick else DOCS
+    scratch = ns.quick or ns.hold_only or bool(ns.jobs and not ns.before)
+    OUT = Path(tempfile.gettempdir()) / "reprompt-bench" if scratch else DOCS
     OUT.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
-    p = plan(ns.quick)
+    holds = QUICK_HOLDS if ns.quick else HOLDS
+    if ns.jobs:
+        holds = [{"jobs": ns.jobs, "latency_ms": ns.latency_ms}]
     info = machine()
-    h = hold(p, profile=not ns.quick)
-    print({k: v for k, v in h.items() if k != "samples"})
+    if ns.before:
+        code, tag = export(ns.before), f"-{ns.before} ({commit_of(ns.before)})"
+        saved = saved_before()
+        for plan in holds:
+            h = hold(plan["jobs"], plan["latency_ms"], profile=True, code=code, tag=tag)
+            print(brief(h))
+            saved["holds"][key(plan["jobs"], plan["latency_ms"])] = h
+        saved |= {"info": info, "date": info["date"]}
+        if not ns.quick:
+            BEFORE.write_text(json.dumps(saved, indent=1, default=str))
+            print(f"wrote {BEFORE}")
+        return 0
+    results = []
+    for plan in holds:
+        h = hold(plan["jobs"], plan["latency_ms"], profile=not ns.quick)
+        print(brief(h))
+        b = saved_before()["holds"].get(key(plan["jobs"], plan["latency_ms"]))
+        print("\n".join(hold_table(h, b)))
+        results.append(h)
+        # Kept as it goes: a later failure does not cost the holds already run.
+        kept = Path(tempfile.gettempdir()) / "reprompt-bench" / "scale-holds.json"
+        kept.parent.mkdir(exist_ok=True)
+        kept.write_text(json.dumps(results, indent=1, default=str))
+    if scratch and not ns.quick:
+        return 0
+    drain_plan = QUICK_DRAIN if ns.quick else DRAIN
     drains = []
-    for w in p["workers"]:
-        drains.append(drain(p, w))
+    for w in drain_plan["workers"]:
+        drains.append(drain(drain_plan, w))
         print(drains[-1])
-    write_report(h, drains, info, ns.quick, time.monotonic() - started)
+    write_report(results, drains, info, ns.quick, time.monotonic() - started)
     return 0
 
 
