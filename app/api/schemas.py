@@ -15,8 +15,7 @@ from fastapi.responses import Response
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from app.core.job import Job
-from app.core.unicode import escaped, surrogate_path
-from app.core.validation import json_path
+from app.core.spec import valid_unicode
 from app.core.wire import Wire
 
 CircuitStateName = Literal["closed", "open", "half_open"]
@@ -103,13 +102,7 @@ class ToolOutputIn(_Out):
     @field_validator("tool_call_id", "output", "error", mode="before")
     @classmethod
     def _valid_unicode(cls, value: Any) -> Any:
-        path = surrogate_path(value)
-        if path is not None:
-            where = f" at {escaped(json_path(path))}" if path else ""
-            raise ValueError(
-                f"holds an unpaired UTF-16 surrogate{where}; text must be valid Unicode"
-            )
-        return value
+        return valid_unicode(value)
 
     @model_validator(mode="after")
     def _one(self) -> ToolOutputIn:

@@ -29,6 +29,16 @@ from app.core.validation import json_path
 FeedbackMode = Literal["collapsed", "full"]
 
 
+def valid_unicode(value: Any) -> Any:
+    """``value``, or a ``ValueError`` saying where it holds an unpaired surrogate: JSON's
+    "\ud800" escape gives Python text that no UTF-8 store or engine takes."""
+    path = surrogate_path(value)
+    if path is not None:
+        where = f" at {escaped(json_path(path))}" if path else ""
+        raise ValueError(f"holds an unpaired UTF-16 surrogate{where}; text must be valid Unicode")
+    return value
+
+
 class _Wire(BaseModel):
     model_config = ConfigDict(
         alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True
@@ -37,14 +47,7 @@ class _Wire(BaseModel):
     @field_validator("*", mode="before")
     @classmethod
     def _valid_unicode(cls, value: Any) -> Any:
-        # JSON's "\ud800" escape gives Python text that no UTF-8 store or engine takes.
-        path = surrogate_path(value)
-        if path is not None:
-            where = f" at {escaped(json_path(path))}" if path else ""
-            raise ValueError(
-                f"holds an unpaired UTF-16 surrogate{where}; text must be valid Unicode"
-            )
-        return value
+        return valid_unicode(value)
 
 
 class Budget(_Wire):
