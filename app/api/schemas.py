@@ -150,10 +150,19 @@ class Circuit(_Out):
     failures: int = Field(description="Consecutive transient failures.")
 
 
+class ModelPrice(_Out):
+    input_usd_per_mtok: float
+    output_usd_per_mtok: float
+    source: str = Field(description='"providers file", or the catalog and its version.')
+
+
 class ModelInfo(_Out):
     name: str
     provider: str
     circuit: Circuit | None
+    price: ModelPrice | None = Field(
+        default=None, description="USD per million tokens; null: unknown (cost: null)."
+    )
 
 
 class RouteInfo(_Out):

@@ -20,6 +20,7 @@ from app.api.schemas import (
     Circuit,
     Health,
     ModelInfo,
+    ModelPrice,
     Models,
     Ready,
     RouteInfo,
@@ -91,7 +92,17 @@ async def list_models(res: Res) -> Response:
             if state is None
             else Circuit.model_validate({"state": state["state"], "failures": state["failures"]})
         )
-        listed.append(ModelInfo(name=name, provider=provider, circuit=circuit))
+        price, source = router_.price_of(name)
+        shown = (
+            None
+            if price is None
+            else ModelPrice(
+                input_usd_per_mtok=price.input_usd_per_mtok,
+                output_usd_per_mtok=price.output_usd_per_mtok,
+                source=source or "",
+            )
+        )
+        listed.append(ModelInfo(name=name, provider=provider, circuit=circuit, price=shown))
     return respond(Models(default=router_.default, models=listed, routes=routes))
 
 

@@ -30,10 +30,11 @@ from app.core.errors import InvalidInput, ProviderError, ProviderUnavailable
 from app.core.model import LLMRequest, LLMResponse, StructuredMode, StructuredOutput
 from app.providers import structured
 from app.providers.anthropic import AnthropicAdapter
+from app.providers.catalog import catalog_price, catalog_source
 from app.providers.circuit import Breaker, Circuits, CircuitState
 from app.providers.config import ModelConfig, ProvidersConfig
 from app.providers.openai import OpenAIAdapter
-from app.providers.pricing import cost_of
+from app.providers.pricing import Price, cost_of
 from app.providers.retry import Deadline, OnRetry, Retrier, RetryPolicy, Sleep
 from app.providers.structured import Capability
 
@@ -69,6 +70,9 @@ class Target:
     policy: RetryPolicy
     timeout_s: float
     breaker: Breaker
+    # The providers file's price, else the catalog's (``price_source`` says which).
+    price: Price | None = None
+    price_source: str | None = None
 
     @property
     def capability(self) -> Capability:
@@ -128,6 +132,11 @@ class Router:
         problems = [text for check in self._health.values() if (text := check()) is not None]
         return "; ".join(problems) or None
 
+    def price_of(self, model: str) -> tuple[Price | None, str | None]:
+        """A configured model's price per million tokens and where it came from."""
+        target = self._targets[model]
+        return target.price, target.price_source
+
     def snapshot(self) -> dict[str, CircuitState]:
         """Circuit state per ``"provider/model"``."""
         return self._circuits.snapshot()
@@ -158,7 +167,7 @@ class Router:
         when any of them has no price."""
         costs = []
         for name in self.resolve(model):
-            price = self._targets[name].spec.price
+            price = self._targets[name].price
             if price is None:
                 return None
             costs.append(price.estimate(input_tokens, output_tokens))
@@ -192,7 +201,7 @@ class Router:
                 logger.warning("%s (%s)", note, err.detail)
                 warnings.append(note)
                 continue
-            cost, cost_warning = cost_of(target.spec.price, response.usage, name)
+            cost, cost_warning = cost_of(target.price, response.usage, name)
             if cost_warning:
                 warnings.append(cost_warning)
             return replace(
@@ -271,6 +280,10 @@ def build_router(
     targets = {}
     for name, spec in config.models.items():
         provider = config.providers[spec.provider]
+        price, source = spec.price, "providers file"
+        if price is None:
+            price = catalog_price(provider.kind, spec.name or name)
+            source = catalog_source()
         targets[name] = Target(
             name=name,
             provider=spec.provider,
@@ -279,6 +292,8 @@ def build_router(
             policy=RetryPolicy(max_attempts=provider.max_attempts),
             timeout_s=provider.timeout_s,
             breaker=circuits.breaker(spec.provider, name),
+            price=price,
+            price_source=None if price is None else source,
         )
     return Router(
         targets,

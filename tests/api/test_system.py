@@ -32,6 +32,7 @@ def test_models_lists_models_routes_default_and_circuits(alice: httpx.Client) ->
                 "name": "sim-model",
                 "provider": "sim",
                 "circuit": {"state": "closed", "failures": 0},
+                "price": None,
             }
         ],
         "routes": [{"name": "fast", "models": ["sim-model"]}],

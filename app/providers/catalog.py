@@ -1,0 +1,44 @@
+"""Prices of well-known models from a maintained catalog (``genai-prices``, the pydantic
+team's, bundled data, no network), for models the providers file gives no price::
+
+    catalog_price("openai", "gpt-4o-mini")     # Price(0.15, 0.6), "genai-prices 0.2.3"
+    catalog_price("openai", "my-finetune")      # None: cost stays unknown, and says so
+
+Why this catalog: it names models as providers' APIs do (so ``OPENAI_MODEL=gpt-4o-mini``
+is found as is), covers OpenAI and Anthropic with cached-input prices, ships its data in
+the wheel (the service never fetches prices at run time), and is typed. LiteLLM's
+``model_prices_and_context_window.json`` needs LiteLLM or a copied file to track by hand;
+tokencost wraps that same file.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from importlib.metadata import version
+
+from app.providers.pricing import Price
+
+# Our provider kinds → the catalog's provider ids.
+_PROVIDERS = {"openai": "openai", "anthropic": "anthropic"}
+_MTOK = 1_000_000
+
+
+def catalog_source() -> str:
+    return f"genai-prices {version('genai-prices')}"
+
+
+@cache
+def catalog_price(kind: str, model: str) -> Price | None:
+    """The catalog's USD per million input and output tokens for ``model``, or None when
+    it does not know the model (or the provider kind)."""
+    provider = _PROVIDERS.get(kind)
+    if provider is None:
+        return None
+    from genai_prices import Usage, calc_price  # the catalog loads its data on first use
+
+    try:
+        per_input = calc_price(Usage(input_tokens=_MTOK), model_ref=model, provider_id=provider)
+        per_output = calc_price(Usage(output_tokens=_MTOK), model_ref=model, provider_id=provider)
+    except (LookupError, ValueError):
+        return None
+    return Price(float(per_input.total_price), float(per_output.total_price))
