@@ -118,6 +118,11 @@ POISON_JOBS = Counter(
     "Jobs failed because their workers were lost too many times.",
     registry=REGISTRY,
 )
+REPEATED_ANSWERS = Counter(
+    f"{P}repeated_answers",
+    "Rejected answers the same as an earlier rejected answer of the same job.",
+    registry=REGISTRY,
+)
 TOOL_CALLS = Counter(
     f"{P}tool_calls",
     "Tool calls of work turns by who runs them (client, http, local) and how they ended.",
@@ -195,6 +200,8 @@ def record_turn(record: TurnRecord, *, calls_left: int) -> None:
             WASTED_COST.labels(**labels).inc(cost)
     if record.outcome in REJECTED and calls_left > 0:
         REASKS.labels(error=record.error_code or "").inc()
+    if record.repeat_of is not None:
+        REPEATED_ANSWERS.inc()
 
 
 def record_tool_calls(calls: Iterable[ToolCallRecord]) -> None:

@@ -16,6 +16,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from pydantic import Field
+
 from app.core.feedback import Failure
 from app.core.model import Message, Role, ToolCall
 from app.core.turn import Outcome, Rejection, Spend, ToolCallRecord, TurnRecord
@@ -128,6 +130,9 @@ class Checkpoint(Wire):
     pending: tuple[PendingCall, ...]
     # What lost attempts before the pause spent (their calls are not in ``turns``).
     earlier: Spend | None = None
+    # Rejected answers seen so far (digest → turn) and how many came back again.
+    seen: dict[str, int] = Field(default_factory=dict)
+    repeats: int = 0
 
     @property
     def waiting(self) -> tuple[PendingCall, ...]:

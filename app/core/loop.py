@@ -22,6 +22,8 @@ verdict (``verdict``), act on it here; what was spent and the envelope are kept 
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import json
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
@@ -54,7 +56,7 @@ from app.core.tools import Handled, Tool, Toolbox, answered, handle_calls, work_
 from app.core.turn import Outcome, Rejection, TokenUsage, ToolCallRecord, TurnRecord, TurnType
 from app.core.unicode import scrub
 from app.core.validators import Validator, Verdict, first_failure
-from app.core.verdict import Accepted, GaveUp, Refused, Rejected, Work, classify
+from app.core.verdict import Accepted, GaveUp, Refused, Rejected, Work, classify, unfenced
 from app.core.work import TooMuchWork
 
 __all__ = ["JobResult", "Resume", "Runtime", "Tool", "run_job"]
@@ -67,6 +69,10 @@ CONFIG_FAILURE: Final = (
     "the model provider rejected the service's credentials or configuration; "
     "the operator's logs have the details"
 )
+# After the model repeats a rejected answer, the next calls sample more freely (at least
+# this temperature, a new seed); repeated once more at the last one, the job stops early.
+REPEAT_TEMPERATURES: Final = (0.7, 1.0)
+REPEATED_ANSWER: Final = "repeated-answer"
 # Errors after which configured fallback data is returned instead.
 _FALLBACK_ON: Final = (codes.LLM_ERRORS | codes.EVENT_ERRORS | codes.LOOP_ERRORS) - {
     codes.CANCELLED,
@@ -159,6 +165,8 @@ class _Run:
         self.rejected = 0
         self.max_out = spec.max_output_tokens
         self.last_failure: Failure | None = None
+        self.seen: dict[str, int] = {}  # rejected answers: digest → the turn that gave it
+        self.repeats = 0
         deadline_ms = spec.budget.deadline_ms
         started = self.ledger.started
         self.deadline = None if deadline_ms is None else started + deadline_ms / 1000
@@ -312,8 +320,8 @@ class _Run:
                 tool_choice="auto" if isinstance(choice, ToolChoiceName) else choice,
                 forced_tool=choice.name if isinstance(choice, ToolChoiceName) else None,
                 max_output_tokens=verdict.max_output_tokens,
-                temperature=None if self.spec.temperature is None else float(self.spec.temperature),
-                seed=self.spec.seed,
+                temperature=self._temperature(),
+                seed=self._seed(),
                 output_schema=self.contract.output_schema,
                 structured_output=self.spec.structured_output,
                 timeout_s=timeout_s,
@@ -414,8 +422,17 @@ class _Run:
             self.max_out = min(self.max_out * 2, self.spec.output_cap)
             feed = False
         self.budget.consume()
+        # A cut-off answer is asked again bigger, not the same question: not a repeat.
+        truncated = failure.outcome == "truncated"
+        repeat_of = None if truncated else self._repeat_of(content, call.index)
         await self._record(
-            call, response, failure.outcome, failure.code, failure.diagnosis, answer=content
+            call,
+            response,
+            failure.outcome,
+            failure.code,
+            failure.diagnosis,
+            answer=content,
+            repeat_of=repeat_of,
         )
         self.rejected += 1
         self.last_failure = failure
@@ -428,6 +445,14 @@ class _Run:
                 diagnosis=failure.diagnosis,
             )
         )
+        if repeat_of is not None and self.repeats > len(REPEAT_TEMPERATURES):
+            raise _End(
+                codes.BUDGET_EXHAUSTED,
+                f"the model gave the rejected answer of turn {repeat_of} again, "
+                f"{self.repeats} times, whatever the feedback and sampling; stopped early "
+                f"rather than pay for it again (last problem: {failure.diagnosis})",
+                cause=REPEATED_ANSWER,
+            )
         if not feed:
             conversation.transcript.append(Message("assistant", content[:RECORDED_ANSWER_CHARS]))
             return
@@ -457,6 +482,7 @@ class _Run:
         calls: tuple[str, ...] = (),
         details: tuple[ToolCallRecord, ...] = (),
         warnings: tuple[str, ...] = (),
+        repeat_of: int | None = None,
     ) -> None:
         usage = response.usage if response is not None else None
         record = TurnRecord(
@@ -487,6 +513,7 @@ class _Run:
             simplified=call.simplified,
             warnings=warnings,
             answer=None if answer is None else quote(answer),
+            repeat_of=repeat_of,
             started_at=call.started_at,
         )
         self.ledger.turns.append(record)
@@ -555,6 +582,8 @@ class _Run:
             work_remaining=self.budget.work_remaining,
             retry_remaining=self.budget.retry_remaining,
             rejected=self.rejected,
+            seen=dict(self.seen),
+            repeats=self.repeats,
             max_out=self.max_out,
             last_failure=None if self.last_failure is None else StoredFailure.of(self.last_failure),
             started_ms=self.started_ms,
@@ -597,6 +626,8 @@ class _Run:
         self.budget.work_remaining = checkpoint.work_remaining
         self.budget.retry_remaining = checkpoint.retry_remaining
         self.rejected = checkpoint.rejected
+        self.seen = dict(checkpoint.seen)
+        self.repeats = checkpoint.repeats
         self.max_out = checkpoint.max_out
         failure = checkpoint.last_failure
         self.last_failure = None if failure is None else failure.failure()
@@ -660,6 +691,29 @@ class _Run:
 
     # -- the end ------------------------------------------------------------------------------
 
+    def _repeat_of(self, content: str, turn: int) -> int | None:
+        """The earlier turn whose rejected answer this one repeats (the same text, or the
+        same JSON value however written); None for a new answer, which is remembered."""
+        digest = answer_digest(content)
+        earlier = self.seen.get(digest)
+        if earlier is None:
+            self.seen[digest] = turn
+            return None
+        self.repeats += 1
+        return earlier
+
+    def _temperature(self) -> float | None:
+        asked = None if self.spec.temperature is None else float(self.spec.temperature)
+        if self.repeats == 0:
+            return asked
+        floor = REPEAT_TEMPERATURES[min(self.repeats, len(REPEAT_TEMPERATURES)) - 1]
+        return max(asked or 0.0, floor)
+
+    def _seed(self) -> int | None:
+        if self.repeats == 0 or self.spec.seed is None:
+            return self.spec.seed
+        return self.spec.seed + self.repeats
+
     def _past_deadline(self, slack_s: float = 0.05) -> bool:
         return self.deadline is not None and self.clock.monotonic() >= self.deadline - slack_s
 
@@ -709,6 +763,17 @@ def _job_tools(spec: JobSpec, given: Sequence[Tool]) -> list[Tool]:
             Tool(ToolSpec(tool.name, tool.description, tool.parameters), None, mode="client")
         )
     return tools
+
+
+def answer_digest(content: str) -> str:
+    """What makes two answers the same: their JSON value, however written (spacing, key
+    order, a fence around it), else their text with whitespace runs folded."""
+    text = unfenced(content).strip()
+    try:
+        canonical = json.dumps(json.loads(text), sort_keys=True, separators=(",", ":"))
+    except (ValueError, RecursionError):
+        canonical = " ".join(text.split())
+    return hashlib.sha256(canonical.encode("utf-8", "replace")).hexdigest()[:32]
 
 
 def _epoch_ms(clock: Clock) -> int:

@@ -88,6 +88,9 @@ class TurnRecord(Wire):
     simplified: bool
     warnings: tuple[str, ...]
     answer: str | None = Field(description="The model's answer, quoted and cut to size.")
+    repeat_of: int | None = Field(
+        default=None, description="A rejected answer the same as the one of this earlier turn."
+    )
     started_at: str
     job_attempt: int | None = None
 

@@ -629,3 +629,32 @@ async def test_a_provider_timeout_well_before_the_deadline_stays_llm_timeout() -
     client = ScriptedClient([ProviderTimeout("timed out", provider="p")])
     result = await run(job(budget={"maxTurns": 1, "deadlineMs": 60_000}), client)
     assert result.envelope.error == codes.LLM_TIMEOUT
+
+
+# -- repeated answers (issue 14) ------------------------------------------------------------------
+
+
+async def test_a_repeated_rejected_answer_is_marked_and_sampled_more_freely() -> None:
+    client = ScriptedClient([answer({"x": "a"}), reply('{ "x" : "a" }'), answer({"x": 3})])
+    result = await run(job(budget={"maxTurns": 1, "returnRetries": 3}, seed=5), client)
+    assert result.envelope.data == {"x": 3}
+    assert [t.repeat_of for t in result.turns] == [None, 1, None]
+    # the first re-ask as asked; after the repeat, a higher temperature and a new seed
+    assert [(r.temperature, r.seed) for r in client.requests] == [(None, 5), (None, 5), (0.7, 6)]
+
+
+async def test_a_model_that_keeps_repeating_itself_is_stopped_early() -> None:
+    client = ScriptedClient([answer({"x": "a"})] * 6)
+    result = await run(job(budget={"maxTurns": 1, "returnRetries": 5}), client)
+    assert len(client.requests) == 4  # the answer, then three repeats: not six calls
+    assert result.envelope.error == codes.BUDGET_EXHAUSTED
+    assert result.envelope.cause == "repeated-answer"
+    assert "turn 1 again, 3 times" in (result.envelope.detail or "")
+    assert [r.temperature for r in client.requests] == [None, None, 0.7, 1.0]
+
+
+async def test_truncated_fragments_are_not_repeats() -> None:
+    client = ScriptedClient([reply("{", finish="length")] * 3 + [answer({"x": 1})])
+    result = await run(job(budget={"maxTurns": 1, "returnRetries": 3}), client)
+    assert result.envelope.data == {"x": 1}
+    assert all(t.repeat_of is None for t in result.turns)

@@ -19,11 +19,13 @@ OUTCOMES = ["valid", "invalid", "broken", "tool", "fail", "truncated", "refusal"
 SLACK = 24
 
 
-def step(outcome: str) -> LLMResponse:
+def step(outcome: str, n: int = 0) -> LLMResponse:
+    # Rejected answers differ from call to call (a model repeating itself is stopped early:
+    # tests/core/test_loop.py), so the state machine runs its whole course.
     return {
         "valid": lambda: answer({"x": 7}),
-        "invalid": lambda: answer({"x": "seven"}),
-        "broken": lambda: reply('{"x": 7,,, "y": [}'),
+        "invalid": lambda: answer({"x": f"seven {n}"}),
+        "broken": lambda: reply('{"x": 7,,, "y": [' + str(n) + "}"),
         "tool": lambda: call("probe", {"q": "x"}),
         "fail": lambda: reply('{"$fail": "cannot"}'),
         "truncated": lambda: reply('{"x": ', finish="length"),
@@ -53,7 +55,7 @@ def test_loop_follows_the_state_machine(
     max_turns: int, retries: int, with_tools: bool, outcomes: list[str]
 ) -> None:
     probe = Tool(ToolSpec("probe", "probe", {"type": "object"}), lambda _a: "ok")
-    client = ScriptedClient([step(o) for o in outcomes])
+    client = ScriptedClient([step(o, n) for n, o in enumerate(outcomes)])
     spec = JobSpec.model_validate(
         {
             "task": "Return x",
