@@ -13,7 +13,7 @@ from app.core.events import LoopEvent, TurnEnded, TurnStarted
 from app.core.loop import JobResult, Runtime, Tool, run_job
 from app.core.model import LLMRequest, LLMResponse, ToolSpec
 from app.core.spec import Budget, JobSpec
-from tests.core.fakes import FakeClock, ScriptedClient, answer, call, reply
+from tests.core.fakes import FakeClock, ScriptedClient, Step, answer, call, reply
 
 X_INT = "() -> {x :int}"
 
@@ -654,7 +654,8 @@ async def test_a_model_that_keeps_repeating_itself_is_stopped_early() -> None:
 
 
 async def test_truncated_fragments_are_not_repeats() -> None:
-    client = ScriptedClient([reply("{", finish="length")] * 3 + [answer({"x": 1})])
+    steps: list[Step] = [reply("{", finish="length")] * 3
+    client = ScriptedClient([*steps, answer({"x": 1})])
     result = await run(job(budget={"maxTurns": 1, "returnRetries": 3}), client)
     assert result.envelope.data == {"x": 1}
     assert all(t.repeat_of is None for t in result.turns)
