@@ -370,3 +370,19 @@ def timer() -> Iterator[dict[str, float]]:
         yield out
     finally:
         out["s"] = time.perf_counter() - t0
+
+
+ANALYSIS = "<!-- ANALYSIS -->"
+
+
+def page_end(info: dict[str, str], *after: str) -> list[str]:
+    """The end every benchmark page has: the analysis (filled from the page's notes file)
+    and the machine it ran on, then ``after``."""
+    return ["## What this means", "", ANALYSIS, "", "## Machine", "", machine_md(info), "", *after]
+
+
+def with_notes(text: str, notes: Path, *, quick: bool) -> str:
+    """``text`` with its analysis placeholder replaced by ``notes`` (kept out of smoke runs)."""
+    if notes.exists() and not quick:
+        return text.replace(ANALYSIS, notes.read_text().strip())
+    return text

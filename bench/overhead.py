@@ -51,11 +51,12 @@ from bench.common import (
     client,
     job_body,
     machine,
-    machine_md,
+    page_end,
     percentile,
     raise_fd_limit,
     run_closed_loop,
     total_cpu,
+    with_notes,
 )
 
 BEFORE = DOCS / "overhead-before.json"
@@ -458,24 +459,10 @@ def write_report(
             *[f"| `{k}` | {v:.1%} |" for k, v in s["inclusive_app"]],
             "",
         ]
-    out += [
-        "## What this means",
-        "",
-        "<!-- ANALYSIS -->",
-        "",
-        "## Machine",
-        "",
-        machine_md(info),
-        "",
-        f"Seeds: simulator `--seed {SEED}`.",
-        "",
-    ]
+    out += page_end(info, f"Seeds: simulator `--seed {SEED}`.", "")
     path = OUT / "overhead.md"
-    analysis_file = Path(__file__).with_name("overhead_notes.md")
-    text = "\n".join(out)
-    if analysis_file.exists() and not quick:
-        text = text.replace("<!-- ANALYSIS -->", analysis_file.read_text().strip())
-    path.write_text(text)
+    notes = Path(__file__).with_name("overhead_notes.md")
+    path.write_text(with_notes("\n".join(out), notes, quick=quick))
     (OUT / "overhead.json").write_text(
         json.dumps(
             {"rows": rows, "profile": prof, "info": info, "elapsed": elapsed}, indent=1, default=str

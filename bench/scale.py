@@ -58,12 +58,13 @@ from bench.common import (
     cpu_seconds,
     job_body,
     machine,
-    machine_md,
     metric_sum,
     open_fds,
+    page_end,
     raise_fd_limit,
     rss_mb,
     run_closed_loop,
+    with_notes,
 )
 
 SEED = 1
@@ -687,21 +688,14 @@ def write_report(
         "",
         "![scale](scale.png)",
         "",
-        "## What this means",
-        "",
-        "<!-- ANALYSIS -->",
-        "",
-        "## Machine",
-        "",
-        machine_md(info),
-        "",
-        f"Seeds: simulator `--seed {SEED}`. Submission concurrency {SUBMIT_CONCURRENCY}.",
-        "",
+        *page_end(
+            info,
+            f"Seeds: simulator `--seed {SEED}`. Submission concurrency {SUBMIT_CONCURRENCY}.",
+            "",
+        ),
     ]
-    text = "\n".join(out)
-    analysis = Path(__file__).with_name("scale_notes.md")
-    if analysis.exists() and not quick:
-        text = text.replace("<!-- ANALYSIS -->", analysis.read_text().strip())
+    notes = Path(__file__).with_name("scale_notes.md")
+    text = with_notes("\n".join(out), notes, quick=quick)
     (OUT / "scale.md").write_text(text)
     (OUT / "scale.json").write_text(
         json.dumps(

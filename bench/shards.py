@@ -49,8 +49,9 @@ from bench.common import (
     Stack,
     cpu_seconds,
     machine,
-    machine_md,
+    page_end,
     raise_fd_limit,
+    with_notes,
 )
 from bench.scale import Sampler, failed_jobs, submit
 from tests.store.cluster import LocalCluster
@@ -306,20 +307,10 @@ def report(results: list[dict[str, Any]], info: dict[str, str], quick: bool, ela
         " whole machine's busy time (`/proc/stat`) less that: the box is shared, and has 2.",
         "",
         *memory,
-        "## What this means",
-        "",
-        "<!-- ANALYSIS -->",
-        "",
-        "## Machine",
-        "",
-        machine_md(info),
-        "",
+        *page_end(info),
     ]
-    text = "\n".join(out)
     notes = Path(__file__).with_name("shards_notes.md")
-    if notes.exists() and not quick:
-        text = text.replace("<!-- ANALYSIS -->", notes.read_text().strip())
-    return text
+    return with_notes("\n".join(out), notes, quick=quick)
 
 
 def main() -> int:

@@ -19,6 +19,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from app.core.feedback import Failure
+from app.core.ledger import Spend as LedgerSpend
 from app.core.model import Message, Role, ToolCall
 from app.core.turn import Outcome, Rejection, Spend, ToolCallRecord, TurnRecord
 from app.core.wire import Wire
@@ -85,18 +86,6 @@ class StoredFailure(Wire):
         return Failure(self.outcome, self.code, self.diagnosis, self.excerpt, self.show_example)
 
 
-class StoredSpend(Wire):
-    input_tokens: int = 0
-    output_tokens: int = 0
-    cost: float = 0.0
-    cost_known: bool = True
-    transport_retries: int = 0
-    validator_calls: int = 0
-    validator_tokens: int = 0
-    validator_cost: float = 0.0
-    validator_cost_known: bool = True
-
-
 class PendingCall(Wire):
     """A call of the paused work turn: answered already (``text``), or the client's."""
 
@@ -118,7 +107,7 @@ class Checkpoint(Wire):
     started_ms: int  # wall clock (epoch ms) when the job's first run began
     started_at: str
     paused_ms: int
-    spend: StoredSpend
+    spend: LedgerSpend  # the ledger's own dataclass: pydantic reads and writes it as is
     warnings: tuple[str, ...]
     turns: tuple[TurnRecord, ...]
     history: tuple[Rejection, ...]

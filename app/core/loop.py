@@ -26,7 +26,7 @@ import hashlib
 import json
 import logging
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
 from app.core import codes
@@ -38,7 +38,6 @@ from app.core.checkpoint import (
     StoredEntry,
     StoredFailure,
     StoredMessage,
-    StoredSpend,
 )
 from app.core.clock import Clock, SystemClock, iso
 from app.core.contract import Contract, build_contract
@@ -48,7 +47,7 @@ from app.core.errors import InvalidInput, ProviderError, ValidatorUnavailable
 from app.core.events import ToolsAnswered, Tracer, TurnEnded, TurnStarted, emit
 from app.core.feedback import Failure, quote, render_feedback
 from app.core.judge import JUDGE_OUTPUT_TOKENS, JUDGE_SCHEMA, judge_messages, judge_verdict
-from app.core.ledger import Ledger, Spend
+from app.core.ledger import Ledger
 from app.core.model import LLMRequest, LLMResponse, Message, ModelClient, ToolCall, ToolSpec
 from app.core.prompting import Prompting
 from app.core.spec import JobSpec, ToolChoiceName, ValidatorSpec
@@ -589,7 +588,7 @@ class _Run:
             started_ms=self.started_ms,
             started_at=ledger.started_at,
             paused_ms=_epoch_ms(self.clock),
-            spend=StoredSpend.model_validate(asdict(spend)),
+            spend=replace(spend),
             warnings=tuple(ledger.warnings),
             turns=tuple(ledger.turns),
             history=tuple(ledger.history),
@@ -638,7 +637,7 @@ class _Run:
         ledger.started_at = checkpoint.started_at
         deadline_ms = self.spec.budget.deadline_ms
         self.deadline = None if deadline_ms is None else ledger.started + deadline_ms / 1000
-        ledger.spend = Spend(**checkpoint.spend.model_dump(by_alias=False))
+        ledger.spend = replace(checkpoint.spend)
         ledger.warnings = list(checkpoint.warnings)
         ledger.turns = list(checkpoint.turns)
         ledger.history = list(checkpoint.history)

@@ -73,17 +73,6 @@ def timed_post(http: httpx.Client, path: str, **kwargs: Any) -> tuple[httpx.Resp
     return response, time.perf_counter() - began
 
 
-def finished(http: httpx.Client, job_id: str, timeout_s: float = 30.0) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        response = http.get(f"/v1/jobs/{job_id}", params={"waitMs": 5000})
-        assert response.status_code == 200, response.text
-        job: dict[str, Any] = response.json()
-        if job["status"] in ("succeeded", "failed", "cancelled"):
-            return job
-    raise AssertionError(f"job {job_id} did not finish in {timeout_s}s")
-
-
 def problem_field(response: httpx.Response) -> str:
     """The field a 422 problem names (its first ``errors`` entry)."""
     assert response.status_code == 422, response.text
