@@ -423,7 +423,7 @@ class _Run:
         self.budget.consume()
         # A cut-off answer is asked again bigger, not the same question: not a repeat.
         truncated = failure.outcome == "truncated"
-        repeat_of = None if truncated else self._repeat_of(content, call.index)
+        repeat_of = None if truncated else self._repeat_of(response, call.index)
         await self._record(
             call,
             response,
@@ -690,10 +690,11 @@ class _Run:
 
     # -- the end ------------------------------------------------------------------------------
 
-    def _repeat_of(self, content: str, turn: int) -> int | None:
+    def _repeat_of(self, response: LLMResponse, turn: int) -> int | None:
         """The earlier turn whose rejected answer this one repeats (the same text, or the
-        same JSON value however written); None for a new answer, which is remembered."""
-        digest = answer_digest(content)
+        same JSON value however written, and the same tool calls); None for a new answer,
+        which is remembered."""
+        digest = answer_digest(response.content or "", response.tool_calls)
         earlier = self.seen.get(digest)
         if earlier is None:
             self.seen[digest] = turn
@@ -764,15 +765,19 @@ def _job_tools(spec: JobSpec, given: Sequence[Tool]) -> list[Tool]:
     return tools
 
 
-def answer_digest(content: str) -> str:
+def answer_digest(content: str, tool_calls: Sequence[ToolCall] = ()) -> str:
     """What makes two answers the same: their JSON value, however written (spacing, key
-    order, a fence around it), else their text with whitespace runs folded."""
+    order, a fence around it), else their text with whitespace runs folded; and the tool
+    calls they make (a call where no tool is offered is rejected with empty content)."""
     text = unfenced(content).strip()
     try:
         canonical = json.dumps(json.loads(text), sort_keys=True, separators=(",", ":"))
     except (ValueError, RecursionError):
         canonical = " ".join(text.split())
-    return hashlib.sha256(canonical.encode("utf-8", "replace")).hexdigest()[:32]
+    calls = "\n".join(f"{c.name}({c.arguments})" for c in tool_calls)
+    digest = hashlib.sha256(canonical.encode("utf-8", "replace"))
+    digest.update(b"\0" + calls.encode("utf-8", "replace"))
+    return digest.hexdigest()[:32]
 
 
 def _epoch_ms(clock: Clock) -> int:

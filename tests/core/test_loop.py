@@ -659,3 +659,12 @@ async def test_truncated_fragments_are_not_repeats() -> None:
     result = await run(job(budget={"maxTurns": 1, "returnRetries": 3}), client)
     assert result.envelope.data == {"x": 1}
     assert all(t.repeat_of is None for t in result.turns)
+
+
+async def test_tool_calls_where_none_are_offered_repeat_only_when_the_calls_are_the_same() -> None:
+    client = ScriptedClient(
+        [call("foo", {"q": 1}), call("foo", {"q": 2}), call("foo", {"q": 2}), answer({"x": 1})]
+    )
+    result = await run(job(budget={"maxTurns": 1, "returnRetries": 3}), client)
+    assert result.envelope.data == {"x": 1}
+    assert [t.repeat_of for t in result.turns] == [None, None, 2, None]

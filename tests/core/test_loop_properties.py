@@ -26,7 +26,7 @@ def step(outcome: str, n: int = 0) -> LLMResponse:
         "valid": lambda: answer({"x": 7}),
         "invalid": lambda: answer({"x": f"seven {n}"}),
         "broken": lambda: reply('{"x": 7,,, "y": [' + str(n) + "}"),
-        "tool": lambda: call("probe", {"q": "x"}),
+        "tool": lambda: call("probe", {"q": f"x {n}"}),
         "fail": lambda: reply('{"$fail": "cannot"}'),
         "truncated": lambda: reply('{"x": ', finish="length"),
         "refusal": lambda: reply(None, finish="refusal", refusal="no"),
