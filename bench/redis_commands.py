@@ -11,6 +11,7 @@ import collections
 import os
 import sys
 import tempfile
+import urllib.parse
 from pathlib import Path
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
@@ -48,8 +49,18 @@ async def main(url: str, sim: str) -> None:
         await store.wait(warm.id, tenant="t", wait_ms=5000)
         await asyncio.sleep(0.5)
         cli = find_redis_server().with_name("redis-cli")  # the redis-cli next to the server
+        u = urllib.parse.urlsplit(
+            url
+        )  # redis-cli 6.2 sends AUTH "" PASSWORD for -u redis://:PASSWORD@
         mon = await asyncio.create_subprocess_exec(
-            cli, "-u", url, "monitor", stdout=asyncio.subprocess.PIPE
+            cli,
+            "-h",
+            str(u.hostname),
+            "-p",
+            str(u.port),
+            "monitor",
+            stdout=asyncio.subprocess.PIPE,
+            env={**os.environ, "REDISCLI_AUTH": u.password or ""},
         )
         await asyncio.sleep(0.5)
         job, _ = await store.submit(tenant="t", spec=spec)
@@ -58,6 +69,8 @@ async def main(url: str, sim: str) -> None:
         mon.terminate()
         out, _ = await mon.communicate()
         lines = [line for line in out.decode().splitlines() if line.startswith("1")]
+        if os.environ.get("SHOW"):
+            print("\n".join(line[:200] for line in lines))
         # EVALSHA runs are counted once; the commands a script runs inside are not round trips
         trips = [line for line in lines if "[0 lua]" not in line]
         print(f"{len(trips)} commands from clients ({len(lines)} including inside scripts)")
