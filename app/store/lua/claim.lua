@@ -10,9 +10,14 @@
 --   checkpoint or '' (a paused job resumes from it), outputs or '' (the client's answer,
 --   or 'timeout')
 local ring = KEYS[1]
-local tenants = redis.call('LLEN', ring)
-if tenants == 0 then
+-- The first two tenants say whether there are none, one or several (LLEN only then).
+local head = redis.call('LRANGE', ring, 0, 1)
+if #head == 0 then
   return {}
+end
+local tenants = #head
+if tenants > 1 then
+  tenants = redis.call('LLEN', ring)
 end
 local budget = tonumber(ARGV[5])
 local cap = tonumber(ARGV[6])
@@ -28,7 +33,7 @@ end
 
 if tenants == 1 then
   -- One tenant waiting: take its jobs in one go.
-  local tenant = redis.call('LINDEX', ring, 0)
+  local tenant = head[1]
   local take = budget
   local left = room(tenant)
   if left then

@@ -60,7 +60,8 @@ end
 
 -- End a job: its final state, result and last event, the retention clock, the waiters told.
 -- ``fields`` are extra hash fields to write in the same HSET.
-local function finish(job, id, status, result, events, finished, retention, channel, fields)
+local function finish(job, id, status, result, events, finished, retention, channel, fields,
+    known)
   table.insert(fields, 'status')
   table.insert(fields, status)
   table.insert(fields, 'result')
@@ -71,7 +72,7 @@ local function finish(job, id, status, result, events, finished, retention, chan
   table.insert(fields, finished)
   redis.call('HSET', job, unpack(fields))
   redis.call('EXPIRE', job, retention)
-  outbox_add(job, id, status)  -- #13: its callback, in this same script (lua/outbox.lua)
+  outbox_add(job, id, status, known)  -- #13: its callback, in this same script (lua/outbox.lua)
   redis.call('PUBLISH', channel, id)
 end
 

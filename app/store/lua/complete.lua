@@ -7,7 +7,7 @@
 --       11 done channel  12 finished ms
 -- Returns 1 (committed), 0 (not ours), -1 (the job had already ended)
 local f = redis.call('HMGET', KEYS[1], 'status', 'attempts', 'turns', 'events', 'spent',
-  'tenant', 'counted', 'pauses')
+  'tenant', 'counted', 'pauses', 'callback')
 if not f[1] or terminal(f[1]) then
   return -1
 end
@@ -39,5 +39,5 @@ end
 table.insert(fields, 'counted')
 table.insert(fields, '0')
 finish(KEYS[1], ARGV[1], ARGV[3], ARGV[4], append(f[4], ARGV[9]), ARGV[12], ARGV[10],
-  ARGV[11], fields)
+  ARGV[11], fields, {f[9], f[8]})
 return 1

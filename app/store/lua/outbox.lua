@@ -21,9 +21,10 @@ end
 
 -- The job ``id`` (hash ``job``) reached ``event``: a delivery, due now, if its callback
 -- asks for that event. A later pause replaces the delivery of the one before (its
--- ``pause`` number names which one the webhook-id is for).
-local function outbox_add(job, id, event)
-  local f = redis.call('HMGET', job, 'callback', 'pauses')
+-- ``pause`` number names which one the webhook-id is for). ``known``: the job's
+-- {callback, pauses} when the caller has already read them (nil: read here).
+local function outbox_add(job, id, event, known)
+  local f = known or redis.call('HMGET', job, 'callback', 'pauses')
   if not f[1] then
     return
   end
