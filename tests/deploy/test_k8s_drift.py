@@ -27,6 +27,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from app import metrics
 from app.api.system import router as system_router
@@ -438,3 +439,36 @@ def test_the_service_started_as_the_manifests_say_exports_what_alerts_and_keda_r
     # uvicorn shuts down cleanly, then re-raises the SIGTERM it caught.
     assert api_exit[0] in (0, -signal.SIGTERM), api.output()
     assert "Application shutdown complete." in api.output()
+
+
+# -- the operations guide ----------------------------------------------------------------
+
+OPERATIONS = Path(__file__).resolve().parents[2] / "docs" / "operations.md"
+
+
+def slug(heading: str) -> str:
+    """A GitHub heading anchor: lower case, punctuation dropped, spaces to hyphens."""
+    kept = "".join(c for c in heading.strip().lower() if c.isalnum() or c in " -_")
+    return kept.replace(" ", "-")
+
+
+def test_the_operations_guide_names_every_metric_and_every_alert(docs: tuple[Doc, ...]) -> None:
+    text = OPERATIONS.read_text(encoding="utf-8")
+    body, _ = metrics.exposition()
+    families = {
+        family.name + ("_total" if family.type == "counter" else "")
+        for family in text_string_to_metric_families(body.decode())
+        if not family.name.endswith("_created")  # a counter's creation time, exposed apart
+    }
+    assert len(families) >= 25
+    for name in families:
+        assert f"`{name}`" in text, f"docs/operations.md does not describe {name}"
+    anchors = {slug(line.lstrip("#")) for line in text.splitlines() if line.startswith("#")}
+    for rule in of_kind(docs, "PrometheusRule"):
+        for group in rule["spec"]["groups"]:
+            for alert in group["rules"]:
+                assert f"### {alert['alert']}" in text, alert["alert"]
+                url = alert["annotations"]["runbook_url"]
+                page, _, anchor = url.partition("#")
+                assert page == "docs/operations.md", url
+                assert anchor in anchors, f"{alert['alert']}: no heading for #{anchor}"

@@ -182,9 +182,10 @@ def test_the_secrets_the_pods_need_are_the_documented_ones(example: tuple[Doc, .
         ("reprompt", "webhook-signing-key"),
     }
     doc = (DEPLOY.parent / "docs" / "kubernetes.md").read_text()
+    assert "create secret generic reprompt " in doc
     for _, key in refs:
         assert f"--from-literal={key}=" in doc or f"--from-file={key}=" in doc, key
-    assert "kubectl create secret generic reprompt-provider-keys" in doc
+    assert "create secret generic reprompt-provider-keys" in doc
 
 
 # -- pods ------------------------------------------------------------------------------------
