@@ -67,6 +67,10 @@ log = logging.getLogger(__name__)
 # A worker's metrics port is the first free one of REPROMPT_WORKER_METRICS_PORT and the
 # next 31, so up to 32 workers on one host get predictable ports; more get any free one.
 METRICS_PORT_SPAN = 32
+# How often a worker process copies its circuits into reprompt_circuit_state for its
+# /metrics (the API sets its own when scraped; a worker's metrics are served by a thread
+# that must not read the event loop's circuits).
+CIRCUIT_GAUGE_PERIOD_S = 5.0
 # How long a worker's Redis command may wait for a free connection of its pool.
 WORKER_REDIS_QUEUE_S = 30.0
 
@@ -341,9 +345,20 @@ async def _worker_process(settings: Settings) -> int:
             taken = "" if port == wanted else f" ({wanted} was taken)"
             log.info("metrics on http://%s:%d/metrics%s", settings.host, port, taken)
         assert parts.router is not None  # provider_required
+        if settings.worker_metrics_port:
+            gauges = asyncio.create_task(_circuit_gauges(parts.router), name="circuit-gauges")
+            stack.callback(gauges.cancel)
         worker = Worker(parts.leases, parts.router, settings, outbound=parts.outbound)
         await worker.run(stop)
     return 0
+
+
+async def _circuit_gauges(router: Router) -> None:
+    """Keep this worker's ``reprompt_circuit_state`` current: the circuits that open are
+    the workers' own (they make the model calls), and alerts read them from here."""
+    while True:
+        metrics.record_state(queue=None, circuits=router.snapshot())
+        await asyncio.sleep(CIRCUIT_GAUGE_PERIOD_S)
 
 
 @asynccontextmanager
