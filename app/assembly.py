@@ -69,6 +69,8 @@ log = logging.getLogger(__name__)
 METRICS_PORT_SPAN = 32
 # How long a worker's Redis command may wait for a free connection of its pool.
 WORKER_REDIS_QUEUE_S = 30.0
+# How often a worker copies its circuit breakers' states into its /metrics gauges.
+CIRCUIT_GAUGES_S = 5.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -341,9 +343,20 @@ async def _worker_process(settings: Settings) -> int:
             taken = "" if port == wanted else f" ({wanted} was taken)"
             log.info("metrics on http://%s:%d/metrics%s", settings.host, port, taken)
         assert parts.router is not None  # provider_required
+        if settings.worker_metrics_port:
+            gauges = asyncio.create_task(_circuit_gauges(parts.router), name="circuit-gauges")
+            stack.callback(gauges.cancel)
         worker = Worker(parts.leases, parts.router, settings, outbound=parts.outbound)
         await worker.run(stop)
     return 0
+
+
+async def _circuit_gauges(router: Router) -> None:
+    """``reprompt_circuit_state`` on a worker's /metrics: the workers make the model calls,
+    so their breakers are the ones that open (an API process's stay closed)."""
+    while True:
+        metrics.record_state(queue=None, circuits=router.snapshot())
+        await asyncio.sleep(CIRCUIT_GAUGES_S)
 
 
 @asynccontextmanager
