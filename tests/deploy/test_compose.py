@@ -225,8 +225,8 @@ def test_redis_keeps_jobs_on_disk_never_evicts_and_has_the_urls_password(compose
     # From the environment when set (the default is for local development only).
     chosen = load_compose({"REDIS_PASSWORD": "from-the-env"})
     assert _flag(command(chosen["services"]["redis"]), "--requirepass") == "from-the-env"
-    url = environment(chosen["services"]["worker"])["REPROMPT_REDIS_URL"]
-    assert urlsplit(url).password == "from-the-env"
+    chosen_url = environment(chosen["services"]["worker"])["REPROMPT_REDIS_URL"]
+    assert urlsplit(chosen_url).password == "from-the-env"
 
 
 def _container_path(svc: dict[str, Any], path: str) -> Path:
