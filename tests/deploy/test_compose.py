@@ -27,16 +27,6 @@ import yaml
 
 from app.providers.config import load_providers
 from app.settings import Settings
-from tests.api.conftest import (
-    alice,
-    api,
-    data_dir,
-    finished,
-    providers,
-    redis_url,
-    scripted,
-    sim_url,
-)
 from tests.deploy.drift import (
     COMPOSE_FILE,
     DOCKERFILE,
@@ -54,8 +44,10 @@ from tests.deploy.drift import (
     setting_default,
     setting_env_names,
 )
+from tests.service import KEYS, api, data_dir, finished, providers, redis_url, scripted, sim_url
 
-__all__ = ["alice", "api", "data_dir", "providers", "redis_url", "sim_url"]
+# The real service of tests/service.py: its fixtures, used by ``live_names``.
+__all__ = ["api", "data_dir", "providers", "redis_url", "sim_url"]
 
 COMPOSE_DIR = ROOT / "deploy" / "compose"
 SCHEMA = Path(__file__).parent / "compose-spec" / "compose-spec.json"
@@ -185,21 +177,21 @@ def test_every_port_matches_the_settings(compose: Any) -> None:
     assert _port(worker_env["HEALTHCHECK_URL"]) == metrics_port
     # The Dockerfile exposes both and its healthcheck defaults to the API's port.
     dockerfile = DOCKERFILE.read_text(encoding="utf-8")
-    exposed = {int(p) for p in re.search(r"^EXPOSE (.+)$", dockerfile, re.M)[1].split()}  # type: ignore[index]
+    expose = re.search(r"^EXPOSE (.+)$", dockerfile, re.M)
+    assert expose is not None
+    exposed = {int(p) for p in expose[1].split()}
     assert exposed == {api_port, metrics_port}
     assert f"REPROMPT_PORT', '{api_port}'" in dockerfile
     # Prometheus scrapes those ports, on those services.
     jobs = {
         job["job_name"]: job for job in yaml.safe_load(PROMETHEUS.read_text())["scrape_configs"]
     }
-    assert jobs["reprompt-api"]["dns_sd_configs"][0] == jobs["reprompt-api"]["dns_sd_configs"][
-        0
-    ] | {
-        "names": ["api"],
-        "port": api_port,
-    }
-    assert jobs["reprompt-worker"]["dns_sd_configs"][0]["names"] == ["worker"]
-    assert jobs["reprompt-worker"]["dns_sd_configs"][0]["port"] == metrics_port
+    for job, service, port in (
+        ("reprompt-api", "api", api_port),
+        ("reprompt-worker", "worker", metrics_port),
+    ):
+        (discovery,) = jobs[job]["dns_sd_configs"]
+        assert (discovery["names"], discovery["port"]) == ([service], port)
     # The simulator listens where the providers file and its healthcheck look for it.
     sim_port = int(_flag(command(svc["sim"]), "--port"))
     sim_file = (COMPOSE_DIR / "providers" / "sim.toml").read_text(encoding="utf-8")
@@ -283,7 +275,9 @@ def test_the_dockerfile_pins_its_base_runs_as_non_root_and_checks_healthz() -> N
     for stage in ("slim", "local"):
         body = text.split(f" AS {stage}\n", 1)[1].split("\nFROM ", 1)[0]
         assert re.search(r"^USER 10001:10001$", body, re.M), stage
-    assert "/healthz" in re.search(r"^HEALTHCHECK .*(?:\n    .*)*", text, re.M)[0]  # type: ignore[index]
+    healthcheck = re.search(r"^HEALTHCHECK .*\\\n\s+CMD .*$", text, re.M)
+    assert healthcheck is not None
+    assert "/healthz" in healthcheck[0]
     assert 'ENTRYPOINT ["reprompt"]' in text
     assert "-c requirements.lock" in text
     assert "scripts/llama_wheel.py --install" in text  # the portable llama.cpp build
@@ -422,19 +416,14 @@ def test_promql_metric_names_reads_only_metric_names() -> None:
 def live_names(api: str) -> Iterator[set[str]]:
     """Metric names of the real service (API + in-process worker + the simulator) after a
     job that needed a re-ask: tests/service.py's ``api``."""
-    with httpx.Client(base_url=api, timeout=30, headers=_alice()) as http:
+    headers = {"authorization": f"Bearer {KEYS['alice']}"}
+    with httpx.Client(base_url=api, timeout=30, headers=headers) as http:
         job = http.post("/v1/jobs", json=scripted("Deploy drift", ["wrong_type", "ok"]))
         assert job.status_code == 202, job.text
         assert finished(http, job.json()["id"])["status"] == "succeeded"
         response = http.get("/metrics")
         assert response.status_code == 200
         yield live_metric_names(response.text)
-
-
-def _alice() -> dict[str, str]:
-    from tests.service import KEYS
-
-    return {"authorization": f"Bearer {KEYS['alice']}"}
 
 
 def test_every_metric_the_dashboards_and_prometheus_name_is_exported(
