@@ -67,12 +67,10 @@ log = logging.getLogger(__name__)
 # A worker's metrics port is the first free one of REPROMPT_WORKER_METRICS_PORT and the
 # next 31, so up to 32 workers on one host get predictable ports; more get any free one.
 METRICS_PORT_SPAN = 32
-# How often a worker process copies its circuits into reprompt_circuit_state for its
-# /metrics (the API sets its own when scraped; a worker's metrics are served by a thread
-# that must not read the event loop's circuits).
-CIRCUIT_GAUGE_PERIOD_S = 5.0
 # How long a worker's Redis command may wait for a free connection of its pool.
 WORKER_REDIS_QUEUE_S = 30.0
+# How often a worker copies its circuit breakers' states into its /metrics gauges.
+CIRCUIT_GAUGES_S = 5.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -354,11 +352,11 @@ async def _worker_process(settings: Settings) -> int:
 
 
 async def _circuit_gauges(router: Router) -> None:
-    """Keep this worker's ``reprompt_circuit_state`` current: the circuits that open are
-    the workers' own (they make the model calls), and alerts read them from here."""
+    """``reprompt_circuit_state`` on a worker's /metrics: the workers make the model calls,
+    so their breakers are the ones that open (an API process's stay closed)."""
     while True:
         metrics.record_state(queue=None, circuits=router.snapshot())
-        await asyncio.sleep(CIRCUIT_GAUGE_PERIOD_S)
+        await asyncio.sleep(CIRCUIT_GAUGES_S)
 
 
 @asynccontextmanager

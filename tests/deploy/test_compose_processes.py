@@ -1,0 +1,323 @@
+"""docker-compose.yml's services run as plain local processes, and one job goes through them.
+
+No Docker engine here, so each service runs with its compose command and environment as a
+process on loopback: service host names map to 127.0.0.1 and each container port to a free
+port; bind-mounted paths and volumes map to files and folders of the test. Redis is the
+embedded wheel's redis-server with the compose file's arguments, the simulator is the
+compose file's ``reprompt sim ...``, the API ``reprompt api`` and the workers (as many as
+``deploy.replicas``) ``reprompt worker``. The image's HEALTHCHECK command is run against
+each. Prometheus and Grafana have no binaries here: their files are checked statically
+(tests/deploy/test_compose.py), and their scrape targets are scraped below instead.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import redis
+
+from app.child import free_loopback_port
+from app.redis_server import find_redis_server
+from tests.deploy.drift import (
+    DOCKERFILE,
+    ROOT,
+    command,
+    dashboard_exprs,
+    environment,
+    live_metric_names,
+    load_compose,
+    promql_metric_names,
+)
+
+pytestmark = pytest.mark.slow
+
+DEV_KEY = "reprompt-dev-key"  # docker-compose.yml's development key (docs/deploy.md)
+START_S = 90.0
+JOB_S = 60.0
+STOP_S = 40.0  # the worker's stop_grace_period
+
+
+@dataclass
+class Process:
+    name: str
+    proc: subprocess.Popen[bytes]
+    log: Path
+
+    def text(self) -> str:
+        return self.log.read_text(encoding="utf-8", errors="replace")
+
+
+class Loopback:
+    """Compose's network on loopback: ``host:port`` of a service → ``127.0.0.1:free``."""
+
+    def __init__(self) -> None:
+        self.ports: dict[tuple[str, int], int] = {}
+
+    def port(self, host: str, port: int) -> int:
+        return self.ports.setdefault((host, port), free_loopback_port())
+
+    def translate(self, value: str, services: set[str]) -> str:
+        def sub(match: re.Match[str]) -> str:
+            host, port = match.group(1), int(match.group(2))
+            return f"127.0.0.1:{self.port(host, port)}"
+
+        names = "|".join(re.escape(name) for name in sorted(services))
+        return re.sub(rf"(?<=[/@])({names}):(\d+)", sub, value)
+
+
+def _base_env() -> dict[str, str]:
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("REPROMPT_", "OPENAI_", "ANTHROPIC_", "REDIS_"))
+    }
+    return env | {"PYTHONUNBUFFERED": "1"}
+
+
+def _mounts(svc: dict[str, Any], volumes: dict[str, Path], tmp: Path) -> dict[str, Path]:
+    """Container path → host path: bind mounts copied (their service names translated by
+    the caller), named volumes as folders of the test."""
+    out: dict[str, Path] = {}
+    for volume in svc.get("volumes") or []:
+        source, _, rest = str(volume).partition(":")
+        target = rest.split(":")[0]
+        out[target] = ROOT / source if source.startswith(".") else volumes[source]
+    return out
+
+
+def _map_path(value: str, mounts: dict[str, Path]) -> str:
+    for target, host in mounts.items():
+        if value == target or value.startswith(target + "/"):
+            return str(host) + value.removeprefix(target)
+    return value
+
+
+def _healthcheck(env: dict[str, str]) -> int:
+    """The image's HEALTHCHECK command, run with a service's environment."""
+    match = re.search(r"^HEALTHCHECK [^\n]*\\\n\s+CMD (\[.*\])$", DOCKERFILE.read_text(), re.M)
+    assert match is not None
+    argv = json.loads(match.group(1))
+    assert argv[0] == "python"
+    done = subprocess.run(
+        [sys.executable, *argv[1:]], env=env, capture_output=True, timeout=30, check=False
+    )
+    return done.returncode
+
+
+def _wait(what: str, check: Any, procs: list[Process], within: float = START_S) -> Any:
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        for p in procs:
+            if p.proc.poll() is not None:
+                pytest.fail(f"{p.name} exited {p.proc.returncode}:\n{p.text()[-3000:]}")
+        try:
+            value = check()
+        except (httpx.TransportError, redis.RedisError, OSError):
+            value = None
+        if value:
+            return value
+        time.sleep(0.1)
+    pytest.fail(f"timed out waiting for {what}")
+
+
+@pytest.fixture
+def stack(tmp_path: Path) -> Iterator[dict[str, Any]]:
+    compose = load_compose()
+    services: dict[str, Any] = compose["services"]
+    names = set(services)
+    net = Loopback()
+    volumes = {name: tmp_path / "volumes" / name for name in compose.get("volumes") or {}}
+    for folder in volumes.values():
+        folder.mkdir(parents=True)
+    # The bind-mounted providers files, their service URLs on loopback.
+    providers = tmp_path / "providers"
+    shutil.copytree(ROOT / "deploy" / "compose" / "providers", providers)
+    for file in providers.iterdir():
+        file.write_text(net.translate(file.read_text(), names))
+    procs: list[Process] = []
+    out: dict[str, Any] = {"net": net, "procs": procs, "compose": compose}
+
+    def spawn(name: str, argv: list[str], env: dict[str, str]) -> Process:
+        log = tmp_path / f"{name}.log"
+        with log.open("wb") as handle:
+            proc = subprocess.Popen(
+                argv, env=env, stdout=handle, stderr=subprocess.STDOUT, start_new_session=True
+            )
+        process = Process(name, proc, log)
+        procs.append(process)
+        return process
+
+    with ExitStack() as stop:
+
+        def kill_all() -> None:
+            for p in procs:
+                if p.proc.poll() is None:
+                    p.proc.kill()
+                    p.proc.wait(timeout=10)
+
+        stop.callback(kill_all)
+        # Redis: the compose command, on a loopback port, its data in the volume.
+        argv = command(services["redis"])
+        assert argv[0] == "redis-server"
+        redis_dir = volumes["redis-data"]
+        redis_argv = [str(find_redis_server()), *argv[1:]]
+        redis_argv += ["--port", str(net.port("redis", 6379)), "--bind", "127.0.0.1"]
+        redis_argv += ["--dir", str(redis_dir), "--daemonize", "no"]
+        out["redis"] = spawn("redis", redis_argv, _base_env())
+        password = argv[argv.index("--requirepass") + 1]
+        client = redis.Redis(port=net.port("redis", 6379), password=password)
+        stop.callback(client.close)
+        _wait("redis", client.ping, procs)
+        out["redis_client"], out["redis_dir"] = client, redis_dir
+
+        # The simulator: its compose command through `reprompt sim`.
+        sim = command(services["sim"])
+        sim[sim.index("--host") + 1] = "127.0.0.1"
+        sim_port = int(sim[sim.index("--port") + 1])
+        sim[sim.index("--port") + 1] = str(net.port("sim", sim_port))
+        sim_env = _base_env() | {
+            k: net.translate(v, names) for k, v in environment(services["sim"]).items()
+        }
+        sim_env["HEALTHCHECK_URL"] = sim_env["HEALTHCHECK_URL"].replace(
+            f"127.0.0.1:{sim_port}", f"127.0.0.1:{net.port('sim', sim_port)}"
+        )
+        spawn("sim", [sys.executable, "-m", "app.cli", *sim], sim_env)
+        url = f"http://127.0.0.1:{net.port('sim', sim_port)}"
+        _wait("the simulator", lambda: httpx.get(f"{url}/healthz").is_success, procs)
+        out["envs"] = {"sim": sim_env}
+
+        def service_env(name: str) -> dict[str, str]:
+            mounts = _mounts(services[name], volumes, tmp_path)
+            mounts["/etc/reprompt/providers"] = providers
+            env = _base_env()
+            for key, value in environment(services[name]).items():
+                value = _map_path(net.translate(value, names), mounts)
+                env[key] = "127.0.0.1" if key == "REPROMPT_HOST" else value
+            return env
+
+        api_env = service_env("api")
+        api_port = net.port("api", int(api_env["REPROMPT_PORT"]))
+        api_env["REPROMPT_PORT"] = str(api_port)
+        spawn("api", [sys.executable, "-m", "app.cli", *command(services["api"])], api_env)
+        out["api_url"] = f"http://127.0.0.1:{api_port}"
+        out["envs"]["api"] = api_env
+
+        workers = []
+        replicas = int(services["worker"]["deploy"]["replicas"])
+        for index in range(replicas):
+            env = service_env("worker")
+            wanted = int(env["REPROMPT_WORKER_METRICS_PORT"])
+            env["REPROMPT_WORKER_METRICS_PORT"] = str(net.port("worker", wanted))
+            argv = [sys.executable, "-m", "app.cli", *command(services["worker"])]
+            workers.append(spawn(f"worker-{index + 1}", argv, env))
+        out["workers"] = workers
+        out["worker_env"] = env
+        yield out
+
+
+def _metrics_port(worker: Process) -> int | None:
+    found = re.search(r"metrics on http://127\.0\.0\.1:(\d+)/metrics", worker.text())
+    return int(found.group(1)) if found else None
+
+
+def test_one_job_runs_through_the_compose_services_as_processes(stack: dict[str, Any]) -> None:
+    procs: list[Process] = stack["procs"]
+    api_url: str = stack["api_url"]
+    client: redis.Redis = stack["redis_client"]
+    # Redis runs with the compose file's persistence and eviction settings.
+    assert client.config_get("appendonly") == {"appendonly": "yes"}
+    assert client.config_get("appendfsync") == {"appendfsync": "everysec"}
+    assert client.config_get("maxmemory-policy") == {"maxmemory-policy": "noeviction"}
+
+    _wait("the API to be ready", lambda: httpx.get(f"{api_url}/readyz").status_code == 200, procs)
+    ports = [
+        _wait(f"{w.name}'s metrics", lambda w=w: _metrics_port(w), procs) for w in stack["workers"]
+    ]
+    assert len(set(ports)) == len(ports) == 2
+    for worker in stack["workers"]:
+        _wait(f"{worker.name} to start", lambda w=worker: "started" in w.text(), procs)
+
+    # The image's healthcheck passes for the API, the simulator and each worker.
+    assert _healthcheck(stack["envs"]["api"]) == 0
+    assert _healthcheck(stack["envs"]["sim"]) == 0
+    for port in ports:
+        env = stack["worker_env"] | {"HEALTHCHECK_URL": f"http://127.0.0.1:{port}/metrics"}
+        assert _healthcheck(env) == 0
+
+    # The development key is the one whose digest the compose file configures.
+    digest = hashlib.sha256(DEV_KEY.encode()).hexdigest()
+    assert stack["envs"]["api"]["REPROMPT_API_KEYS"] == f"dev:{digest}"
+    assert httpx.post(f"{api_url}/v1/jobs", json={}).status_code == 401
+    headers = {"authorization": f"Bearer {DEV_KEY}"}
+    directive = json.dumps({"script": ["wrong_type", "ok"]})
+    body = {
+        "task": f"Extract the person.\n[[sim {directive}]]",
+        "input": "Alice Smith is 30 years old.",
+        "signature": "{name :string, age :int}",
+        "budget": {"maxTurns": 1, "returnRetries": 3},
+    }
+    with httpx.Client(base_url=api_url, headers=headers, timeout=30) as http:
+        created = http.post("/v1/jobs", json=body)
+        assert created.status_code == 202, created.text
+        job_id = created.json()["id"]
+        deadline = time.monotonic() + JOB_S
+        job: dict[str, Any] = {}
+        while time.monotonic() < deadline:
+            job = http.get(f"/v1/jobs/{job_id}", params={"waitMs": 5000}).json()
+            if job["status"] in ("succeeded", "failed", "cancelled"):
+                break
+        assert job.get("status") == "succeeded", job
+        result = job["result"]
+        assert result["execution"]["provider"] == "sim"
+        assert result["execution"]["retryCount"] == 1  # the scripted wrong type, re-asked
+        api_metrics = http.get("/metrics").text
+
+    # What Prometheus would scrape: the API and every worker, together naming every metric
+    # the dashboards read.
+    worker_metrics = [httpx.get(f"http://127.0.0.1:{port}/metrics").text for port in ports]
+    live = live_metric_names(api_metrics)
+    for text in worker_metrics:
+        live |= live_metric_names(text)
+    named: set[str] = set()
+    for path in (ROOT / "deploy" / "compose" / "grafana" / "dashboards").glob("*.json"):
+        for expr in dashboard_exprs(json.loads(path.read_text())):
+            named |= promql_metric_names(expr)
+    assert sorted(named - {"up"} - live) == []
+    finished = sum(
+        float(m.group(1))
+        for text in worker_metrics
+        for m in re.finditer(
+            r'^reprompt_jobs_finished_total\{error="",status="succeeded"\} (\S+)$', text, re.M
+        )
+    )
+    assert finished == 1
+
+    # `docker compose stop`: SIGTERM, the workers drain and exit 0 within the grace period.
+    for worker in stack["workers"]:
+        worker.proc.send_signal(signal.SIGTERM)
+    for worker in stack["workers"]:
+        assert worker.proc.wait(timeout=STOP_S) == 0, worker.text()[-2000:]
+    # Redis keeps the job in its append-only file.
+    client.shutdown(save=True)
+    stack["redis"].proc.wait(timeout=30)
+    aof = "".join(
+        path.read_text(errors="replace")
+        for path in Path(stack["redis_dir"]).rglob("*.aof*")
+        if path.is_file()
+    )
+    assert job_id in aof
