@@ -139,10 +139,13 @@ class Retrier:
         policy: RetryPolicy,
         deadline: Deadline,
         timeout_s: float,
+        on_retry: OnRetry | None = None,
     ) -> tuple[T, Tally]:
         """Await ``call(per_attempt_timeout_s)`` until it succeeds, fails for good, runs out
-        of attempts, or the next wait would pass ``deadline``."""
+        of attempts, or the next wait would pass ``deadline``. ``on_retry`` observes this
+        call's retries (after the process-wide hook): the router's trace span."""
         tally = Tally()
+        hooks = tuple(hook for hook in (self._on_retry, on_retry) if hook is not None)
 
         def wait(state: tenacity.RetryCallState) -> float:
             err = _error_of(state)
@@ -167,9 +170,9 @@ class Retrier:
                 err.code,
                 wait_s,
             )
-            if self._on_retry is not None:
+            for hook in hooks:
                 try:
-                    self._on_retry(err.code, state.attempt_number, wait_s)
+                    hook(err.code, state.attempt_number, wait_s)
                 except Exception:
                     # An observer must never turn a recoverable call into a failure.
                     logger.exception("on_retry hook failed")
