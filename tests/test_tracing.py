@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from app.tracing import configured, open_tracing
+from app.tracing import AVAILABLE, configured, open_tracing
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -41,6 +41,7 @@ def test_no_otel_variables_means_no_tracing_at_all() -> None:
     assert open_tracing({"OTEL_TRACES_EXPORTER": "none"}) is None
 
 
+@pytest.mark.skipif(not AVAILABLE, reason="needs the otel extra")
 def test_an_unknown_exporter_or_protocol_is_logged_and_traces_stay_off(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
