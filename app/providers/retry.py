@@ -129,7 +129,7 @@ class Retrier:
         rng: random.Random | None = None,
     ) -> None:
         self._sleep = sleep
-        self._on_retry = on_retry
+        self._hooks: tuple[OnRetry, ...] = () if on_retry is None else (on_retry,)
         self._rng = rng or random.Random()
 
     async def run(
@@ -145,7 +145,7 @@ class Retrier:
         of attempts, or the next wait would pass ``deadline``. ``on_retry`` observes this
         call's retries (after the process-wide hook): the router's trace span."""
         tally = Tally()
-        hooks = tuple(hook for hook in (self._on_retry, on_retry) if hook is not None)
+        hooks = self._hooks if on_retry is None else (*self._hooks, on_retry)
 
         def wait(state: tenacity.RetryCallState) -> float:
             err = _error_of(state)
