@@ -60,6 +60,7 @@ from app.settings import Settings, invalid_settings, is_loopback
 from app.store import JobStore, Leases, StoreOptions, connect
 from app.store.connection import RedisClient
 from app.store.eviction import eviction_policy, judge
+from app.tracing import Tracing, open_tracing
 from app.worker import Worker
 
 log = logging.getLogger(__name__)
@@ -85,6 +86,7 @@ class Parts:
     provider_problem: str | None
     model_providers: Mapping[str, str]  # model name → provider name
     outbound: Outbound  # HTTP tools and callbacks: the guard, its client, the signer
+    tracing: Tracing | None  # None: traces off (no OTEL_* variables ask for them)
 
 
 def store_options(settings: Settings) -> StoreOptions:
@@ -121,14 +123,20 @@ async def open_parts(
     providers: ProvidersConfig | None = None,
     embedded_redis: bool = False,
     provider_required: bool = False,
+    tracing: Tracing | None = None,
 ) -> AsyncIterator[Parts]:
-    """Build every resource of a process; ``providers`` replaces the configuration (tests).
+    """Build every resource of a process; ``providers`` replaces the configuration (tests),
+    ``tracing`` the one the ``OTEL_*`` variables configure (its owner closes it).
 
     ``embedded_redis``: start a managed redis-server when no Redis URL is set (the API
     does; a worker must be given a URL).
     ``provider_required``: a missing provider raises instead of being reported.
     """
     async with AsyncExitStack() as stack:
+        if tracing is None:
+            tracing = open_tracing()
+            if tracing is not None:  # the last to close: every span of the process ended
+                stack.push_async_callback(tracing.shutdown)
         if settings.redis_url is not None:
             url = settings.redis_url.get_secret_value()
         elif embedded_redis:
@@ -174,6 +182,7 @@ async def open_parts(
                     data_dir=settings.data_dir,
                     config=config,
                     on_retry=metrics.record_transport_retry,
+                    tracing=tracing,
                 )
             )
         except ProviderConfigError as exc:
@@ -190,6 +199,7 @@ async def open_parts(
             provider_problem=problem,
             model_providers=_model_providers(config, router),
             outbound=outbound,
+            tracing=tracing,
         )
 
 
@@ -230,20 +240,31 @@ def api_app(
     *,
     embedded_worker: bool = False,
     providers: ProvidersConfig | None = None,
+    tracing: Tracing | None = None,
 ) -> FastAPI:
-    """The API; with ``embedded_worker``, a worker in the same process (``reprompt serve``)."""
+    """The API; with ``embedded_worker``, a worker in the same process (``reprompt serve``).
+    ``providers`` and ``tracing`` replace what the environment configures (tests, or an
+    embedding process with its own span exporter)."""
 
     @asynccontextmanager
     async def resources() -> AsyncIterator[Resources]:
         async with (
-            open_parts(settings, providers=providers, embedded_redis=True) as parts,
+            open_parts(
+                settings, providers=providers, embedded_redis=True, tracing=tracing
+            ) as parts,
             AsyncExitStack() as stack,
         ):
             if embedded_worker:
                 if parts.router is None:
                     log.warning("no model provider: the in-process worker is not started")
                 else:
-                    worker = Worker(parts.leases, parts.router, settings, outbound=parts.outbound)
+                    worker = Worker(
+                        parts.leases,
+                        parts.router,
+                        settings,
+                        outbound=parts.outbound,
+                        tracing=parts.tracing,
+                    )
                     await stack.enter_async_context(_running(worker))
             yield Resources(
                 settings=settings,
@@ -346,7 +367,9 @@ async def _worker_process(settings: Settings) -> int:
         if settings.worker_metrics_port:
             gauges = asyncio.create_task(_circuit_gauges(parts.router), name="circuit-gauges")
             stack.callback(gauges.cancel)
-        worker = Worker(parts.leases, parts.router, settings, outbound=parts.outbound)
+        worker = Worker(
+            parts.leases, parts.router, settings, outbound=parts.outbound, tracing=parts.tracing
+        )
         await worker.run(stop)
     return 0
 

@@ -52,6 +52,7 @@ from app.delivery import CallbackSender
 from app.outbound.kit import Outbound
 from app.settings import Settings
 from app.store import MAX_CLAIM, Claim, Leases, StoreUnavailable, Written
+from app.tracing import JobSpan, Tracing
 
 # Not __name__: run as ``python -m app.worker`` this module is ``__main__``.
 log = logging.getLogger("app.worker")
@@ -73,6 +74,9 @@ CLAIM_BATCH: Final = min(100, MAX_CLAIM)
 UNWIND_TIMEOUT_S: Final = 10.0
 # How often a stopped job's task is cancelled again until the cancellation lands.
 RECANCEL_S: Final = 0.1
+
+# What a job runs in when traces are off: one shared no-op, nothing allocated per job.
+_UNTRACED: Final = contextlib.nullcontext()
 
 StopReason = Literal["cancelled", "lease-lost", "drain"]
 Ended = tuple[Envelope, tuple[Rejection, ...], tuple[TranscriptEntry, ...]]
@@ -99,6 +103,7 @@ class _Job:
     progress: Progress | None = None
     flush: asyncio.TimerHandle | None = None
     flushing: asyncio.Task[None] | None = None
+    span: JobSpan | None = None  # with traces on: this claim's span
 
     @property
     def id(self) -> str:
@@ -124,8 +129,10 @@ class Worker:
         *,
         worker_id: str | None = None,
         outbound: Outbound | None = None,
+        tracing: Tracing | None = None,
     ) -> None:
         self.store = store
+        self.tracing = tracing  # None: traces off
         self.client = client
         self.settings = settings
         self.outbound = outbound  # HTTP tools; None: jobs with url tools fail invalid-input
@@ -262,6 +269,24 @@ class Worker:
             claim.tenant,
             waited_s,
         )
+        with self._span(job):
+            await self._run(job)
+
+    def _span(self, job: _Job) -> contextlib.AbstractContextManager[object]:
+        """The claim's trace span (a child of the client's, when it sent a traceparent)."""
+        if self.tracing is None:
+            return _UNTRACED
+        claim = job.claim
+        job.span = self.tracing.job(
+            job_id=claim.job_id,
+            attempt=claim.attempt,
+            tenant=claim.tenant,
+            resumed=claim.checkpoint is not None,
+            parent=claim.trace,
+        )
+        return job.span
+
+    async def _run(self, job: _Job) -> None:
         try:
             outcome = await self._execute(job)
             if isinstance(outcome, Paused) and job.stopped is None:
@@ -279,6 +304,8 @@ class Worker:
 
     async def _stopped(self, job: _Job) -> None:
         job.unwinding = True
+        if job.span is not None:
+            job.span.stopped(job.stopped or "shutdown")
         log.info("job %s stopped: %s", job.id, job.stopped or "the worker is shutting down")
         if job.stopped == "drain":
             await self._release(job)
@@ -372,8 +399,10 @@ class Worker:
         return check
 
     async def _trace(self, job: _Job, event: LoopEvent) -> None:
-        """Mirror the loop's events into the job's outbox and the metrics; the outbox is
-        written after ``FLUSH_AFTER_S``, with the next write, or with the commit."""
+        """Mirror the loop's events into the job's outbox, the metrics and the trace; the
+        outbox is written after ``FLUSH_AFTER_S``, with the next write, or with the commit."""
+        if job.span is not None:
+            job.span.on_event(event)
         if isinstance(event, ToolsAnswered):
             metrics.record_tool_calls(event.calls)
             job.events.append((event.name, event))
@@ -488,12 +517,16 @@ class Worker:
 
         written, tries = await self._settle(job, "commit", complete)
         if written is None:
+            if job.span is not None:
+                job.span.stopped("commit-failed")
             return
         committed = written is Written.OURS
         if not committed and tries > 1:
             # An earlier try may have committed and lost only its reply.
             committed = await self._committed(job, envelope)
         duration_s = time.monotonic() - job.started
+        if job.span is not None:
+            job.span.ended(envelope, committed=committed)
         if not committed:
             metrics.STALE_COMMITS.inc()
             log.warning(
@@ -549,6 +582,11 @@ class Worker:
             )
 
         written, _ = await self._settle(job, "pause", pause)
+        if job.span is not None:
+            if written is Written.OURS:
+                job.span.paused(len(action.tool_calls))
+            else:
+                job.span.stopped("pause-failed" if written is None else "stale")
         if written is Written.OURS:
             metrics.JOBS_PAUSED.inc()
             log.info(

@@ -31,6 +31,7 @@ from app.loopback import serve_in_thread
 from app.providers.config import ModelConfig, ProviderConfig, ProvidersConfig, RouteConfig
 from app.redis_server import EmbeddedRedis
 from app.settings import Settings
+from app.tracing import Tracing
 from reprompt_sim.server import SimConfig, serve_in_background
 
 KEYS = {"alice": "alice-secret-key", "bob": "bob-secret-key"}
@@ -146,6 +147,7 @@ def start_api(redis_url: str, data_dir: Path, providers: ProvidersConfig) -> Ite
             *,
             embedded_worker: bool = False,
             providers_config: ProvidersConfig | None = None,
+            tracing: Tracing | None = None,
             **overrides: Any,
         ) -> str:
             overrides.setdefault("key_prefix", f"t{uuid.uuid4().hex[:12]}")
@@ -155,6 +157,7 @@ def start_api(redis_url: str, data_dir: Path, providers: ProvidersConfig) -> Ite
                 settings,
                 embedded_worker=embedded_worker,
                 providers=providers if providers_config is None else providers_config,
+                tracing=tracing,
             )
             return stack.enter_context(serve(app))
 

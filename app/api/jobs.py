@@ -36,12 +36,14 @@ from app.core.job import Job
 from app.core.spec import JobSpec
 from app.providers.router import Router
 from app.store import JobView, public_job
+from app.tracecontext import MAX_TRACESTATE, TraceContext
 
 DEFAULT_GENERATE_WAIT_MS: Final = 30_000
 DEFAULT_PAGE: Final = 20
 MAX_PAGE: Final = 100
 # How soon a client should look again at a job that is not finished.
 POLL_AFTER_S: Final = "1"
+TRACEPARENT_EXAMPLE: Final = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 
 
 async def require_json(request: Request) -> None:
@@ -77,6 +79,29 @@ WaitMs = Annotated[
     ),
 ]
 
+# W3C trace context: read from the request (a header that is not valid is ignored, never a
+# 4xx), documented here.
+_TRACE_HEADERS = {
+    "parameters": [
+        {
+            "name": "traceparent",
+            "in": "header",
+            "required": False,
+            "description": "W3C trace context: the worker's span of this job is a child of "
+            "this span when the service exports traces (docs/tracing.md). Not valid: ignored.",
+            "schema": {"type": "string", "example": TRACEPARENT_EXAMPLE},
+        },
+        {
+            "name": "tracestate",
+            "in": "header",
+            "required": False,
+            "description": f"W3C trace context, with a valid traceparent; up to "
+            f"{MAX_TRACESTATE} characters. Not valid: ignored.",
+            "schema": {"type": "string"},
+        },
+    ]
+}
+
 _LOCATION = {"Location": {"description": "/v1/jobs/{id}", "schema": {"type": "string"}}}
 _RETRY_AFTER = {
     "Retry-After": {"description": "Seconds before polling again.", "schema": {"type": "string"}}
@@ -92,6 +117,7 @@ router = APIRouter(tags=["jobs"])
     response_model=Job,
     summary="Submit a job",
     dependencies=[Depends(require_json)],
+    openapi_extra=_TRACE_HEADERS,
     responses={
         202: {"description": "Queued.", "headers": {**_LOCATION, **_RETRY_AFTER}},
         200: {
@@ -109,11 +135,15 @@ router = APIRouter(tags=["jobs"])
     },
 )
 async def submit_job(
-    spec: JobBody, res: Res, tenant: Tenant, idempotency_key: IdempotencyKey = None
+    request: Request,
+    spec: JobBody,
+    res: Res,
+    tenant: Tenant,
+    idempotency_key: IdempotencyKey = None,
 ) -> Response:
     """Queue a job. The signature or schema, validators, model and caps are checked now,
     so a bad job is a 422 naming the field, never a failed job later."""
-    job, created = await _submit(res, tenant, spec, idempotency_key)
+    job, created = await _submit(res, tenant, spec, idempotency_key, _trace(request))
     if created:
         return _job(job, 202, {"Location": _location(job), "Retry-After": POLL_AFTER_S})
     return _job(job, 200, {"Location": _location(job), "Idempotent-Replayed": "true"})
@@ -240,6 +270,7 @@ async def submit_tool_outputs(
     response_model=Job,
     summary="Submit a job and wait for it",
     dependencies=[Depends(require_json)],
+    openapi_extra=_TRACE_HEADERS,
     responses={
         200: {"description": "The job ended within waitMs."},
         202: {
@@ -251,6 +282,7 @@ async def submit_tool_outputs(
     },
 )
 async def generate(
+    request: Request,
     spec: JobBody,
     res: Res,
     tenant: Tenant,
@@ -258,7 +290,7 @@ async def generate(
     idempotency_key: IdempotencyKey = None,
 ) -> Response:
     """For simple clients: the same job as ``POST /v1/jobs``, answered when it ends."""
-    job, _ = await _submit(res, tenant, spec, idempotency_key)
+    job, _ = await _submit(res, tenant, spec, idempotency_key, _trace(request))
     if not job.terminal:
         with res.fairness.waiting(tenant):
             waited = await res.store.wait(
@@ -270,8 +302,18 @@ async def generate(
     return _job(job, 202, {"Location": _location(job), "Retry-After": POLL_AFTER_S})
 
 
+def _trace(request: Request) -> TraceContext | None:
+    """The client's W3C trace context, if it sent a valid one."""
+    headers = request.headers
+    return TraceContext.from_headers(headers.getlist("traceparent"), headers.getlist("tracestate"))
+
+
 async def _submit(
-    res: Resources, tenant: str, spec: JobSpec, idempotency_key: str | None
+    res: Resources,
+    tenant: str,
+    spec: JobSpec,
+    idempotency_key: str | None,
+    trace: TraceContext | None = None,
 ) -> tuple[JobView, bool]:
     router = res.require_router()
     check_job(spec, res.settings)
@@ -305,6 +347,7 @@ async def _submit(
         idempotency_key=idempotency_key,
         metadata=dict(spec.metadata),
         model=spec.model or router.default,
+        trace=trace,
     )
     if created:
         metrics.JOBS_SUBMITTED.inc()

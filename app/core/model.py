@@ -86,7 +86,9 @@ class LLMRequest:
 
 @dataclass(frozen=True, slots=True)
 class LLMResponse:
-    """What came back. ``cost_usd`` is ``None`` when the model has no known price."""
+    """What came back. ``cost_usd`` is ``None`` when the model has no known price.
+    ``model`` is the configured model that answered; ``response_model`` the model the
+    provider says it ran (its ``model`` field, when it sent one)."""
 
     content: str | None
     finish_reason: FinishReason
@@ -101,6 +103,7 @@ class LLMResponse:
     transport_wait_ms: int = 0
     latency_ms: int = 0
     warnings: tuple[str, ...] = field(default_factory=tuple)
+    response_model: str | None = None
 
 
 class ModelClient(Protocol):

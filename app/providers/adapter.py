@@ -5,7 +5,7 @@ their wire format: the path, the auth header, the request body and the reply par
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Final
 
 import httpx
 
@@ -14,6 +14,15 @@ from app.core.model import LLMRequest, LLMResponse
 from app.providers.config import ModelConfig, ProviderConfig
 from app.providers.structured import Capability
 from app.providers.transport import Edge, post_json, reply_cap
+
+# The longest model name a reply may report that we keep (it goes on trace spans).
+MAX_REPORTED_MODEL: Final = 200
+
+
+def reported_model(body: Mapping[str, Any]) -> str | None:
+    """The model a reply says answered (its ``model`` field), bounded; None without one."""
+    model = body.get("model")
+    return model[:MAX_REPORTED_MODEL] if isinstance(model, str) and model else None
 
 
 class HttpAdapter:

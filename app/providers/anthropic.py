@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from app.core.model import FinishReason, LLMRequest, LLMResponse, Message, ToolCall, Usage
-from app.providers.adapter import HttpAdapter
+from app.providers.adapter import HttpAdapter, reported_model
 from app.providers.config import ModelConfig, ProviderConfig
 from app.providers.structured import (
     OUTPUT_TOOL,
@@ -125,6 +125,7 @@ def parse_response(
         tool_calls=calls,
         refusal=refusal,
         structured_mode=seam_mode(mechanism),
+        response_model=reported_model(body),
     )
 
 

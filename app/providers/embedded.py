@@ -24,6 +24,7 @@ from app.providers.local import LocalModelServer, explain_missing, local_availab
 from app.providers.retry import OnRetry
 from app.providers.router import Adapter, Health, Router, build_router
 from app.providers.supervisor import SupervisedAdapter, Supervisor
+from app.tracing import Tracing
 
 log = logging.getLogger(__name__)
 
@@ -38,13 +39,15 @@ async def open_router(
     config: ProvidersConfig,
     on_retry: OnRetry | None = None,
     local: Supervisor | None = None,
+    tracing: Tracing | None = None,
 ) -> AsyncIterator[Router]:
     """A router over the configured providers, or over a managed local model.
 
     ``on_retry(code, attempt, wait_s)`` observes every transport retry, e.g.
     ``metrics.record_transport_retry``. The local model is self-tested before this yields
     and supervised while it runs (``app.providers.supervisor``); ``router.problem()`` says
-    when it is down. ``local`` replaces the default supervised server (tests).
+    when it is down. ``local`` replaces the default supervised server (tests). With
+    ``tracing`` every model call is a span (``app.tracing``).
     """
     supervisor: Supervisor | None = None
     adapters: dict[str, Adapter] = {}
@@ -69,7 +72,9 @@ async def open_router(
         )
         health[LOCAL_PROVIDER] = supervisor.problem
     try:
-        yield build_router(config, http, on_retry=on_retry, adapters=adapters, health=health)
+        yield build_router(
+            config, http, on_retry=on_retry, adapters=adapters, health=health, tracing=tracing
+        )
     finally:
         if supervisor is not None:
             await supervisor.stop()

@@ -19,7 +19,7 @@ from dataclasses import replace
 from typing import Any, Final
 
 from app.core.model import FinishReason, LLMRequest, LLMResponse, Message, ToolCall, Usage
-from app.providers.adapter import HttpAdapter
+from app.providers.adapter import HttpAdapter, reported_model
 from app.providers.config import ModelConfig
 from app.providers.structured import (
     OUTPUT_TOOL,
@@ -136,6 +136,7 @@ def parse_response(
         tool_calls=tuple(calls),
         refusal=refusal,
         structured_mode=seam_mode(mechanism),
+        response_model=reported_model(body),
     )
 
 

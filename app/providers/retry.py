@@ -129,7 +129,7 @@ class Retrier:
         rng: random.Random | None = None,
     ) -> None:
         self._sleep = sleep
-        self._on_retry = on_retry
+        self._hooks: tuple[OnRetry, ...] = () if on_retry is None else (on_retry,)
         self._rng = rng or random.Random()
 
     async def run(
@@ -139,10 +139,13 @@ class Retrier:
         policy: RetryPolicy,
         deadline: Deadline,
         timeout_s: float,
+        on_retry: OnRetry | None = None,
     ) -> tuple[T, Tally]:
         """Await ``call(per_attempt_timeout_s)`` until it succeeds, fails for good, runs out
-        of attempts, or the next wait would pass ``deadline``."""
+        of attempts, or the next wait would pass ``deadline``. ``on_retry`` observes this
+        call's retries (after the process-wide hook): the router's trace span."""
         tally = Tally()
+        hooks = self._hooks if on_retry is None else (*self._hooks, on_retry)
 
         def wait(state: tenacity.RetryCallState) -> float:
             err = _error_of(state)
@@ -167,9 +170,9 @@ class Retrier:
                 err.code,
                 wait_s,
             )
-            if self._on_retry is not None:
+            for hook in hooks:
                 try:
-                    self._on_retry(err.code, state.attempt_number, wait_s)
+                    hook(err.code, state.attempt_number, wait_s)
                 except Exception:
                     # An observer must never turn a recoverable call into a failure.
                     logger.exception("on_retry hook failed")

@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Protocol
+from urllib.parse import urlsplit
 
 import httpx
 
@@ -37,6 +38,7 @@ from app.providers.openai import OpenAIAdapter
 from app.providers.pricing import Price, cost_of
 from app.providers.retry import Deadline, OnRetry, Retrier, RetryPolicy, Sleep
 from app.providers.structured import Capability
+from app.tracing import Tracing
 
 logger = logging.getLogger(__name__)
 
@@ -73,6 +75,8 @@ class Target:
     # The providers file's price, else the catalog's (``price_source`` says which).
     price: Price | None = None
     price_source: str | None = None
+    wire: str = "openai"  # the provider's kind: the wire protocol it speaks
+    server: tuple[str, int] | None = None  # host and port of its base URL (for traces)
 
     @property
     def capability(self) -> Capability:
@@ -92,8 +96,10 @@ class Router:
         retrier: Retrier,
         clock: Monotonic = time.monotonic,
         health: Mapping[str, Health] | None = None,
+        tracing: Tracing | None = None,
     ) -> None:
         self._targets = dict(targets)
+        self._tracing = tracing
         self._health = dict(health or {})
         self._routes = dict(routes)
         self._default = default
@@ -185,7 +191,10 @@ class Router:
         for i, name in enumerate(names):
             target = self._targets[name]
             try:
-                response = await self._call(target, request, deadline)
+                if self._tracing is None:
+                    response = await self._call(target, request, deadline)
+                else:
+                    response = await self._traced(self._tracing, target, request, deadline)
             except ProviderError as err:
                 retries += err.transport_retries
                 wait_ms += err.transport_wait_ms
@@ -214,7 +223,30 @@ class Router:
             )
         raise AssertionError("a route has at least one model")  # pragma: no cover
 
-    async def _call(self, target: Target, request: LLMRequest, deadline: Deadline) -> LLMResponse:
+    async def _traced(
+        self, tracing: Tracing, target: Target, request: LLMRequest, deadline: Deadline
+    ) -> LLMResponse:
+        """``_call`` in a ``chat {model}`` span, its transport retries as the span's events."""
+        with tracing.model_call(
+            request,
+            provider=target.provider,
+            model=target.name,
+            upstream_model=target.spec.name or target.name,
+            wire=target.wire,
+            server=target.server,
+        ) as span:
+            response = await self._call(target, request, deadline, on_retry=span.retry)
+            span.answered(response)
+            return response
+
+    async def _call(
+        self,
+        target: Target,
+        request: LLMRequest,
+        deadline: Deadline,
+        *,
+        on_retry: OnRetry | None = None,
+    ) -> LLMResponse:
         breaker = target.breaker
         if not breaker.allow():
             raise ProviderUnavailable(
@@ -233,7 +265,11 @@ class Router:
 
         try:
             response, tally = await self._retrier.run(
-                send, policy=target.policy, deadline=deadline, timeout_s=target.timeout_s
+                send,
+                policy=target.policy,
+                deadline=deadline,
+                timeout_s=target.timeout_s,
+                on_retry=on_retry,
             )
         except ProviderError as err:
             # Only transient failures say the model is down; any other answer says it is up.
@@ -259,11 +295,13 @@ def build_router(
     rng: random.Random | None = None,
     adapters: Mapping[str, Adapter] | None = None,
     health: Mapping[str, Health] | None = None,
+    tracing: Tracing | None = None,
 ) -> Router:
     """A router over ``config``'s models, sharing ``http``. ``clock`` drives deadlines and
     circuit cool-downs, ``sleep`` the retry waits, ``on_retry(code, attempt, wait_s)``
     observes every transport retry. ``adapters`` replaces the adapter of a provider (the
-    supervised local model), ``health`` adds a provider's readiness check to ``problem()``."""
+    supervised local model), ``health`` adds a provider's readiness check to ``problem()``.
+    With ``tracing`` each model called gets a span (``app.tracing``)."""
     circuits = Circuits(
         failure_threshold=config.circuit.failure_threshold,
         cooldown_s=config.circuit.cooldown_s,
@@ -294,6 +332,8 @@ def build_router(
             breaker=circuits.breaker(spec.provider, name),
             price=price,
             price_source=None if price is None else source,
+            wire=provider.kind,
+            server=_server(provider.url),
         )
     return Router(
         targets,
@@ -303,7 +343,20 @@ def build_router(
         retrier=Retrier(sleep=sleep, on_retry=on_retry, rng=rng),
         clock=clock,
         health=health,
+        tracing=tracing,
     )
+
+
+def _server(url: str) -> tuple[str, int] | None:
+    """Host and port of a provider's base URL."""
+    parts = urlsplit(url)
+    if not parts.hostname:
+        return None
+    try:
+        port = parts.port
+    except ValueError:
+        return None
+    return parts.hostname, port or (443 if parts.scheme == "https" else 80)
 
 
 def _final(err: ProviderError, tried: tuple[str, ...], retries: int, wait_ms: int) -> ProviderError:

@@ -40,6 +40,7 @@ from app.store.records import (
     iso,
     text,
 )
+from app.tracecontext import TraceContext
 
 STATUSES: Final[frozenset[str]] = frozenset(
     {"queued", "in_progress", "requires_action", "succeeded", "failed", "cancelled"}
@@ -78,8 +79,12 @@ class JobStore(Role):
         idempotency_key: str | None = None,
         metadata: dict[str, str] | None = None,
         model: str | None = None,
+        trace: TraceContext | None = None,
     ) -> tuple[JobView, bool]:
         """Queue a job; ``(job, created)``. A replayed Idempotency-Key gives the first job.
+
+        ``trace`` is the client's trace context: kept with the job (not part of its
+        identity for Idempotency-Key), handed to the worker with each claim.
 
         Raises ``QueueFull`` when the tenant has ``max_queued`` jobs waiting on the shard,
         ``TenantQuota`` when it has submitted ``max_tenant_bytes`` within the window.
@@ -127,6 +132,7 @@ class JobStore(Role):
                 options.retention_s + options.max_job_s,
                 id_floor(now_ms - (options.retention_s + options.max_job_s) * 1000),
                 "" if callback is None else dumps(callback),
+                "" if trace is None else trace.dumps(),
             ],
         )
         outcome, found = text(reply[0]), text(reply[1])
@@ -147,6 +153,7 @@ class JobStore(Role):
                 idempotency_key=idempotency_key,
                 metadata=metadata,
                 model=model,
+                trace=trace,
             )
         return (
             JobView(

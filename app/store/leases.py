@@ -37,6 +37,7 @@ from app.store.errors import edge
 from app.store.hub import ANY
 from app.store.ids import is_job_id, shard_of
 from app.store.records import Claim, JobView, ReapResult, checkpoint, outputs, spend, text
+from app.tracecontext import TraceContext
 
 _REAP_BATCH: Final = 100
 # The most jobs one claim leases (a larger ``n`` is cut to it): the claim script keeps
@@ -108,10 +109,10 @@ class Leases(Role):
                     self.options.max_in_flight,
                 ],
             )
-            for i in range(0, len(reply), 9):
-                job_id, attempt, spec, tenant, created, model, earlier, state, answer = reply[
-                    i : i + 9
-                ]
+            for i in range(0, len(reply), 10):
+                job_id, attempt, spec, tenant, created, model, earlier, state, answer, trace = (
+                    reply[i : i + 10]
+                )
                 claims.append(
                     Claim(
                         job_id=text(job_id),
@@ -124,6 +125,7 @@ class Leases(Role):
                         earlier=spend(earlier),
                         checkpoint=checkpoint(state),
                         outputs=outputs(answer),
+                        trace=TraceContext.loads(trace),
                     )
                 )
             if len(claims) >= n:

@@ -25,6 +25,7 @@ from app.core.spec import CALLBACK_EVENTS, CallbackEvent
 from app.core.turn import Rejection, Spend, TurnRecord
 from app.core.wire import Wire
 from app.store.ids import shard_of
+from app.tracecontext import TraceContext
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +89,7 @@ class Claim:
     # (``None`` with a checkpoint: the wait timed out).
     checkpoint: Checkpoint | None = None
     outputs: Outputs | None = None
+    trace: TraceContext | None = None  # the submitting client's (app.tracing parents on it)
 
     @property
     def shard(self) -> int:

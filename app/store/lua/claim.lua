@@ -5,10 +5,10 @@
 -- KEYS: 1 ring  2 leases  3 running counts (hash: tenant → running jobs)
 -- ARGV: 1 job key prefix  2 tenant queue prefix  3 worker id  4 lease ms  5 n
 --       6 most running jobs per tenant (0: no cap)
--- Returns a flat list, 9 values per job:
+-- Returns a flat list, 10 values per job:
 --   id, attempt, spec, tenant, created_ms, model or '', spent by earlier attempts or '',
 --   checkpoint or '' (a paused job resumes from it), outputs or '' (the client's answer,
---   or 'timeout')
+--   or 'timeout'), the client's trace context or ''
 local ring = KEYS[1]
 -- The first two tenants say whether there are none, one or several (LLEN only then).
 local head = redis.call('LRANGE', ring, 0, 1)
@@ -78,7 +78,7 @@ local out, leased = {}, {}
 for _, id in ipairs(picked) do
   local job = ARGV[1] .. id
   local f = redis.call('HMGET', job, 'status', 'attempts', 'spec', 'tenant', 'created_ms',
-    'model', 'spent', 'events', 'started_ms', 'checkpoint', 'outputs')
+    'model', 'spent', 'events', 'started_ms', 'checkpoint', 'outputs', 'trace')
   if f[1] == 'queued' then
     local attempt = (tonumber(f[2]) or 0) + 1
     local events = append(f[8], event('job_start', '{"attempt":' .. attempt .. '}'))
@@ -93,7 +93,7 @@ for _, id in ipairs(picked) do
     table.insert(leased, lease_end)
     table.insert(leased, id)
     for _, v in ipairs({id, attempt, f[3], f[4], f[5], f[6] or '', f[7] or '', f[10] or '',
-        f[11] or ''}) do
+        f[11] or '', f[12] or ''}) do
       table.insert(out, v)
     end
   end

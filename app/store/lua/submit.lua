@@ -7,6 +7,7 @@
 --       13 window ttl s  14 work channel  15 shard  16 created ms  17 job key prefix
 --       18 queued event json  19 tenant index ttl s  20 the smallest id a job created
 --       one tenant-index ttl ago can have  21 callback json ('' = none; lua/outbox.lua)
+--       22 the client's trace context json ('' = none; app/tracecontext.py)
 -- Returns {'created', id} | {'existing', id} | {'conflict', id} | {'full', depth}
 --       | {'quota', bytes}
 local idem = KEYS[6]
@@ -65,6 +66,10 @@ end
 if ARGV[21] ~= '' then  -- #13: what the job's ends send (lua/outbox.lua)
   table.insert(fields, 'callback')
   table.insert(fields, ARGV[21])
+end
+if ARGV[22] ~= '' then  -- handed to the worker with each claim (lua/claim.lua)
+  table.insert(fields, 'trace')
+  table.insert(fields, ARGV[22])
 end
 if idem then
   table.insert(fields, 'idem')
