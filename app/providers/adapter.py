@@ -19,6 +19,9 @@ from app.providers.transport import Edge, post_json, reply_cap
 class HttpAdapter:
     path: ClassVar[str]
     noun: ClassVar[str]  # what a reply is called in error messages
+    # Whether one call can give several answers (``LLMRequest.n``); else the router makes
+    # that many calls.
+    supports_n: ClassVar[bool] = False
 
     def __init__(self, http: httpx.AsyncClient, *, provider: str, config: ProviderConfig) -> None:
         self._http = http

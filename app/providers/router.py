@@ -27,7 +27,14 @@ import httpx
 from app.core.clock import Monotonic
 from app.core.codes import is_retryable
 from app.core.errors import InvalidInput, ProviderError, ProviderUnavailable
-from app.core.model import LLMRequest, LLMResponse, StructuredMode, StructuredOutput
+from app.core.model import (
+    Choice,
+    LLMRequest,
+    LLMResponse,
+    StructuredMode,
+    StructuredOutput,
+    Usage,
+)
 from app.providers import structured
 from app.providers.anthropic import AnthropicAdapter
 from app.providers.catalog import catalog_price, catalog_source
@@ -215,6 +222,38 @@ class Router:
         raise AssertionError("a route has at least one model")  # pragma: no cover
 
     async def _call(self, target: Target, request: LLMRequest, deadline: Deadline) -> LLMResponse:
+        if request.n > 1 and not getattr(target.adapter, "supports_n", False):
+            return await self._calls(target, request, deadline)
+        return await self._one(target, request, deadline)
+
+    async def _calls(self, target: Target, request: LLMRequest, deadline: Deadline) -> LLMResponse:
+        """Several answers from a wire without ``n``: that many calls at once, as one."""
+        single = replace(request, n=1)
+        answers = await asyncio.gather(
+            *(self._one(target, single, deadline) for _ in range(request.n))
+        )
+        first = answers[0]
+        usages = [a.usage for a in answers]
+        usage = (
+            None
+            if any(u is None for u in usages)
+            else Usage(
+                input_tokens=sum(u.input_tokens for u in usages if u is not None),
+                output_tokens=sum(u.output_tokens for u in usages if u is not None),
+            )
+        )
+        return replace(
+            first,
+            usage=usage,
+            alternatives=tuple(
+                Choice(a.content, a.finish_reason, a.tool_calls, a.refusal) for a in answers[1:]
+            ),
+            transport_retries=sum(a.transport_retries for a in answers),
+            transport_wait_ms=max(a.transport_wait_ms for a in answers),
+            warnings=tuple(dict.fromkeys(w for a in answers for w in a.warnings)),
+        )
+
+    async def _one(self, target: Target, request: LLMRequest, deadline: Deadline) -> LLMResponse:
         breaker = target.breaker
         if not breaker.allow():
             raise ProviderUnavailable(
