@@ -140,8 +140,9 @@ def answer(
     """The model's reply to ``scenario``; ``attempt`` overrides the script position.
 
     ``choice`` numbers the answers of a request that asks for several (OpenAI's ``n``):
-    the directive's ``choices`` name each one's outcome; without them, each later choice
-    rolls its own chances (a script is exact: every choice follows it).
+    the directive's ``choices`` name each one's outcome (on such requests only); without
+    them, each later choice rolls its own chances (a script is exact: every choice follows
+    it).
     """
     attempt = attempt if attempt is not None else scenario.conversation.attempt
     directive = scenario.directive
@@ -150,8 +151,9 @@ def answer(
         return _calls(scenario, attempt, step)
     expected = expected_answer(config, scenario)
     salt: tuple[object, ...] = () if choice == 0 else ("choice", choice)
-    if directive is not None and directive.choices is not None and choice < len(directive.choices):
-        outcome = directive.choices[choice]
+    named = directive.choices if directive is not None and scenario.n > 1 else None
+    if named is not None and choice < len(named):
+        outcome = named[choice]
     else:
         outcome = _outcome(config, scenario, attempt, expected, salt)
     return _compose(config, scenario, attempt, outcome, expected, salt)
