@@ -75,9 +75,11 @@ def test_a_patch_re_ask_sends_only_the_missing_fields_sub_schema_and_the_merge_s
     assert done["status"] == "succeeded", done
     assert done["result"]["data"] == EXPECT
     first, second = done["turns"]
-    assert first["outcome"] == "invalid" and first["patch"] is None
+    assert first["outcome"] == "invalid"
+    assert first["patch"] is None
     (missing,) = [k for k in EXPECT if k not in json.loads(first["answer"])]
-    assert second["patch"] == [f"/{missing}"] and second["type"] == "retry"
+    assert second["patch"] == [f"/{missing}"]
+    assert second["type"] == "retry"
     assert second["outcome"] == "success"
     requests = journal(own_sim)
     assert [r["schemaKeys"] for r in requests] == [["city", "population"], [f"/{missing}"]]
@@ -116,7 +118,8 @@ def test_best_of_n_returns_the_valid_one_among_n_and_counts_every_answer(
     (turn,) = done["turns"]
     assert (turn["candidates"], turn["chosen"]) == (3, 1)
     execution = done["result"]["execution"]
-    assert execution["llmCalls"] == 1 and execution["retryCount"] == 0
+    assert execution["llmCalls"] == 1
+    assert execution["retryCount"] == 0
     assert execution["outputTokens"] == turn["usage"]["outputTokens"]
     # three answers written (two of them a field short), the prompt read once (n on an
     # OpenAI-compatible wire)
@@ -159,4 +162,5 @@ def test_candidates_on_final_ask_for_several_answers_on_the_simplified_last_call
     assert done["status"] == "succeeded", done
     assert [r["n"] for r in journal(own_sim)] == [1, 1, 2]
     last = done["turns"][-1]
-    assert last["simplified"] and (last["candidates"], last["chosen"]) == (2, 1)
+    assert last["simplified"]
+    assert (last["candidates"], last["chosen"]) == (2, 1)

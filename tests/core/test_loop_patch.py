@@ -10,7 +10,7 @@ from app.core import codes
 from app.core.loop import JobResult, Runtime, run_job
 from app.core.model import Choice, LLMResponse
 from app.core.spec import JobSpec
-from tests.core.fakes import FakeClock, ScriptedClient, answer
+from tests.core.fakes import FakeClock, ScriptedClient, Step, answer
 
 PERSON = "{name :string, age :int, city :string}"
 
@@ -59,7 +59,8 @@ async def test_a_patch_asks_for_the_failing_field_alone_and_merges_the_answer() 
     assert any(w.startswith("patch: re-asked for /age") for w in result.envelope.warnings)
     # the correction names the part and its current value, and shows the sub-schema
     feedback = second.messages[-1].content
-    assert '/age (now: "thirty")' in feedback and '"/age"' in feedback
+    assert '/age (now: "thirty")' in feedback
+    assert '"/age"' in feedback
     assert result.transcript[-1].content == json.dumps(result.envelope.data)
 
 
@@ -77,7 +78,9 @@ async def test_a_merge_that_still_fails_is_patched_again_within_the_budget() -> 
     assert result.envelope.status == "success"
     assert result.envelope.data["age"] == 31
     assert [t.patch for t in result.turns] == [None, ("/age",), ("/age",)]
-    assert result.envelope.execution.retry_count == 2
+    execution = result.envelope.execution
+    assert execution is not None
+    assert execution.retry_count == 2
 
 
 async def test_an_unreadable_patch_answer_is_asked_for_again_as_a_patch() -> None:
@@ -87,7 +90,8 @@ async def test_an_unreadable_patch_answer_is_asked_for_again_as_a_patch() -> Non
     )
     client = ScriptedClient([answer(WRONG_AGE), broken, answer({"/age": 7})])
     result = await run(job(), client)
-    assert result.envelope.status == "success" and result.envelope.data["age"] == 7
+    assert result.envelope.status == "success"
+    assert result.envelope.data["age"] == 7
     assert [t.patch for t in result.turns] == [None, ("/age",), ("/age",)]
 
 
@@ -100,7 +104,8 @@ async def test_when_every_field_fails_auto_asks_for_the_whole_answer() -> None:
 
 
 async def test_a_repeated_patch_answer_for_the_same_parts_is_a_repeat() -> None:
-    client = ScriptedClient([answer(WRONG_AGE)] + [answer({"/age": "x"})] * 3)
+    steps: list[Step] = [answer(WRONG_AGE), *[answer({"/age": "x"})] * 3]
+    client = ScriptedClient(steps)
     result = await run(job(), client)
     assert [t.repeat_of for t in result.turns] == [None, None, 2, 2]
     assert result.envelope.status == "error"
@@ -117,7 +122,10 @@ async def test_best_of_n_keeps_the_first_valid_answer_and_counts_them_all() -> N
     assert result.envelope.data["age"] == 30
     turn = result.turns[0]
     assert (turn.candidates, turn.chosen) == (3, 1)
-    assert turn.usage.output_tokens == 20 and result.envelope.execution.cost == 0.003
+    assert turn.usage.output_tokens == 20
+    execution = result.envelope.execution
+    assert execution is not None
+    assert execution.cost == 0.003
 
 
 async def test_best_of_n_with_none_valid_goes_on_with_the_first_answer() -> None:
@@ -125,7 +133,8 @@ async def test_best_of_n_with_none_valid_goes_on_with_the_first_answer() -> None
     worse = json.dumps({"name": 1, "age": "x", "city": 2})
     client = ScriptedClient([several(wrong, worse), several(json.dumps({"/age": 3}), worse)])
     result = await run(job(candidates=2), client)
-    assert result.envelope.status == "success" and result.envelope.data["age"] == 3
+    assert result.envelope.status == "success"
+    assert result.envelope.data["age"] == 3
     assert [(t.candidates, t.chosen) for t in result.turns] == [(2, 0), (2, 0)]
     assert result.turns[1].patch == ("/age",)
 
@@ -138,7 +147,8 @@ async def test_candidates_on_final_ask_for_several_only_on_the_last_call() -> No
     spec = job(candidates={"n": 2, "on": "final"}, budget={"maxTurns": 1, "returnRetries": 2})
     result = await run(spec, client)
     assert [r.n for r in client.requests] == [1, 1, 2]
-    assert result.envelope.status == "success" and result.envelope.data["age"] == 5
+    assert result.envelope.status == "success"
+    assert result.envelope.data["age"] == 5
 
 
 async def test_a_budget_that_cannot_afford_n_answers_is_clamped_with_a_warning() -> None:

@@ -65,7 +65,10 @@ def test_plan_asks_for_the_failing_parts_under_their_own_subschemas() -> None:
 
 
 def test_merge_puts_parts_into_a_copy_of_nested_objects_and_arrays() -> None:
-    value = {"vendor": "ACME", "lines": [{"sku": "A", "qty": "3 units"}, {"sku": "B"}]}
+    value: dict[str, Any] = {
+        "vendor": "ACME",
+        "lines": [{"sku": "A", "qty": "3 units"}, {"sku": "B"}],
+    }
     patch = plan(
         value, [("lines", 0, "qty"), ("lines", 1, "qty"), ("total",)], INVOICE, mode="patch"
     )
@@ -76,7 +79,8 @@ def test_merge_puts_parts_into_a_copy_of_nested_objects_and_arrays() -> None:
         "lines": [{"sku": "A", "qty": 3}, {"sku": "B", "qty": 1}],
         "total": 4,
     }
-    assert merged.ignored == () and merged.missing == ()
+    assert merged.ignored == ()
+    assert merged.missing == ()
     assert schema_errors(merged.value, INVOICE) == []
     assert value["lines"][0]["qty"] == "3 units"  # the base is never modified
 
@@ -104,7 +108,8 @@ def test_merge_names_parts_the_answer_left_out_and_keeps_them() -> None:
     patch = plan(value, [("total",), ("vendor",)], INVOICE, mode="patch")
     assert patch is not None
     merged = merge(patch, {"/vendor": "B"})
-    assert merged.value["total"] == "x" and merged.value["vendor"] == "B"
+    assert merged.value["total"] == "x"
+    assert merged.value["vendor"] == "B"
     assert merged.missing == ("/total",)
 
 
