@@ -52,7 +52,7 @@ from app.core.ledger import Ledger
 from app.core.model import LLMRequest, LLMResponse, Message, ModelClient, ToolCall, ToolSpec
 from app.core.patch import Patch, merge, plan
 from app.core.prompting import Prompting
-from app.core.spec import JobSpec, ToolChoiceName, ValidatorSpec
+from app.core.spec import JobSpec, RetryMode, ToolChoiceName, ValidatorSpec
 from app.core.tools import Handled, Tool, Toolbox, answered, handle_calls, work_messages
 from app.core.turn import Outcome, Rejection, TokenUsage, ToolCallRecord, TurnRecord, TurnType
 from app.core.unicode import scrub
@@ -631,6 +631,12 @@ class _Run:
             or (bool(self.tools) and self.budget.tools_available)  # work may still change it
         ):
             return None
+        try:
+            return self._patch_of(rejected, mode)
+        except (TooMuchWork, RecursionError):  # a part too costly to name: ask for it all
+            return None
+
+    def _patch_of(self, rejected: Rejected, mode: RetryMode) -> Patch | None:
         value = rejected.value
         if rejected.failure.outcome == "rejected":
             index = self.failed_validator

@@ -40,6 +40,9 @@ __all__ = [
 # More failing parts than this and the answer is asked for whole: a patch that long is no
 # smaller question.
 MAX_PATCH_PATHS: Final = 8
+# Past this many failing paths, they are not even sorted into parts (the answer is asked
+# for whole): folding inner paths into outer ones is quadratic.
+_PATHS_READ: Final = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +81,8 @@ def plan(
     value that is not an object; too many paths; a part whose subschema cannot stand
     alone; and, under ``auto``, paths that leave no field of the answer untouched."""
     if mode == "whole" or not paths or not isinstance(value, dict):
+        return None
+    if len(paths) > _PATHS_READ:
         return None
     chosen = _outermost(paths)
     if any(not p for p in chosen) or len(chosen) > MAX_PATCH_PATHS:

@@ -11,6 +11,8 @@ from typing import Any
 import httpx
 import pytest
 
+from app.core.patch import merge, plan
+from app.core.validation import Schema
 from tests.abuse.service import REQUEST_BOUND_S
 from tests.service import KEYS, StartApi, api_keys, assert_problem, client, finished
 
@@ -93,3 +95,34 @@ def test_a_budget_too_small_for_even_one_answer_ends_before_any_call(
     assert done["status"] == "failed"
     assert done["result"]["error"] == "token-budget"
     assert done["turns"] == []
+
+
+ITEMS = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string"},
+        "items": {"type": "array", "items": {"type": "integer"}},
+    },
+    "required": ["name", "items"],
+}
+
+
+def test_an_answer_wrong_in_thousands_of_places_is_asked_for_whole_quickly() -> None:
+    value = {"name": "ok", "items": ["x"] * 20_000}
+    began = time.process_time()
+    paths = Schema(ITEMS).failing_paths(value)
+    patch = plan(value, paths, ITEMS, mode="patch")
+    assert time.process_time() - began < REQUEST_BOUND_S
+    assert patch is None
+
+
+def test_a_patch_answer_stuffed_with_parts_not_asked_for_is_merged_quickly() -> None:
+    value = {"name": "ok", "items": [1, "x"]}
+    patch = plan(value, [("items", 1)], ITEMS, mode="auto")
+    assert patch is not None
+    stuffed: dict[str, Any] = {f"/items/{i}": i for i in range(50_000)} | {"/items/1": 2}
+    began = time.process_time()
+    merged = merge(patch, stuffed)
+    assert time.process_time() - began < REQUEST_BOUND_S
+    assert merged.value == {"name": "ok", "items": [1, 2]}
+    assert len(merged.ignored) == 49_999
