@@ -241,12 +241,14 @@ class _Run:
         chosen = 0
         try:
             verdict, merged = await self._verdict(call, choices[0])
+            failed = self.failed_validator  # the first answer's, should it be the one kept
             for index, other in enumerate(choices[1:], start=1):
                 if isinstance(verdict, Accepted):
                     break
                 candidate, candidate_merged = await self._verdict(call, other)
                 if isinstance(candidate, Accepted):
                     verdict, merged, chosen = candidate, candidate_merged, index
+            self.failed_validator = failed
         except ValidatorUnavailable as exc:
             # Not the model's fault: no re-ask; the answer it could not check is recorded.
             content = _scrubbed(response).content or ""
@@ -318,6 +320,7 @@ class _Run:
     ) -> tuple[AnswerVerdict, str | None]:
         """What one answer means; for a field-level re-ask, what the merged value means, and
         its text (the value the next correction quotes)."""
+        self.failed_validator = None
         request = call.request
         prompt_text = "\n".join(m.content for m in request.messages)
         patch = call.patch
@@ -360,7 +363,6 @@ class _Run:
     async def _classify(
         self, response: LLMResponse, contract: Contract, prompt_text: str, request: LLMRequest
     ) -> AnswerVerdict:
-        self.failed_validator = None
         return await classify(
             response,
             contract=contract,

@@ -165,3 +165,34 @@ async def test_n_answers_count_against_max_tokens_as_n_calls() -> None:
     spec = job(candidates=2, maxOutputTokens=1000, budget={"maxTurns": 1, "maxTokens": 40})
     result = await run(spec, client)
     assert result.envelope.error == codes.TOKEN_BUDGET
+
+
+async def test_a_validator_rejection_patches_the_paths_it_read() -> None:
+    spec = job(
+        signature="{name :string, low :int, high :int}",
+        validators=[{"kind": "compare", "left": "$.low", "op": "<", "right": "$.high"}],
+    )
+    client = ScriptedClient(
+        [answer({"name": "A", "low": 5, "high": 1}), answer({"/low": 0, "/high": 9})]
+    )
+    result = await run(spec, client)
+    assert result.envelope.status == "success"
+    assert result.envelope.data == {"name": "A", "low": 0, "high": 9}
+    assert result.turns[1].patch == ("/low", "/high")
+
+
+async def test_best_of_n_patches_from_the_first_answers_own_diagnosis() -> None:
+    spec = job(
+        signature="{name :string, low :int, high :int}",
+        validators=[
+            {"kind": "compare", "left": "$.low", "op": "<", "right": "$.high"},
+            {"kind": "regex", "path": "$.name", "pattern": "^[A-Z]"},
+        ],
+        candidates=2,
+    )
+    first = json.dumps({"name": "A", "low": 5, "high": 1})  # fails the compare
+    second = json.dumps({"name": "b", "low": 0, "high": 1})  # fails the regex
+    client = ScriptedClient([several(first, second), several('{"/low": 0, "/high": 2}', "{}")])
+    result = await run(spec, client)
+    assert result.turns[1].patch == ("/low", "/high")
+    assert result.envelope.status == "success"
