@@ -227,11 +227,22 @@ class Router:
         return await self._one(target, request, deadline)
 
     async def _calls(self, target: Target, request: LLMRequest, deadline: Deadline) -> LLMResponse:
-        """Several answers from a wire without ``n``: that many calls at once, as one."""
+        """Several answers from a wire without ``n``: that many calls at once, as one. The
+        calls that failed are left out (a half-open circuit lets one through); when all
+        failed, the first failure is raised."""
         single = replace(request, n=1)
-        answers = await asyncio.gather(
-            *(self._one(target, single, deadline) for _ in range(request.n))
+        results = await asyncio.gather(
+            *(self._one(target, single, deadline) for _ in range(request.n)),
+            return_exceptions=True,
         )
+        answers = [r for r in results if isinstance(r, LLMResponse)]
+        for result in results:
+            if isinstance(result, BaseException) and not isinstance(result, Exception):
+                raise result  # cancelled: not a provider's answer
+        if not answers:
+            failure = results[0]
+            assert isinstance(failure, Exception)
+            raise failure
         first = answers[0]
         usages = [a.usage for a in answers]
         usage = (
