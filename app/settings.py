@@ -152,6 +152,12 @@ class Settings(BaseSettings):
     max_task_chars: int = Field(default=100_000, ge=1)
     max_turns: int = Field(default=20, ge=1, le=50)
     max_return_retries: int = Field(default=10, ge=0, le=20)
+    max_candidates: int = Field(
+        default=8,
+        ge=1,
+        le=16,
+        description="The most answers a job may ask for per call (candidates.n, best-of-N).",
+    )
     max_deadline_ms: int = Field(default=3_600_000, ge=1000)
     default_deadline_ms: int = Field(
         default=600_000,

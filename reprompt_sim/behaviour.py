@@ -134,22 +134,36 @@ def latency_s(config: SimConfig, scenario: Scenario, *, hits: int) -> float:
     return (config.latency_ms + jitter) / 1000
 
 
-def answer(config: SimConfig, scenario: Scenario, *, attempt: int | None = None) -> Reply:
-    """The model's reply to ``scenario``; ``attempt`` overrides the script position."""
+def answer(
+    config: SimConfig, scenario: Scenario, *, attempt: int | None = None, choice: int = 0
+) -> Reply:
+    """The model's reply to ``scenario``; ``attempt`` overrides the script position.
+
+    ``choice`` numbers the answers of a request that asks for several (OpenAI's ``n``):
+    the directive's ``choices`` name each one's outcome (on such requests only); without
+    them, each later choice rolls its own chances (a script is exact: every choice follows
+    it).
+    """
     attempt = attempt if attempt is not None else scenario.conversation.attempt
-    step = scenario.directive.step(attempt) if scenario.directive is not None else None
+    directive = scenario.directive
+    step = directive.step(attempt) if directive is not None else None
     if step is not None and step.calls and (step.force or _callable(scenario, step)):
         return _calls(scenario, attempt, step)
     expected = expected_answer(config, scenario)
-    outcome = _outcome(config, scenario, attempt, expected)
-    return _compose(config, scenario, attempt, outcome, expected)
+    salt: tuple[object, ...] = () if choice == 0 else ("choice", choice)
+    named = directive.choices if directive is not None and scenario.n > 1 else None
+    if named is not None and choice < len(named):
+        outcome = named[choice]
+    else:
+        outcome = _outcome(config, scenario, attempt, expected, salt)
+    return _compose(config, scenario, attempt, outcome, expected, salt)
 
 
 def expected_answer(config: SimConfig, scenario: Scenario) -> Any:
     """The correct answer: the directive's ``expect``, else a valid instance of the schema."""
     directive = scenario.directive
     if directive is not None and directive.has_expect:
-        return directive.expect
+        return _pointed(directive.expect, scenario.schema)
     task = scenario.conversation.task
     if scenario.schema is not None:
         if scenario.schema_source == "tool" and not (
@@ -161,7 +175,37 @@ def expected_answer(config: SimConfig, scenario: Scenario) -> Any:
     return {"answer": text} if scenario.structured else text
 
 
-def _outcome(config: SimConfig, scenario: Scenario, attempt: int, expected: Any) -> str:
+def _pointed(expect: Any, schema: dict[str, Any] | None) -> Any:
+    """The expected answer, or, when the schema asks for parts of it by JSON Pointer (a
+    field-level re-ask: every property name starts with "/"), those parts."""
+    properties = schema.get("properties") if isinstance(schema, dict) else None
+    if not isinstance(properties, dict) or not properties:
+        return expect
+    if not all(isinstance(k, str) and k.startswith("/") for k in properties):
+        return expect
+    parts: dict[str, Any] = {}
+    for key in properties:
+        node = expect
+        for raw in key[1:].split("/"):
+            step = raw.replace("~1", "/").replace("~0", "~")
+            if isinstance(node, dict) and step in node:
+                node = node[step]
+            elif isinstance(node, list) and step.isdigit() and int(step) < len(node):
+                node = node[int(step)]
+            else:
+                break
+        else:
+            parts[key] = node
+    return parts
+
+
+def _outcome(
+    config: SimConfig,
+    scenario: Scenario,
+    attempt: int,
+    expected: Any,
+    salt: tuple[object, ...] = (),
+) -> str:
     directive = scenario.directive
     if directive is not None:
         step = directive.step(attempt)
@@ -175,17 +219,19 @@ def _outcome(config: SimConfig, scenario: Scenario, attempt: int, expected: Any)
     convo = scenario.conversation
     previous = convo.previous_answer
     if previous is None:
-        return chance.pick_weighted(rates, chance.roll(config.seed, convo.digest, "first")) or OK
+        first = chance.roll(config.seed, convo.digest, "first", *salt)
+        return chance.pick_weighted(rates, first) or OK
     diagnosis = examine(
         previous, expected=expected, schema=scenario.schema, structured=scenario.structured
     )
     if diagnosis.defect == "none":
         return OK
-    if chance.roll(config.seed, convo.digest, "fix") < _fix_probability(
+    if chance.roll(config.seed, convo.digest, "fix", *salt) < _fix_probability(
         config, scenario, diagnosis
     ):
         return OK
-    return _fresh_failure(config, convo.digest, rates, diagnosis)
+    key = chance.digest(convo.digest, *salt) if salt else convo.digest
+    return _fresh_failure(config, key, rates, diagnosis)
 
 
 def _fix_probability(config: SimConfig, scenario: Scenario, diagnosis: Diagnosis) -> float:
@@ -210,9 +256,14 @@ def _fresh_failure(
 
 
 def _compose(
-    config: SimConfig, scenario: Scenario, attempt: int, outcome: str, expected: Any
+    config: SimConfig,
+    scenario: Scenario,
+    attempt: int,
+    outcome: str,
+    expected: Any,
+    salt: tuple[object, ...] = (),
 ) -> Reply:
-    rnd = chance.rng(config.seed, "defect", scenario.conversation.digest)
+    rnd = chance.rng(config.seed, "defect", scenario.conversation.digest, *salt)
     prompt_tokens = tokens(scenario.prompt_chars)
     if outcome == "refusal":
         return Reply(

@@ -21,7 +21,9 @@ from reprompt_sim.config import ANSWER_MODES, OK, SCRIPT_ENTRIES, TRANSPORT_MODE
 from reprompt_sim.errors import InvalidRequest
 
 OPENER: Final = "[[sim"
-_KEYS: Final = frozenset({"script", "expect", "fix", "blind", "fail", "retry_after", "counter"})
+_KEYS: Final = frozenset(
+    {"script", "expect", "fix", "blind", "fail", "retry_after", "counter", "choices"}
+)
 _ENTRY_KEYS: Final = frozenset({"call", "force", "text"})
 _CALL_KEYS: Final = frozenset({"name", "arguments", "rawArguments"})
 _NOTHING: Final = object()
@@ -70,6 +72,8 @@ class Directive:
     failure_rates: Mapping[str, float] | None = None
     retry_after_s: float | None = None
     counter: Counter = "turns"
+    # The outcome of each answer of a request that asks for several (OpenAI's ``n``).
+    choices: tuple[str, ...] | None = None
 
     @property
     def has_expect(self) -> bool:
@@ -119,6 +123,7 @@ class Directive:
             failure_rates=rates,
             retry_after_s=_seconds(raw, "retry_after"),
             counter=counter,
+            choices=_choices(raw["choices"]) if "choices" in raw else None,
         )
 
 
@@ -157,6 +162,15 @@ def _end_at(text: str, brace: int) -> int | None:
         return None
     close = text.find("]]", end)
     return close + 2 if close != -1 else None
+
+
+def _choices(raw: Any) -> tuple[str, ...]:
+    answers = (OK, *ANSWER_MODES)
+    if not isinstance(raw, list) or not raw or not all(c in answers for c in raw):
+        raise DirectiveError(
+            f'sim directive: "choices" must be a non-empty list of {", ".join(answers)}'
+        )
+    return tuple(raw)
 
 
 def _steps(script: Any) -> tuple[Step, ...]:

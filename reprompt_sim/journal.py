@@ -32,6 +32,8 @@ class Entry:
     output_tool: str | None
     tool_choice: Any
     messages: int
+    schema_keys: tuple[str, ...] = ()  # the top-level properties of the schema it answered
+    n: int = 1  # answers asked for
 
 
 class Journal:
@@ -57,6 +59,8 @@ class Journal:
                 "outputTool": e.output_tool,
                 "toolChoice": e.tool_choice,
                 "messages": e.messages,
+                "schemaKeys": list(e.schema_keys),
+                "n": e.n,
             }
             for seq, e in self._entries
         ]

@@ -10,6 +10,8 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any, Final
 
 from reprompt_sim import chance
@@ -27,6 +29,7 @@ _ROLES: Final[dict[str, Role]] = {
     "tool": "tool",
     "function": "tool",
 }
+MAX_CHOICES: Final = 16
 _FINISH: Final = {"stop": "stop", "length": "length", "tool_use": "tool_calls", "refusal": "stop"}
 _ERRORS: Final = {
     400: ("invalid_request_error", "invalid_request"),
@@ -52,7 +55,10 @@ def parse_request(body: object) -> Scenario:
     format_schema, json_mode = _response_format(body.get("response_format"))
     extra = len(json.dumps(body.get("tools") or [])) + len(json.dumps(format_schema or {}))
     model = body.get("model")
-    return Scenario.build(
+    n = body.get("n", 1)
+    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_CHOICES:
+        raise InvalidRequest(f"'n' must be an integer from 1 to {MAX_CHOICES}")
+    scenario = Scenario.build(
         Conversation(turns),
         model=model if isinstance(model, str) and model else None,
         max_tokens=_max_tokens(body),
@@ -62,9 +68,41 @@ def parse_request(body: object) -> Scenario:
         json_mode=json_mode or format_schema is not None,
         extra_prompt_chars=extra,
     )
+    return replace(scenario, n=n)
 
 
-def render_reply(reply: Reply, scenario: Scenario, *, created: int) -> dict[str, Any]:
+def render_reply(
+    reply: Reply, scenario: Scenario, *, created: int, more: Sequence[Reply] = ()
+) -> dict[str, Any]:
+    """The completion; ``more`` are the further choices of a request with ``n`` (the prompt
+    is counted once, every choice's output)."""
+    replies = (reply, *more)
+    key = chance.digest(scenario.conversation.digest, reply.attempt, reply.outcome)[:24]
+    output = sum(r.output_tokens for r in replies)
+    return {
+        "id": f"chatcmpl-sim{key}",
+        "object": "chat.completion",
+        "created": created,
+        "model": model_name(scenario.model),
+        "choices": [
+            {
+                "index": index,
+                "message": _message(r),
+                "logprobs": None,
+                "finish_reason": _FINISH[r.finish],
+            }
+            for index, r in enumerate(replies)
+        ],
+        "usage": {
+            "prompt_tokens": reply.prompt_tokens,
+            "completion_tokens": output,
+            "total_tokens": reply.prompt_tokens + output,
+        },
+        "system_fingerprint": "reprompt-sim",
+    }
+
+
+def _message(reply: Reply) -> dict[str, Any]:
     message: dict[str, Any] = {"role": "assistant", "content": reply.text, "refusal": reply.refusal}
     calls = [*reply.calls, *([reply.tool_use] if reply.tool_use is not None else [])]
     if calls:
@@ -76,27 +114,7 @@ def render_reply(reply: Reply, scenario: Scenario, *, created: int) -> dict[str,
             }
             for call in calls
         ]
-    key = chance.digest(scenario.conversation.digest, reply.attempt, reply.outcome)[:24]
-    return {
-        "id": f"chatcmpl-sim{key}",
-        "object": "chat.completion",
-        "created": created,
-        "model": model_name(scenario.model),
-        "choices": [
-            {
-                "index": 0,
-                "message": message,
-                "logprobs": None,
-                "finish_reason": _FINISH[reply.finish],
-            }
-        ],
-        "usage": {
-            "prompt_tokens": reply.prompt_tokens,
-            "completion_tokens": reply.output_tokens,
-            "total_tokens": reply.prompt_tokens + reply.output_tokens,
-        },
-        "system_fingerprint": "reprompt-sim",
-    }
+    return message
 
 
 def render_error(status: int, message: str) -> dict[str, Any]:

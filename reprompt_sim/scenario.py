@@ -73,6 +73,7 @@ class Scenario:
     prompt_chars: int
     tools: tuple[str, ...] = ()
     tool_choice: ToolChoice = ToolChoice()
+    n: int = 1  # answers asked for (OpenAI's ``n``)
 
     @property
     def client_tools(self) -> tuple[str, ...]:

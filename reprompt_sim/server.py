@@ -16,7 +16,7 @@ import asyncio
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -48,7 +48,7 @@ class _Wire:
 
     api: str
     parse: Callable[[object], Scenario]
-    reply: Callable[[Reply, Scenario], dict[str, Any]]
+    reply: Callable[[Reply, Scenario, Sequence[Reply]], dict[str, Any]]
     error: Callable[[int, str], dict[str, Any]]
     rate_limit_headers: Callable[[float], dict[str, str]]
     overloaded_status: int
@@ -57,8 +57,8 @@ class _Wire:
 _OPENAI: Final = _Wire(
     api="openai",
     parse=openai_wire.parse_request,
-    reply=lambda reply, scenario: openai_wire.render_reply(
-        reply, scenario, created=int(time.time())
+    reply=lambda reply, scenario, more: openai_wire.render_reply(
+        reply, scenario, created=int(time.time()), more=more
     ),
     error=openai_wire.render_error,
     rate_limit_headers=openai_wire.rate_limit_headers,
@@ -67,7 +67,7 @@ _OPENAI: Final = _Wire(
 _ANTHROPIC: Final = _Wire(
     api="anthropic",
     parse=anthropic_wire.parse_request,
-    reply=anthropic_wire.render_reply,
+    reply=lambda reply, scenario, more: anthropic_wire.render_reply(reply, scenario),
     error=anthropic_wire.render_error,
     rate_limit_headers=lambda s: anthropic_wire.rate_limit_headers(s, datetime.now(UTC)),
     overloaded_status=anthropic_wire.OVERLOADED_STATUS,
@@ -119,6 +119,8 @@ class _Simulator:
                 output_tool=scenario.tool_name,
                 tool_choice=body.get("tool_choice"),
                 messages=len(body["messages"]),
+                schema_keys=_schema_keys(scenario),
+                n=scenario.n,
             )
         )
         return response
@@ -143,14 +145,24 @@ class _Simulator:
             return failure
         try:
             reply = behaviour.answer(self.config, scenario, attempt=attempt)
+            more = [
+                behaviour.answer(self.config, scenario, attempt=attempt, choice=k)
+                for k in range(1, scenario.n)
+            ]
         except Exception as exc:  # a simulator bug must not look like a simulated fault
             log.exception("reprompt sim failed to answer")
             headers["x-sim-outcome"] = "sim_bug"
             message = f"reprompt sim bug: {type(exc).__name__}: {exc}"
             return JSONResponse(wire.error(500, message), 500, headers=headers)
         self.answered.bump(task_key)
-        headers["x-sim-outcome"] = reply.outcome
-        return JSONResponse(wire.reply(reply, scenario), headers=headers)
+        headers["x-sim-outcome"] = ",".join(r.outcome for r in (reply, *more))
+        return JSONResponse(wire.reply(reply, scenario, more), headers=headers)
+
+
+def _schema_keys(scenario: Scenario) -> tuple[str, ...]:
+    """The top-level property names of the schema the request asked for (at most 32)."""
+    properties = scenario.schema.get("properties") if scenario.schema is not None else None
+    return tuple(str(k) for k in list(properties)[:32]) if isinstance(properties, dict) else ()
 
 
 async def _read_scenario(

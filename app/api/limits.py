@@ -116,6 +116,8 @@ def check_job(spec: JobSpec, settings: Settings) -> None:
     _at_most("task", len(spec.task), settings.max_task_chars, "characters")
     _at_most("budget.maxTurns", budget.max_turns, settings.max_turns)
     _at_most("budget.returnRetries", budget.return_retries, settings.max_return_retries)
+    if spec.candidates is not None:
+        _at_most("candidates.n", spec.candidates.n, settings.max_candidates)
     if budget.deadline_ms is not None:
         _at_most("budget.deadlineMs", budget.deadline_ms, settings.max_deadline_ms)
     _at_most("maxOutputTokens", spec.max_output_tokens, settings.max_output_tokens)

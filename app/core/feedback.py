@@ -6,13 +6,17 @@ text = render_feedback(failure, first=True, example=contract.example, retry_prom
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any
 
 from app.core import codes
 from app.core.answer import Checked
+from app.core.example import example_for
+from app.core.patch import Patch, value_at
 from app.core.prompts import fence, render, render_custom
 from app.core.turn import Outcome
+from app.core.validation import brief
 
 # Model output quoted back is capped: head and tail survive, the middle is cut.
 QUOTE_HEAD_CHARS = 1500
@@ -162,6 +166,30 @@ def render_feedback(
         "example_fence": fence(context["example"] or ""),
     }
     return render("retry_feedback", context | fences)
+
+
+def render_patch_feedback(failure: Failure, *, first: bool, patch: Patch) -> str:
+    """The correction message of a field-level re-ask: the error, the parts asked for again
+    (with their current values), and the sub-schema their answer must match."""
+    schema = json.dumps(patch.schema, ensure_ascii=False)
+    example_value = example_for(patch.schema)
+    example = None if example_value is None else json.dumps(example_value, ensure_ascii=False)
+    parts = []
+    for path, key in zip(patch.paths, patch.pointers, strict=True):
+        found, current = value_at(patch.base, path)
+        parts.append({"pointer": key, "current": brief(current, 60) if found else "missing"})
+    return render(
+        "patch_feedback",
+        {
+            "first": first,
+            "diagnosis": failure.diagnosis,
+            "parts": parts,
+            "schema": schema,
+            "schema_fence": fence(schema),
+            "example": example,
+            "example_fence": fence(example or ""),
+        },
+    )
 
 
 def quote(text: str) -> str:

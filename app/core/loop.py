@@ -31,6 +31,7 @@ from typing import Any, Final
 
 from app.core import codes
 from app.core.budget import Limits, TurnBudget, estimate_tokens
+from app.core.budget import Verdict as LimitVerdict
 from app.core.checkpoint import (
     Checkpoint,
     PendingCall,
@@ -45,17 +46,30 @@ from app.core.conversation import Conversation
 from app.core.envelope import Envelope, Progress
 from app.core.errors import InvalidInput, ProviderError, ValidatorUnavailable
 from app.core.events import ToolsAnswered, Tracer, TurnEnded, TurnStarted, emit
-from app.core.feedback import Failure, quote, render_feedback
+from app.core.feedback import Failure, quote, render_feedback, render_patch_feedback
 from app.core.judge import JUDGE_OUTPUT_TOKENS, JUDGE_SCHEMA, judge_messages, judge_verdict
 from app.core.ledger import Ledger
 from app.core.model import LLMRequest, LLMResponse, Message, ModelClient, ToolCall, ToolSpec
+from app.core.patch import Patch, merge, plan
 from app.core.prompting import Prompting
-from app.core.spec import JobSpec, ToolChoiceName, ValidatorSpec
+from app.core.spec import JobSpec, RetryMode, ToolChoiceName, ValidatorSpec
 from app.core.tools import Handled, Tool, Toolbox, answered, handle_calls, work_messages
 from app.core.turn import Outcome, Rejection, TokenUsage, ToolCallRecord, TurnRecord, TurnType
 from app.core.unicode import scrub
-from app.core.validators import Validator, Verdict, first_failure
-from app.core.verdict import Accepted, GaveUp, Refused, Rejected, Work, classify, unfenced
+from app.core.validation import Schema
+from app.core.validators import Validator, Verdict, first_failing, read_paths
+from app.core.verdict import (
+    ANSWER_CHARS_PER_TOKEN,
+    MAX_ANSWER_CHARS,
+    Accepted,
+    GaveUp,
+    Refused,
+    Rejected,
+    Work,
+    classify,
+    unfenced,
+)
+from app.core.verdict import Verdict as AnswerVerdict
 from app.core.work import TooMuchWork
 
 __all__ = ["JobResult", "Resume", "Runtime", "Tool", "run_job"]
@@ -146,6 +160,7 @@ class _Call:
     simplified: bool
     started_at: str
     began: float
+    patch: Patch | None = None  # a field-level re-ask: the parts asked for, merged after
 
 
 class _Run:
@@ -166,6 +181,9 @@ class _Run:
         self.last_failure: Failure | None = None
         self.seen: dict[str, int] = {}  # rejected answers: digest → the turn that gave it
         self.repeats = 0
+        # The next re-ask asks for only these parts of the last candidate (None: whole).
+        self.patch: Patch | None = None
+        self.failed_validator: int | None = None  # which validator rejected the last answer
         deadline_ms = spec.budget.deadline_ms
         started = self.ledger.started
         self.deadline = None if deadline_ms is None else started + deadline_ms / 1000
@@ -217,16 +235,20 @@ class _Run:
         call = await self._prepare(conversation)
         response = await self._call(call)
         self.ledger.account(response, call.request.messages)
+        # Best-of-N: the answers are checked in order and the first valid one is kept; with
+        # none valid, the first answer's verdict stands (a stable choice).
+        choices = response.choices
+        chosen = 0
         try:
-            verdict = await classify(
-                response,
-                contract=self.contract,
-                spec=self.spec,
-                prompt_text="\n".join(m.content for m in call.request.messages),
-                tools_offered=bool(call.request.tools),
-                max_output_tokens=call.request.max_output_tokens,
-                validate=self._validate,
-            )
+            verdict, merged = await self._verdict(call, choices[0])
+            failed = self.failed_validator  # the first answer's, should it be the one kept
+            for index, other in enumerate(choices[1:], start=1):
+                if isinstance(verdict, Accepted):
+                    break
+                candidate, candidate_merged = await self._verdict(call, other)
+                if isinstance(candidate, Accepted):
+                    verdict, merged, chosen = candidate, candidate_merged, index
+            self.failed_validator = failed
         except ValidatorUnavailable as exc:
             # Not the model's fault: no re-ask; the answer it could not check is recorded.
             content = _scrubbed(response).content or ""
@@ -241,37 +263,115 @@ class _Run:
             raise _End(codes.VALIDATOR_UNAVAILABLE, exc.detail) from None
         # From here on the answer is recorded: as text that can be stored (the verdict
         # rejected an answer that was not valid Unicode, and says why).
-        response = _scrubbed(response)
-        content = response.content or ""
+        # The kept answer, with the usage and cost of them all (``choices`` carries them).
+        record = _scrubbed(replace(choices[chosen], alternatives=()))
+        content = record.content or ""
+        best = _Best(len(choices), chosen) if call.request.n > 1 else None
+        if not isinstance(verdict, Rejected | Work):
+            self.patch = None
         match verdict:
             case Accepted():
                 await self._record(
-                    call, response, "success", answer=content, warnings=verdict.warnings
+                    call,
+                    record,
+                    "success",
+                    answer=content,
+                    warnings=verdict.warnings,
+                    best=best,
                 )
-                conversation.add_final(content[:RECORDED_ANSWER_CHARS])
+                conversation.add_final((merged or content)[:RECORDED_ANSWER_CHARS])
                 return verdict
-            case Rejected(failure=failure):
-                await self._reject(conversation, call, response, failure, content)
+            case Rejected():
+                await self._reject(
+                    conversation, call, record, verdict, content, shown=merged, best=best
+                )
             case Work(calls=calls):
+                self.patch = None
                 handled = await handle_calls(self.tools, calls)
                 self.budget.consume()
                 names = tuple(c.name for c in calls)
                 details = tuple(h.record for h in handled)
-                await self._record(call, response, "tool_calls", calls=names, details=details)
+                await self._record(
+                    call, record, "tool_calls", calls=names, details=details, best=best
+                )
                 if any(h.waiting for h in handled):
                     raise _Pause(handled)
                 conversation.add_work(*work_messages(handled))
             case Refused(reason=reason):
                 await self._record(
-                    call, response, "refusal", codes.LLM_REFUSAL, reason, answer=content
+                    call, record, "refusal", codes.LLM_REFUSAL, reason, answer=content, best=best
                 )
                 raise _End(codes.LLM_REFUSAL, reason)
             case GaveUp(reason=reason):
                 await self._record(
-                    call, response, "explicit_fail", codes.EXPLICIT_FAIL, reason, answer=content
+                    call,
+                    record,
+                    "explicit_fail",
+                    codes.EXPLICIT_FAIL,
+                    reason,
+                    answer=content,
+                    best=best,
                 )
                 raise _End(codes.EXPLICIT_FAIL, reason)
         return None
+
+    async def _verdict(
+        self, call: _Call, response: LLMResponse
+    ) -> tuple[AnswerVerdict, str | None]:
+        """What one answer means; for a field-level re-ask, what the merged value means, and
+        its text (the value the next correction quotes)."""
+        self.failed_validator = None
+        request = call.request
+        prompt_text = "\n".join(m.content for m in request.messages)
+        patch = call.patch
+        if patch is None:
+            verdict = await self._classify(response, self.contract, prompt_text, request)
+            return verdict, None
+        # The answer holds the parts asked for: read under the sub-schema, merged, and the
+        # merged value checked whole (schema, then validators) as if the model had sent it.
+        parts = await classify(
+            response,
+            contract=replace(self.contract, output_schema=patch.schema, validators=()),
+            spec=self.spec,
+            prompt_text=prompt_text,
+            tools_offered=bool(request.tools),
+            max_output_tokens=request.max_output_tokens,
+            validate=_passing,
+        )
+        if isinstance(parts, Accepted):
+            answer: Any = parts.value
+        elif isinstance(parts, Rejected) and parts.parsed:
+            answer = parts.value  # not the shape asked for; merge reads what it can
+        else:
+            return parts, None
+        merged = merge(patch, answer)
+        text = json.dumps(merged.value, ensure_ascii=False)
+        whole = replace(response, content=text, finish_reason="stop", tool_calls=())
+        limit = MAX_ANSWER_CHARS // ANSWER_CHARS_PER_TOKEN
+        verdict = await self._classify(
+            whole, self.contract, "", replace(request, max_output_tokens=limit)
+        )
+        if isinstance(verdict, Accepted):
+            notes = [f"patch: re-asked for {', '.join(patch.pointers)} only; merged the answer"]
+            if merged.ignored:
+                notes.append(
+                    "patch: ignored parts that were not asked for: " + ", ".join(merged.ignored[:8])
+                )
+            verdict = replace(verdict, warnings=(*verdict.warnings, *notes))
+        return verdict, text
+
+    async def _classify(
+        self, response: LLMResponse, contract: Contract, prompt_text: str, request: LLMRequest
+    ) -> AnswerVerdict:
+        return await classify(
+            response,
+            contract=contract,
+            spec=self.spec,
+            prompt_text=prompt_text,
+            tools_offered=bool(request.tools),
+            max_output_tokens=request.max_output_tokens,
+            validate=self._validate,
+        )
 
     # -- pieces of a turn -------------------------------------------------------------------
 
@@ -291,7 +391,9 @@ class _Run:
             and self.budget.calls_left == 1
             and self.rejected > 0
         )
-        tools = self.tools.specs if self.budget.tools_available else ()
+        # A field-level re-ask offers no tools: it corrects parts of an answer.
+        patch = None if simplified else self.patch
+        tools = self.tools.specs if self.budget.tools_available and patch is None else ()
         if simplified:
             messages = self.prompts.simplified(model, self.last_failure)
         else:
@@ -301,13 +403,7 @@ class _Run:
 
         prompt_tokens = sum(estimate_tokens(m.content) + 4 for m in messages)
         timeout_s = self._time_left()
-        verdict = self.limits.check(
-            prompt_tokens=prompt_tokens,
-            max_output_tokens=self.max_out,
-            tokens_spent=self.ledger.spend.tokens,
-            cost_spent=self.ledger.spend.cost,
-            estimate_cost=lambda i, o: self.rt.client.estimate_cost(model, i, o),
-        )
+        n, verdict = self._afford(self._candidates(), prompt_tokens, model)
         if not verdict.ok:
             raise _End(verdict.error or codes.INTERNAL_ERROR, verdict.detail or "")
         choice = self.spec.tool_choice
@@ -321,9 +417,10 @@ class _Run:
                 max_output_tokens=verdict.max_output_tokens,
                 temperature=self._temperature(),
                 seed=self._seed(),
-                output_schema=self.contract.output_schema,
+                output_schema=self.contract.output_schema if patch is None else patch.schema,
                 structured_output=self.spec.structured_output,
                 timeout_s=timeout_s,
+                n=n,
             ),
             index=len(self.ledger.turns) + 1,
             type=turn_type,
@@ -333,6 +430,7 @@ class _Run:
             simplified=simplified,
             started_at=iso(self.clock.now()),
             began=self.clock.monotonic(),
+            patch=patch,
         )
         await emit(
             self.rt.tracer,
@@ -349,6 +447,41 @@ class _Run:
             ),
         )
         return call
+
+    def _candidates(self) -> int:
+        """Best-of-N: how many answers this call asks for."""
+        wanted = self.spec.candidates
+        if wanted is None or wanted.n <= 1:
+            return 1
+        if wanted.on == "final" and not (self.budget.calls_left == 1 and self.rejected > 0):
+            return 1
+        return wanted.n
+
+    def _afford(self, n: int, prompt_tokens: int, model: str | None) -> tuple[int, LimitVerdict]:
+        """The most answers (up to ``n``) the budgets allow at the full output limit each,
+        counting each as a call of its own (the worst case); one, with the output limit
+        shrunk as usual, when not even two fit."""
+
+        def check(k: int) -> LimitVerdict:
+            return self.limits.check(
+                prompt_tokens=prompt_tokens * k,
+                max_output_tokens=self.max_out * k,
+                tokens_spent=self.ledger.spend.tokens,
+                cost_spent=self.ledger.spend.cost,
+                estimate_cost=lambda i, o: self.rt.client.estimate_cost(model, i, o),
+            )
+
+        for k in range(n, 1, -1):
+            verdict = check(k)
+            if verdict.ok and verdict.max_output_tokens >= self.max_out * k:
+                if k < n:
+                    self.ledger.warn(
+                        f"candidates: asked for {n} answers per call; the budget allowed {k}"
+                    )
+                return k, replace(verdict, max_output_tokens=self.max_out)
+        if n > 1:
+            self.ledger.warn(f"candidates: asked for {n} answers per call; the budget allowed 1")
+        return 1, check(1)
 
     async def _call(self, call: _Call) -> LLMResponse:
         """The model call; a failed call is recorded and ends the job."""
@@ -392,7 +525,11 @@ class _Run:
 
     async def _validate(self, value: Any) -> str | None:
         try:
-            return await first_failure(self.contract.validators, value)
+            failed = await first_failing(self.contract.validators, value)
+            if failed is None:
+                return None
+            self.failed_validator, diagnosis = failed
+            return diagnosis
         except (ValidatorUnavailable, TooMuchWork, _End):
             raise
         except ProviderError as exc:  # an in-process validator's own model call failed
@@ -410,10 +547,16 @@ class _Run:
         conversation: Conversation,
         call: _Call,
         response: LLMResponse,
-        failure: Failure,
+        rejected: Rejected,
         content: str,
+        *,
+        shown: str | None = None,
+        best: _Best | None = None,
     ) -> None:
-        """A rejected answer: record it, tell the model why (collapsed), spend a turn."""
+        """A rejected answer: record it, tell the model why (collapsed), spend a turn.
+        ``shown`` is the answer the correction is about when it is not ``content`` (a
+        field-level re-ask's merged value)."""
+        failure = rejected.failure
         # A cut-off answer is asked again with room to finish (up to the cap), and then its
         # fragment is not fed back: the same request, bigger.
         feed = True
@@ -423,7 +566,7 @@ class _Run:
         self.budget.consume()
         # A cut-off answer is asked again bigger, not the same question: not a repeat.
         truncated = failure.outcome == "truncated"
-        repeat_of = None if truncated else self._repeat_of(response, call.index)
+        repeat_of = None if truncated else self._repeat_of(response, call.index, call.patch)
         await self._record(
             call,
             response,
@@ -432,6 +575,7 @@ class _Run:
             failure.diagnosis,
             answer=content,
             repeat_of=repeat_of,
+            best=best,
         )
         self.rejected += 1
         self.last_failure = failure
@@ -453,21 +597,60 @@ class _Run:
                 cause=REPEATED_ANSWER,
             )
         if not feed:
+            # The same request again, bigger: a field-level re-ask stays one.
             conversation.transcript.append(Message("assistant", content[:RECORDED_ANSWER_CHARS]))
             return
-        text = render_feedback(
-            failure,
-            first=self.rejected == 1,
-            example=self.contract.example,
-            retry_prompt=self.spec.retry_prompt,
-            attempt=max(self.rejected, 1),
-            total_retries=self.spec.budget.max_calls - 1,
-            previous_answer=quote(content),
-        )
-        shown = None if failure.outcome == "truncated" else Message("assistant", quote(content))
+        self.patch = self._next_patch(call, rejected)
+        if self.patch is not None:
+            text = render_patch_feedback(failure, first=self.rejected == 1, patch=self.patch)
+        else:
+            text = render_feedback(
+                failure,
+                first=self.rejected == 1,
+                example=self.contract.example,
+                retry_prompt=self.spec.retry_prompt,
+                attempt=max(self.rejected, 1),
+                total_retries=self.spec.budget.max_calls - 1,
+                previous_answer=quote(shown or content),
+            )
+        about = shown or content
+        answer = None if failure.outcome == "truncated" else Message("assistant", quote(about))
         conversation.add_failure(
-            shown, Message("user", text), recorded=content[:RECORDED_ANSWER_CHARS]
+            answer, Message("user", text), recorded=content[:RECORDED_ANSWER_CHARS]
         )
+
+    def _next_patch(self, call: _Call, rejected: Rejected) -> Patch | None:
+        """Whether the next re-ask asks for only part of the answer (spec 002, patch by
+        default), and which part. A field-level answer that could not be read is asked for
+        again the same way."""
+        mode = self.spec.retry_mode
+        if not rejected.parsed:
+            return call.patch
+        if mode == "whole":
+            return None
+        if mode == "auto" and (
+            self.spec.retry_prompt is not None  # the client's own correction message
+            or (bool(self.tools) and self.budget.tools_available)  # work may still change it
+        ):
+            return None
+        try:
+            return self._patch_of(rejected, mode)
+        except (TooMuchWork, RecursionError):  # a part too costly to name: ask for it all
+            return None
+
+    def _patch_of(self, rejected: Rejected, mode: RetryMode) -> Patch | None:
+        value = rejected.value
+        if rejected.failure.outcome == "rejected":
+            index = self.failed_validator
+            specs = self.spec.validators
+            paths = (
+                read_paths(specs[index], value)
+                if index is not None and index < len(specs)
+                else None
+            )
+        else:
+            paths = Schema(self.contract.output_schema).failing_paths(value)
+        return plan(value, paths, self.contract.output_schema, mode=mode)
 
     async def _record(
         self,
@@ -482,6 +665,7 @@ class _Run:
         details: tuple[ToolCallRecord, ...] = (),
         warnings: tuple[str, ...] = (),
         repeat_of: int | None = None,
+        best: _Best | None = None,
     ) -> None:
         usage = response.usage if response is not None else None
         record = TurnRecord(
@@ -513,6 +697,9 @@ class _Run:
             warnings=warnings,
             answer=None if answer is None else quote(answer),
             repeat_of=repeat_of,
+            patch=None if call.patch is None else call.patch.pointers,
+            candidates=None if best is None else best.answers,
+            chosen=None if best is None else best.chosen,
             started_at=call.started_at,
         )
         self.ledger.turns.append(record)
@@ -690,11 +877,12 @@ class _Run:
 
     # -- the end ------------------------------------------------------------------------------
 
-    def _repeat_of(self, response: LLMResponse, turn: int) -> int | None:
+    def _repeat_of(self, response: LLMResponse, turn: int, patch: Patch | None) -> int | None:
         """The earlier turn whose rejected answer this one repeats (the same text, or the
-        same JSON value however written, and the same tool calls); None for a new answer,
-        which is remembered."""
-        digest = answer_digest(response.content or "", response.tool_calls)
+        same JSON value however written, and the same tool calls; a field-level answer,
+        for the same parts); None for a new answer, which is remembered."""
+        scope = "" if patch is None else "\n".join(patch.pointers)
+        digest = answer_digest(response.content or "", response.tool_calls, scope=scope)
         earlier = self.seen.get(digest)
         if earlier is None:
             self.seen[digest] = turn
@@ -746,6 +934,19 @@ class _Run:
         )
 
 
+@dataclass(frozen=True, slots=True)
+class _Best:
+    """Best-of-N on a turn record: how many answers came back, which one was kept."""
+
+    answers: int
+    chosen: int
+
+
+async def _passing(value: Any) -> str | None:
+    """No semantic checks: a field-level answer's parts are checked once merged."""
+    return None
+
+
 def _job_tools(spec: JobSpec, given: Sequence[Tool]) -> list[Tool]:
     """The runtime's tools, and the job's own: a tool without a url is the client's; one
     with a url needs a handler from the runtime (the worker's HTTP tools)."""
@@ -765,7 +966,7 @@ def _job_tools(spec: JobSpec, given: Sequence[Tool]) -> list[Tool]:
     return tools
 
 
-def answer_digest(content: str, tool_calls: Sequence[ToolCall] = ()) -> str:
+def answer_digest(content: str, tool_calls: Sequence[ToolCall] = (), *, scope: str = "") -> str:
     """What makes two answers the same: their JSON value, however written (spacing, key
     order, a fence around it), else their text with whitespace runs folded; and the tool
     calls they make (a call where no tool is offered is rejected with empty content)."""
@@ -777,6 +978,8 @@ def answer_digest(content: str, tool_calls: Sequence[ToolCall] = ()) -> str:
     calls = "\n".join(f"{c.name}({c.arguments})" for c in tool_calls)
     digest = hashlib.sha256(canonical.encode("utf-8", "replace"))
     digest.update(b"\0" + calls.encode("utf-8", "replace"))
+    if scope:  # a field-level answer: the same value for other parts is another answer
+        digest.update(b"\0patch\0" + scope.encode("utf-8", "replace"))
     return digest.hexdigest()[:32]
 
 

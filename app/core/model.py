@@ -10,7 +10,7 @@ translates it to its wire format and back, or raises a ``ProviderError``::
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Protocol
 
 Role = Literal["system", "user", "assistant", "tool"]
@@ -82,6 +82,19 @@ class LLMRequest:
     output_schema: Mapping[str, Any] | None = None
     structured_output: StructuredOutput = "auto"
     timeout_s: float | None = None
+    # Best-of-N: how many answers to give (one call with ``n`` where the wire has it, else
+    # ``n`` calls); they come back as the response and its ``alternatives``.
+    n: int = 1
+
+
+@dataclass(frozen=True, slots=True)
+class Choice:
+    """One more answer of a call that asked for several (``LLMRequest.n``)."""
+
+    content: str | None
+    finish_reason: FinishReason
+    tool_calls: tuple[ToolCall, ...] = ()
+    refusal: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,6 +117,27 @@ class LLMResponse:
     latency_ms: int = 0
     warnings: tuple[str, ...] = field(default_factory=tuple)
     response_model: str | None = None
+    # The other answers when several were asked for, in order; ``usage`` and ``cost_usd``
+    # count them all.
+    alternatives: tuple[Choice, ...] = ()
+
+    @property
+    def choices(self) -> tuple[LLMResponse, ...]:
+        """Every answer of the call as a response of its own (the first is this one)."""
+        return (
+            self,
+            *(
+                replace(
+                    self,
+                    content=c.content,
+                    finish_reason=c.finish_reason,
+                    tool_calls=c.tool_calls,
+                    refusal=c.refusal,
+                    alternatives=(),
+                )
+                for c in self.alternatives
+            ),
+        )
 
 
 class ModelClient(Protocol):

@@ -27,6 +27,11 @@ from app.core.unicode import escaped, surrogate_path
 from app.core.validation import json_path
 
 FeedbackMode = Literal["collapsed", "full"]
+# How a rejected answer is asked for again: whole, only its failing fields, or either.
+RetryMode = Literal["whole", "patch", "auto"]
+CandidatesOn = Literal["all", "final"]
+# The hard bound of best-of-N; the service's cap (REPROMPT_MAX_CANDIDATES) may be lower.
+MAX_CANDIDATES = 16
 
 
 def valid_unicode(value: Any) -> Any:
@@ -172,6 +177,17 @@ class ToolChoiceName(_Wire):
 ToolChoice = Literal["auto", "none", "required"] | ToolChoiceName
 
 
+class CandidatesSpec(_Wire):
+    """Best-of-N: ask for ``n`` answers in one call (N calls where the provider has no
+    ``n``), check them all, keep the first valid one in candidate order. ``on``: every
+    call, or only the final attempt (the last possible call, after a rejection)."""
+
+    n: StrictInt = Field(ge=1, le=MAX_CANDIDATES, description="Answers asked for per call.")
+    on: CandidatesOn = Field(
+        default="all", description="all: every call; final: only the final attempt."
+    )
+
+
 CallbackEvent = Literal["succeeded", "failed", "cancelled", "requires_action"]
 CALLBACK_EVENTS: tuple[CallbackEvent, ...] = ("succeeded", "failed", "cancelled", "requires_action")
 TERMINAL_EVENTS: tuple[CallbackEvent, ...] = ("succeeded", "failed", "cancelled")
@@ -224,6 +240,16 @@ class JobSpec(_Wire):
     )
     strict: StrictBool = Field(default=False, description="No repairs: the JSON must be right.")
     feedback: FeedbackMode = "collapsed"
+    retry_mode: RetryMode = Field(
+        default="auto",
+        description="whole: re-ask for the whole answer; patch: for only its failing fields "
+        "when they are known; auto: patch when they leave part of the answer untouched.",
+    )
+    candidates: CandidatesSpec | None = Field(
+        default=None,
+        description='Best-of-N, e.g. {"n": 3, "on": "final"}; a bare number N means '
+        '{"n": N, "on": "all"}.',
+    )
     structured_output: StructuredOutput = "auto"
     include_example: StrictBool = True
     max_output_tokens: StrictInt = Field(default=1024, ge=16, le=200_000)
@@ -270,6 +296,13 @@ class JobSpec(_Wire):
         if choice == "required" and not self.tools:
             raise ValueError("toolChoice 'required' needs tools")
         return self
+
+    @field_validator("candidates", mode="before")
+    @classmethod
+    def _candidates_shorthand(cls, value: Any) -> Any:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return {"n": value}
+        return value
 
     @field_validator("tools")
     @classmethod

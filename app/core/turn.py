@@ -91,6 +91,18 @@ class TurnRecord(Wire):
     repeat_of: int | None = Field(
         default=None, description="A rejected answer the same as the one of this earlier turn."
     )
+    patch: tuple[str, ...] | None = Field(
+        default=None,
+        description="A field-level re-ask: the JSON Pointers of the parts asked for again "
+        "(the answer was merged into the previous one and checked whole).",
+    )
+    candidates: int | None = Field(
+        default=None,
+        description="Best-of-N: how many answers the call gave (usage and cost count them all).",
+    )
+    chosen: int | None = Field(
+        default=None, description="Best-of-N: the 0-based index of the answer that was kept."
+    )
     started_at: str
     job_attempt: int | None = None
 

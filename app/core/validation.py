@@ -201,6 +201,61 @@ class Schema:
         lines = (_clip(f"{json_path(path)}: {message}", _LINE_LIMIT) for path, message in located)
         return list(dict.fromkeys(lines)), complete
 
+    def failing_paths(self, value: Any) -> tuple[Path, ...] | None:
+        """Where ``value`` must change to pass: the value at each error's path, a missing
+        field's own path, the whole object for a field it must not have. ``None`` when there
+        are too many errors to list (the scan is bounded)."""
+        try:
+            with work_budget(BASE_STEPS):
+                found = list(
+                    itertools.islice(self._validator.iter_errors(value), _ERROR_SCAN_LIMIT)
+                )
+        except Unresolvable as exc:
+            raise _unresolvable(exc) from exc
+        if len(found) >= _ERROR_SCAN_LIMIT:
+            return None
+        paths: dict[Path, None] = {}
+        for error in found:
+            for path in _fix_paths(error):
+                paths[path] = None
+        return tuple(paths)
+
+    def schema_at(self, path: Path) -> dict[str, Any] | None:
+        """The subschema a value at ``path`` must satisfy, as a document of its own (with
+        the root's ``$defs``), or ``None`` when it cannot be named alone: a union on the
+        way, a reference outside ``$defs``, a step no subschema describes."""
+        scopes = [self.root]
+        for step in path:
+            following: list[Scope] = []
+            for scope in scopes:
+                for part in scope.flatten():
+                    node = part.node
+                    if node is True:
+                        continue
+                    if not isinstance(node, Mapping) or "anyOf" in node or "oneOf" in node:
+                        return None
+                    child = _child_schema(node, step)
+                    if child is not None:
+                        following.append(part.enter(child))
+            if not following:
+                return None
+            scopes = following
+        nodes = [scope.node for scope in scopes]
+        found: dict[str, Any] = (
+            dict(nodes[0]) if len(nodes) == 1 and isinstance(nodes[0], Mapping)
+            else {"allOf": nodes}
+        )  # fmt: skip
+        root = self.schema if isinstance(self.schema, Mapping) else {}
+        text = json.dumps(found)
+        if '"$id"' in json.dumps(root) or '"$dynamicRef"' in text:
+            return None
+        if '"$ref"' in text:
+            if any(not ref.startswith("#/$defs/") for ref in _refs(found)):
+                return None
+            found.pop("$defs", None)
+            found["$defs"] = root.get("$defs", {})
+        return found
+
 
 def schema_errors(value: Any, schema: Mapping[str, Any], *, max_errors: int = 8) -> list[str]:
     """Path-precise, deduplicated error lines for ``value``; empty when it is valid."""
@@ -744,3 +799,51 @@ def _subschemas(node: Mapping[str, Any]) -> Iterator[tuple[Path, Any]]:
         if isinstance(children, Mapping):
             for name, child in children.items():
                 yield (key, name), child
+
+
+def _fix_paths(error: ValidationError) -> list[Path]:
+    """The paths one error says must change (see ``Schema.failing_paths``)."""
+    path: Path = tuple(error.absolute_path)
+    instance = error.instance
+    keyword = error.validator
+    wanted: Any = error.validator_value
+    if keyword == "required" and isinstance(instance, Mapping):
+        return [(*path, name) for name in wanted if name not in instance]
+    if keyword == "dependentRequired" and isinstance(instance, Mapping):
+        return [
+            (*path, need)
+            for name, needs in wanted.items()
+            if name in instance
+            for need in needs
+            if need not in instance
+        ]
+    return [path]
+
+
+def _child_schema(node: Mapping[str, Any], step: str | int) -> Any:
+    """The subschema ``node`` gives a child at ``step`` (a key or an index), if any."""
+    if isinstance(step, str):
+        properties = node.get("properties")
+        if isinstance(properties, Mapping) and step in properties:
+            return properties[step]
+        extra = node.get("additionalProperties")
+        return extra if isinstance(extra, Mapping) else None
+    prefix = node.get("prefixItems")
+    if isinstance(prefix, list) and step < len(prefix):
+        return prefix[step]
+    items = node.get("items")
+    return items if isinstance(items, Mapping) else None
+
+
+def _refs(node: Any) -> Iterator[str]:
+    stack = [node]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, Mapping):
+            for key, child in item.items():
+                if key == "$ref" and isinstance(child, str):
+                    yield child
+                else:
+                    stack.append(child)
+        elif isinstance(item, list):
+            stack.extend(item)

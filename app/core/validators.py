@@ -55,12 +55,47 @@ class Hooks(Protocol):
 
 async def first_failure(validators: Sequence[Validator], value: Any) -> str | None:
     """Run validators in order; the first diagnosis wins, ``None`` when all pass."""
-    for validator in validators:
+    failed = await first_failing(validators, value)
+    return None if failed is None else failed[1]
+
+
+async def first_failing(validators: Sequence[Validator], value: Any) -> tuple[int, str] | None:
+    """The index of the first validator that fails, and its diagnosis; ``None`` when all pass."""
+    for index, validator in enumerate(validators):
         result = validator(value)
         ok, diagnosis = await result if inspect.isawaitable(result) else result
         if not ok:
-            return diagnosis or "the answer failed a validation check"
+            return index, diagnosis or "the answer failed a validation check"
     return None
+
+
+def read_paths(spec: ValidatorSpec, value: Any) -> tuple[tuple[str | int, ...], ...] | None:
+    """The concrete paths of ``value`` a declarative check read: what a field-level re-ask
+    asks for again when it fails. ``None`` when the check reads no paths (a webhook, a
+    judge) or its paths reach nothing that could be named."""
+    if spec.kind == "sum":
+        wanted = [spec.items, spec.equals]
+    elif spec.kind == "compare":
+        wanted = [spec.left, spec.right if (spec.right or "").startswith("$") else None]
+    elif spec.kind == "grounded":
+        wanted = list(spec.paths or [])
+    elif spec.kind in ("unique", "regex", "nonempty"):
+        wanted = [spec.path]
+    else:
+        return None
+    found: dict[tuple[str | int, ...], None] = {}
+    for text in wanted:
+        if text is None:
+            continue
+        steps = jsonpath.parse(text)
+        located = jsonpath.locate(value, steps)
+        if located:
+            found.update((at, None) for at, _ in located)
+        elif all(isinstance(s, str) or (isinstance(s, int) and s >= 0) for s in steps):
+            found[tuple(s for s in steps if s is not None)] = None  # missing: a new field
+        else:
+            return None
+    return tuple(found) or None
 
 
 def build(

@@ -71,6 +71,10 @@ class Accepted:
 @dataclass(frozen=True, slots=True)
 class Rejected:
     failure: Failure
+    # The rejected value when the answer parsed (it failed the schema or a validator): what
+    # a field-level re-ask patches.
+    value: Any = None
+    parsed: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,13 +138,16 @@ async def classify(
         return GaveUp(_unescape(fail.group(1))[:500] or "the model gave no reason")
     checked = await _check(content, schema, strict=spec.strict, prompt=prompt_text)
     if not checked.ok:
-        return Rejected(failure_from_check(checked))
+        parsed = checked.kind == "schema"
+        return Rejected(
+            failure_from_check(checked), value=checked.value if parsed else None, parsed=parsed
+        )
     try:
         problem = await _validated(validate, checked.value, content)
     except TooMuchWork as exc:
         return Rejected(failure_too_complex(f"the checks needed more than {exc.limit} steps"))
     if problem is not None:
-        return Rejected(failure_from_validator(problem))
+        return Rejected(failure_from_validator(problem), value=checked.value, parsed=True)
     return Accepted(checked.value, checked.warnings, contract.grounding(checked.value))
 
 

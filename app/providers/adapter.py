@@ -28,6 +28,9 @@ def reported_model(body: Mapping[str, Any]) -> str | None:
 class HttpAdapter:
     path: ClassVar[str]
     noun: ClassVar[str]  # what a reply is called in error messages
+    # Whether one call can give several answers (``LLMRequest.n``); else the router makes
+    # that many calls.
+    supports_n: ClassVar[bool] = False
 
     def __init__(self, http: httpx.AsyncClient, *, provider: str, config: ProviderConfig) -> None:
         self._http = http

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any, Final
 
-from app.core.model import FinishReason, LLMRequest, LLMResponse, Message, ToolCall, Usage
+from app.core.model import Choice, FinishReason, LLMRequest, LLMResponse, Message, ToolCall, Usage
 from app.providers.adapter import HttpAdapter, reported_model
 from app.providers.config import ModelConfig
 from app.providers.structured import (
@@ -51,6 +51,8 @@ def request_body(
         body["temperature"] = request.temperature
     if request.seed is not None:
         body["seed"] = request.seed
+    if request.n > 1:
+        body["n"] = request.n
     tools = [_function(t.name, t.description, dict(t.parameters)) for t in request.tools]
     choice = _tool_choice(request)
     wrapped = False
@@ -101,8 +103,25 @@ def parse_response(
     mechanism: Capability,
     wrapped: bool = False,
 ) -> LLMResponse:
-    """Our response for a chat completion body; raises ``KeyError``/``TypeError`` on nonsense."""
-    choice = body["choices"][0]
+    """Our response for a chat completion body; raises ``KeyError``/``TypeError`` on nonsense.
+    Several choices (a request with ``n``) come back as the first and its alternatives."""
+    choices = body["choices"]
+    first, *others = (_choice(c, mechanism=mechanism, wrapped=wrapped) for c in choices)
+    return LLMResponse(
+        content=first.content,
+        finish_reason=first.finish_reason,
+        model=model,
+        provider=provider,
+        usage=_usage(body.get("usage")),
+        tool_calls=first.tool_calls,
+        refusal=first.refusal,
+        structured_mode=seam_mode(mechanism),
+        alternatives=tuple(others),
+        response_model=reported_model(body),
+    )
+
+
+def _choice(choice: Mapping[str, Any], *, mechanism: Capability, wrapped: bool) -> Choice:
     message = choice.get("message") or {}
     content = message.get("content")
     if content is not None and not isinstance(content, str):
@@ -127,17 +146,7 @@ def parse_response(
         reason = "tool_calls"
     else:
         reason = "stop"
-    return LLMResponse(
-        content=content,
-        finish_reason=reason,
-        model=model,
-        provider=provider,
-        usage=_usage(body.get("usage")),
-        tool_calls=tuple(calls),
-        refusal=refusal,
-        structured_mode=seam_mode(mechanism),
-        response_model=reported_model(body),
-    )
+    return Choice(content=content, finish_reason=reason, tool_calls=tuple(calls), refusal=refusal)
 
 
 def _fold_system(messages: tuple[Message, ...], system_role: bool) -> tuple[Message, ...]:
@@ -212,6 +221,7 @@ class OpenAIAdapter(HttpAdapter):
 
     path = CHAT_PATH
     noun = "chat completion"
+    supports_n = True  # several choices in one call (``n``)
 
     def auth_headers(self, key: str) -> dict[str, str]:
         return {"authorization": f"Bearer {key}"}

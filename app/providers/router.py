@@ -28,7 +28,14 @@ import httpx
 from app.core.clock import Monotonic
 from app.core.codes import is_retryable
 from app.core.errors import InvalidInput, ProviderError, ProviderUnavailable
-from app.core.model import LLMRequest, LLMResponse, StructuredMode, StructuredOutput
+from app.core.model import (
+    Choice,
+    LLMRequest,
+    LLMResponse,
+    StructuredMode,
+    StructuredOutput,
+    Usage,
+)
 from app.providers import structured
 from app.providers.anthropic import AnthropicAdapter
 from app.providers.catalog import catalog_price, catalog_source
@@ -240,6 +247,63 @@ class Router:
             return response
 
     async def _call(
+        self,
+        target: Target,
+        request: LLMRequest,
+        deadline: Deadline,
+        *,
+        on_retry: OnRetry | None = None,
+    ) -> LLMResponse:
+        if request.n > 1 and not getattr(target.adapter, "supports_n", False):
+            return await self._calls(target, request, deadline, on_retry=on_retry)
+        return await self._one(target, request, deadline, on_retry=on_retry)
+
+    async def _calls(
+        self,
+        target: Target,
+        request: LLMRequest,
+        deadline: Deadline,
+        *,
+        on_retry: OnRetry | None = None,
+    ) -> LLMResponse:
+        """Several answers from a wire without ``n``: that many calls at once, as one. The
+        calls that failed are left out (a half-open circuit lets one through); when all
+        failed, the first failure is raised."""
+        single = replace(request, n=1)
+        results = await asyncio.gather(
+            *(self._one(target, single, deadline, on_retry=on_retry) for _ in range(request.n)),
+            return_exceptions=True,
+        )
+        answers = [r for r in results if isinstance(r, LLMResponse)]
+        for result in results:
+            if isinstance(result, BaseException) and not isinstance(result, Exception):
+                raise result  # cancelled: not a provider's answer
+        if not answers:
+            failure = results[0]
+            assert isinstance(failure, Exception)
+            raise failure
+        first = answers[0]
+        usages = [a.usage for a in answers]
+        usage = (
+            None
+            if any(u is None for u in usages)
+            else Usage(
+                input_tokens=sum(u.input_tokens for u in usages if u is not None),
+                output_tokens=sum(u.output_tokens for u in usages if u is not None),
+            )
+        )
+        return replace(
+            first,
+            usage=usage,
+            alternatives=tuple(
+                Choice(a.content, a.finish_reason, a.tool_calls, a.refusal) for a in answers[1:]
+            ),
+            transport_retries=sum(a.transport_retries for a in answers),
+            transport_wait_ms=max(a.transport_wait_ms for a in answers),
+            warnings=tuple(dict.fromkeys(w for a in answers for w in a.warnings)),
+        )
+
+    async def _one(
         self,
         target: Target,
         request: LLMRequest,

@@ -283,6 +283,8 @@ class SupervisedAdapter(OpenAIAdapter):
     """The OpenAI-compatible adapter, pointed at the supervised server wherever it runs,
     that waits out restarts and names a crash instead of "connection refused"."""
 
+    supports_n = False  # llama.cpp's server answers one choice per request
+
     def __init__(
         self,
         http: httpx.AsyncClient,

@@ -50,9 +50,10 @@ def expected_types(max_turns: int, retries: int, n: int) -> list[str]:
     retries=st.integers(0, 4),
     with_tools=st.booleans(),
     outcomes=st.lists(st.sampled_from(OUTCOMES), min_size=10, max_size=10),
+    retry_mode=st.sampled_from(["auto", "patch", "whole"]),
 )
 def test_loop_follows_the_state_machine(
-    max_turns: int, retries: int, with_tools: bool, outcomes: list[str]
+    max_turns: int, retries: int, with_tools: bool, outcomes: list[str], retry_mode: str
 ) -> None:
     probe = Tool(ToolSpec("probe", "probe", {"type": "object"}), lambda _a: "ok")
     client = ScriptedClient([step(o, n) for n, o in enumerate(outcomes)])
@@ -63,6 +64,7 @@ def test_loop_follows_the_state_machine(
             "budget": {"maxTurns": max_turns, "returnRetries": retries},
             "maxOutputTokens": 64,
             "maxOutputTokensCap": 128,
+            "retryMode": retry_mode,
         }
     )
     runtime = Runtime(client=client, clock=FakeClock(), tools=[probe] if with_tools else [])
@@ -73,11 +75,14 @@ def test_loop_follows_the_state_machine(
     assert 1 <= calls <= max_turns + retries
     assert len(result.turns) == calls
 
-    # the turn types follow the state machine; tools only on normal turns
+    # the turn types follow the state machine, field-level re-asks (patch) included; tools
+    # only on normal turns that ask for the whole answer
     types = [t.type for t in result.turns]
     assert types == expected_types(max_turns, retries, calls)
     for turn, request in zip(result.turns, client.requests, strict=True):
-        assert (len(request.tools) > 0) == (with_tools and turn.type == "normal")
+        whole = turn.patch is None
+        assert (len(request.tools) > 0) == (with_tools and turn.type == "normal" and whole)
+        assert whole or retry_mode == "patch"  # {x :int} has one field: auto never patches
 
     used = outcomes[:calls]
     last = used[-1]

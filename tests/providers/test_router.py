@@ -278,3 +278,47 @@ def test_router_is_a_model_client(http: httpx.AsyncClient) -> None:
     client: ModelClient = build_router(route_config("http://127.0.0.1:9"), http)
     assert isinstance(client, Router)
     assert "fast" in client.names()
+
+
+# -- several answers per call (best-of-N) ---------------------------------------------------------
+
+
+async def test_n_answers_on_an_openai_wire_are_one_request_with_n(
+    upstream: Upstream, http: httpx.AsyncClient
+) -> None:
+    upstream.script(recorded("openai_success"))
+    router = build_router(route_config(upstream.url), http)
+
+    await router.complete(LLMRequest(messages=ASK.messages, model="a", n=3))
+
+    assert paths(upstream) == [OPENAI]
+    assert upstream.seen[0].body["n"] == 3
+
+
+async def test_n_answers_on_a_wire_without_n_are_n_calls_whose_failures_are_left_out(
+    upstream: Upstream, http: httpx.AsyncClient
+) -> None:
+    upstream.script(
+        recorded("anthropic_success"), recorded("anthropic_401"), recorded("anthropic_success")
+    )
+    router = build_router(route_config(upstream.url), http)
+
+    response = await router.complete(LLMRequest(messages=ASK.messages, model="b", n=3))
+
+    assert paths(upstream) == [ANTHROPIC] * 3
+    assert "n" not in upstream.seen[0].body
+    assert len(response.choices) == 2  # the failed call gave no answer
+    single = await router.complete(LLMRequest(messages=ASK.messages, model="b"))
+    assert single.usage is not None
+    assert response.usage is not None
+    assert response.usage.input_tokens == 2 * single.usage.input_tokens
+
+
+async def test_n_calls_that_all_fail_raise_the_failure(
+    upstream: Upstream, http: httpx.AsyncClient
+) -> None:
+    upstream.script(recorded("anthropic_401"))
+    router = build_router(route_config(upstream.url), http)
+
+    with pytest.raises(ProviderConfigError):
+        await router.complete(LLMRequest(messages=ASK.messages, model="b", n=2))

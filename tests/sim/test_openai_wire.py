@@ -171,3 +171,53 @@ def test_models_and_health(client: httpx.Client) -> None:
     assert models["data"][0]["id"] == "reprompt-sim"
     assert health.status_code == 200
     assert health.json()["status"] == "ok"
+
+
+# -- several answers per request (n) -------------------------------------------------------------
+
+
+def test_n_gives_that_many_choices_each_named_by_the_directive(client: httpx.Client) -> None:
+    body = openai(msg("user", "Order, n. " + directive(choices=["wrong_type", "ok"])), n=3)
+    r = client.post("/v1/chat/completions", json=body)
+
+    assert r.status_code == 200
+    choices = r.json()["choices"]
+    assert [c["index"] for c in choices] == [0, 1, 2]
+    assert r.headers["x-sim-outcome"] == "wrong_type,ok,ok"
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(json.loads(choices[0]["message"]["content"]), ORDER_SCHEMA)
+    jsonschema.validate(json.loads(choices[1]["message"]["content"]), ORDER_SCHEMA)
+    usage = r.json()["usage"]
+    written = sum(-(-len(c["message"]["content"]) // 4) for c in choices)
+    assert usage["completion_tokens"] == written  # every choice's output, the prompt once
+
+
+def test_unscripted_choices_roll_their_own_chances(client: httpx.Client) -> None:
+    body = openai(msg("user", "Order, rolls. " + directive(fail={"wrong_type": 0.5})), n=8)
+    outcomes = client.post("/v1/chat/completions", json=body).headers["x-sim-outcome"]
+
+    assert set(outcomes.split(",")) == {"ok", "wrong_type"}
+
+
+@pytest.mark.parametrize("n", [0, 17, "2", True])
+def test_a_bad_n_is_a_400(client: httpx.Client, n: object) -> None:
+    r = client.post("/v1/chat/completions", json=openai(msg("user", "hi"), n=n))
+
+    assert r.status_code == 400
+    assert "'n'" in r.json()["error"]["message"]
+
+
+def test_a_schema_keyed_by_json_pointer_gets_those_parts_of_the_expected_answer(
+    client: httpx.Client,
+) -> None:
+    expect = {"name": "Ada", "lines": [{"qty": 2}, {"qty": 5}]}
+    schema = {
+        "type": "object",
+        "properties": {"/lines/1/qty": {"type": "integer"}, "/name": {"type": "string"}},
+        "required": ["/lines/1/qty", "/name"],
+        "additionalProperties": False,
+    }
+    body = openai(msg("user", "Patch. " + directive(expect=expect)), schema=schema)
+    content = client.post("/v1/chat/completions", json=body).json()["choices"][0]["message"]
+
+    assert json.loads(content["content"]) == {"/lines/1/qty": 5, "/name": "Ada"}

@@ -394,6 +394,8 @@ def test_requests_endpoint_lists_what_each_request_offered() -> None:
             "outputTool": OUTPUT_TOOL,
             "toolChoice": "required",
             "messages": 1,
+            "schemaKeys": ["sku", "available"],
+            "n": 1,
         },
         {
             "seq": 2,
@@ -404,6 +406,8 @@ def test_requests_endpoint_lists_what_each_request_offered() -> None:
             "outputTool": OUTPUT_TOOL,
             "toolChoice": {"type": "function", "function": {"name": OUTPUT_TOOL}},
             "messages": 3,
+            "schemaKeys": ["sku", "available"],
+            "n": 1,
         },
         {
             "seq": 3,
@@ -414,6 +418,8 @@ def test_requests_endpoint_lists_what_each_request_offered() -> None:
             "outputTool": "record",
             "toolChoice": {"type": "tool", "name": "record"},
             "messages": 1,
+            "schemaKeys": ["customer", "quantity", "express", "items"],
+            "n": 1,
         },
     ]
     assert cleared.status_code == 204
