@@ -52,6 +52,16 @@ class Execution(Wire):
     validator_cost: float | None = Field(
         default=0.0, description="USD of those calls (included in cost); null when unknown."
     )
+    cached_input_tokens: int = Field(
+        default=0,
+        description="Of inputTokens, those the providers read from their prompt caches "
+        "(billed at the cached-input price; 0 where no cache applied).",
+    )
+    cache_write_tokens: int = Field(
+        default=0,
+        description="Of inputTokens, those written to a provider's prompt cache (Anthropic; "
+        "billed at the cache-write price).",
+    )
 
 
 class Progress(Wire):

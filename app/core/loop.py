@@ -324,6 +324,9 @@ class _Run:
                 output_schema=self.contract.output_schema,
                 structured_output=self.spec.structured_output,
                 timeout_s=timeout_s,
+                # The simplified final request shares no prefix with the others.
+                cache_prefix=0 if simplified else conversation.stable(),
+                cache_key=conversation.cache_key,
             ),
             index=len(self.ledger.turns) + 1,
             type=turn_type,
@@ -491,10 +494,7 @@ class _Run:
             attempt=call.attempt,
             error_code=code,
             diagnosis=diagnosis,
-            usage=TokenUsage(
-                input_tokens=usage.input_tokens if usage else 0,
-                output_tokens=usage.output_tokens if usage else 0,
-            ),
+            usage=TokenUsage.of(usage),
             cost_usd=response.cost_usd if response is not None else None,
             latency_ms=int((self.clock.monotonic() - call.began) * 1000),
             provider=response.provider if response is not None else None,

@@ -6,6 +6,7 @@ from typing import Final, Literal
 
 from pydantic import Field
 
+from app.core.model import Usage
 from app.core.wire import Wire
 
 TurnType = Literal["normal", "must_return", "retry"]
@@ -55,8 +56,30 @@ class ToolCallRecord(Wire):
 
 
 class TokenUsage(Wire):
-    input_tokens: int
+    input_tokens: int = Field(description="Every prompt token, cached ones included.")
     output_tokens: int
+    cached_input_tokens: int = Field(
+        default=0,
+        description="Of inputTokens, those the provider read from its prompt cache "
+        "(billed at the cached-input price).",
+    )
+    cache_write_tokens: int = Field(
+        default=0,
+        description="Of inputTokens, those the provider wrote to its prompt cache "
+        "(Anthropic; billed at the cache-write price).",
+    )
+
+    @classmethod
+    def of(cls, usage: Usage | None) -> TokenUsage:
+        """A call's reported usage (zeros when it reported none)."""
+        if usage is None:
+            return cls(input_tokens=0, output_tokens=0)
+        return cls(
+            input_tokens=usage.input_tokens,
+            output_tokens=usage.output_tokens,
+            cached_input_tokens=usage.cached_input_tokens,
+            cache_write_tokens=usage.cache_write_tokens,
+        )
 
 
 class TurnRecord(Wire):

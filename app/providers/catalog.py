@@ -1,7 +1,8 @@
 """Prices of well-known models from a maintained catalog (``genai-prices``, the pydantic
 team's, bundled data, no network), for models the providers file gives no price::
 
-    catalog_price("openai", "gpt-4o-mini")     # Price(0.15, 0.6), "genai-prices 0.2.3"
+    catalog_price("openai", "gpt-4o-mini")     # Price(0.15, 0.6, 0.075, None): input,
+                                                # output, cached input, cache write
     catalog_price("openai", "my-finetune")      # None: cost stays unknown, and says so
 
 Why this catalog: it names models as providers' APIs do (so ``OPENAI_MODEL=gpt-4o-mini``
@@ -29,8 +30,9 @@ def catalog_source() -> str:
 
 @cache
 def catalog_price(kind: str, model: str) -> Price | None:
-    """The catalog's USD per million input and output tokens for ``model``, or None when
-    it does not know the model (or the provider kind)."""
+    """The catalog's USD per million input and output tokens for ``model`` (and cached
+    input and cache writes where it has them), or None when it does not know the model
+    (or the provider kind)."""
     provider = _PROVIDERS.get(kind)
     if provider is None:
         return None
@@ -39,6 +41,25 @@ def catalog_price(kind: str, model: str) -> Price | None:
     try:
         per_input = calc_price(Usage(input_tokens=_MTOK), model_ref=model, provider_id=provider)
         per_output = calc_price(Usage(output_tokens=_MTOK), model_ref=model, provider_id=provider)
+        # Cache tokens are part of the input in the catalog's usage: a million input
+        # tokens all read from (or written to) the cache cost the cache's rate.
+        read = calc_price(
+            Usage(input_tokens=_MTOK, cache_read_tokens=_MTOK),
+            model_ref=model,
+            provider_id=provider,
+        )
+        write = calc_price(
+            Usage(input_tokens=_MTOK, cache_write_tokens=_MTOK),
+            model_ref=model,
+            provider_id=provider,
+        )
     except (LookupError, ValueError):
         return None
-    return Price(float(per_input.total_price), float(per_output.total_price))
+    rates = read.model_price
+    return Price(
+        float(per_input.total_price),
+        float(per_output.total_price),
+        # Without a rate of its own the catalog bills cache tokens as input: unknown here.
+        float(read.total_price) if getattr(rates, "cache_read_mtok", None) is not None else None,
+        float(write.total_price) if getattr(rates, "cache_write_mtok", None) is not None else None,
+    )
