@@ -11,7 +11,8 @@ the cached tokens a request that repeats one reports.
 OpenAI caches by itself: under a ``prompt_cache_key``, the longest prefix a request shares
 with an earlier one under the same key is read from the cache, once the prompt has
 ``OPENAI_MINIMUM`` tokens, in steps of ``OPENAI_STEP`` tokens (a request without a key is
-not cached here: OpenAI's best-effort routing of keyless requests is not modelled).
+not cached here: OpenAI's best-effort routing of keyless requests is not modelled). A
+prompt is remembered as a chained digest per step, so a long one costs little memory.
 Anthropic caches what it is told to: the prefix up to each block marked ``cache_control``
 is written when it has ``ANTHROPIC_MINIMUM`` tokens, and read back by a later request whose
 prefix up to one of its marked blocks, or up to one of the ``LOOKBACK`` blocks before it,
@@ -22,7 +23,6 @@ a token. Nothing expires; the oldest entries are forgotten past a bound.
 from __future__ import annotations
 
 import hashlib
-import os
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -33,8 +33,7 @@ OPENAI_STEP: Final = 128
 ANTHROPIC_MINIMUM: Final = 1024
 ANTHROPIC_MAX_MARKS: Final = 4
 LOOKBACK: Final = 20
-_KEYS: Final = 1024  # OpenAI keys remembered
-_PER_KEY: Final = 8  # prompts remembered per key
+_CHUNKS: Final = 262_144  # OpenAI chunk digests remembered, over every key
 _PREFIXES: Final = 65_536  # Anthropic prefixes remembered
 
 # One piece of an OpenAI prompt, compared in order: (role or "tools", text).
@@ -53,23 +52,34 @@ class Unit:
 
 class PromptCache:
     def __init__(self) -> None:
-        self._openai: OrderedDict[str, list[tuple[Segment, ...]]] = OrderedDict()
+        # OpenAI: per key, the chained digests of every 128-token chunk of prompts seen.
+        self._openai: OrderedDict[str, set[bytes]] = OrderedDict()
+        self._openai_size = 0
+        # Anthropic: the digests of the prefixes written.
         self._anthropic: OrderedDict[str, None] = OrderedDict()
 
     def openai(self, key: str | None, segments: Sequence[Segment], prompt_tokens: int) -> int:
         """The cached tokens of a request under ``key``; the request is remembered."""
         if not key:
             return 0
-        prompt = tuple(segments)
-        earlier = self._openai.pop(key, [])
-        common = max((_common_chars(prompt, seen) for seen in earlier), default=0)
-        self._openai[key] = [*(p for p in earlier if p != prompt), prompt][-_PER_KEY:]
-        if len(self._openai) > _KEYS:
-            self._openai.popitem(last=False)
-        cached = min(common // 4, prompt_tokens)
+        chain = _chunk_digests(segments)
+        known = self._openai.pop(key, set())
+        # Each digest covers its chunk and every chunk before it: the last known one ends
+        # the longest prefix seen before.
+        matched = next((i + 1 for i in range(len(chain) - 1, -1, -1) if chain[i] in known), 0)
+        self._openai_size -= len(known)
+        known.update(chain)
+        if len(known) > _CHUNKS:  # one key alone past the bound: it starts over
+            known = set(chain)
+        self._openai[key] = known
+        self._openai_size += len(known)
+        while self._openai_size > _CHUNKS and len(self._openai) > 1:
+            _, oldest = self._openai.popitem(last=False)
+            self._openai_size -= len(oldest)
+        cached = min(matched * OPENAI_STEP, prompt_tokens // OPENAI_STEP * OPENAI_STEP)
         if prompt_tokens < OPENAI_MINIMUM or cached < OPENAI_MINIMUM:
             return 0
-        return cached // OPENAI_STEP * OPENAI_STEP
+        return cached
 
     def anthropic(self, units: Sequence[Unit], prompt_tokens: int) -> tuple[int, int]:
         """``(read, written)`` tokens of a request; the prefixes it marks are written."""
@@ -105,14 +115,14 @@ class PromptCache:
         return read, written
 
 
-def _common_chars(a: tuple[Segment, ...], b: tuple[Segment, ...]) -> int:
-    """How many characters of text the two prompts share from their start."""
-    total = 0
-    for (role_a, text_a), (role_b, text_b) in zip(a, b, strict=False):
-        if role_a != role_b:
-            break
-        if text_a != text_b:
-            # Character by character is what is wanted here: a prefix of text, not of paths.
-            return total + len(os.path.commonprefix([text_a, text_b]))  # noqa: RUF071
-        total += len(text_a)
-    return total
+def _chunk_digests(segments: Sequence[Segment]) -> list[bytes]:
+    """A digest per whole chunk of ``OPENAI_STEP`` tokens of the prompt, each covering
+    everything before it too (so a prompt is remembered in bounded space)."""
+    text = "".join(f"{role}\x1f{content}\x1e" for role, content in segments)
+    size = OPENAI_STEP * 4
+    running = hashlib.sha256()
+    out: list[bytes] = []
+    for start in range(0, len(text) - size + 1, size):
+        running.update(text[start : start + size].encode("utf-8", "surrogatepass"))
+        out.append(running.copy().digest()[:16])
+    return out

@@ -229,10 +229,12 @@ def _usage(raw: Any) -> Usage | None:
     cache; ours counts every prompt token (as OpenAI's ``prompt_tokens`` does)."""
     if not isinstance(raw, Mapping):
         return None
-    read = int(raw.get("cache_read_input_tokens") or 0)
-    written = int(raw.get("cache_creation_input_tokens") or 0)
+    read, written, plain = (
+        max(int(raw.get(key) or 0), 0)
+        for key in ("cache_read_input_tokens", "cache_creation_input_tokens", "input_tokens")
+    )
     return Usage(
-        input_tokens=int(raw.get("input_tokens") or 0) + read + written,
+        input_tokens=plain + read + written,
         output_tokens=int(raw.get("output_tokens") or 0),
         cached_input_tokens=read,
         cache_write_tokens=written,

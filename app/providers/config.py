@@ -113,11 +113,12 @@ class ModelConfig(_Strict):
     provider: str
     name: str | None = None
     structured: Capability | None = None
-    input_usd_per_mtok: float | None = Field(default=None, ge=0)
-    output_usd_per_mtok: float | None = Field(default=None, ge=0)
+    # Prices are finite: an infinite one would make every cost (and the JSON) unusable.
+    input_usd_per_mtok: float | None = Field(default=None, ge=0, allow_inf_nan=False)
+    output_usd_per_mtok: float | None = Field(default=None, ge=0, allow_inf_nan=False)
     # The prompt cache's rates: input read from it, and (Anthropic) written to it.
-    cached_input_usd_per_mtok: float | None = Field(default=None, ge=0)
-    cache_write_usd_per_mtok: float | None = Field(default=None, ge=0)
+    cached_input_usd_per_mtok: float | None = Field(default=None, ge=0, allow_inf_nan=False)
+    cache_write_usd_per_mtok: float | None = Field(default=None, ge=0, allow_inf_nan=False)
     # Mark the job's stable prompt prefix for the provider's cache (Anthropic
     # cache_control, OpenAI prompt_cache_key). Default: on for Anthropic and for OpenAI's
     # own API; off for other OpenAI-compatible servers, which may reject the field.

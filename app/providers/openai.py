@@ -224,10 +224,12 @@ def _usage(raw: Any) -> Usage | None:
         return None
     details = raw.get("prompt_tokens_details")
     cached = details.get("cached_tokens") if isinstance(details, Mapping) else None
+    prompt = max(int(raw.get("prompt_tokens") or 0), 0)
     return Usage(
-        input_tokens=int(raw.get("prompt_tokens") or 0),
+        input_tokens=prompt,
         output_tokens=int(raw.get("completion_tokens") or 0),
-        cached_input_tokens=int(cached or 0),
+        # A server's word, bounded: never more than the prompt, never negative.
+        cached_input_tokens=min(max(int(cached or 0), 0), prompt),
     )
 
 

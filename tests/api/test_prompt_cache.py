@@ -61,7 +61,8 @@ def http(start_api: StartApi, sim_url: str) -> Iterator[httpx.Client]:
 
 def reasked(model: str) -> dict[str, Any]:
     """Two wrong answers, then a right one: three calls with the same long prefix."""
-    directive = json.dumps({"script": ["missing_field", "missing_field", "ok"], "counter": "requests"})
+    script = ["missing_field", "missing_field", "ok"]
+    directive = json.dumps({"script": script, "counter": "requests"})
     return {
         "task": f"How many crates? ({uuid.uuid4().hex[:8]})\n[[sim {directive}]]",
         "input": DOCUMENT,

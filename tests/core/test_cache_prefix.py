@@ -4,6 +4,7 @@ requests and in both wire formats."""
 
 from __future__ import annotations
 
+import itertools
 import json
 from typing import Any
 
@@ -47,7 +48,7 @@ async def test_every_retry_repeats_the_system_prompt_and_task_unchanged() -> Non
 async def test_full_feedback_grows_the_prefix_by_the_earlier_attempts() -> None:
     requests = await retried("full")
     assert [r.cache_prefix for r in requests] == [2, 2, 4]
-    for earlier, later in zip(requests, requests[1:], strict=False):
+    for earlier, later in itertools.pairwise(requests):
         assert stable(later)[: earlier.cache_prefix] == stable(earlier)
 
 
