@@ -101,6 +101,8 @@ def test_the_catalog_carries_cache_rates() -> None:
     assert haiku is not None
     assert haiku.cached_input_usd_per_mtok == pytest.approx(0.1)
     assert haiku.cache_write_usd_per_mtok == pytest.approx(1.25)
+    # An ordinary call's price, not the long-context tier (past 200k input tokens).
+    assert catalog_price("anthropic", "claude-sonnet-4-5") == Price(3.0, 15.0, 0.3, 3.75)
     old = catalog_price("openai", "gpt-3.5-turbo")
     assert old is not None
     assert old.cached_input_usd_per_mtok is None
