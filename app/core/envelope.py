@@ -159,6 +159,8 @@ class Envelope(Wire):
             update={
                 "llm_calls": ex.llm_calls + earlier.calls,
                 "input_tokens": ex.input_tokens + earlier.input_tokens,
+                "cached_input_tokens": ex.cached_input_tokens + earlier.cached_input_tokens,
+                "cache_write_tokens": ex.cache_write_tokens + earlier.cache_write_tokens,
                 "output_tokens": ex.output_tokens + earlier.output_tokens,
                 "tokens_used": ex.tokens_used + tokens,
                 "cost": None if cost is None else round(cost, 10),

@@ -144,6 +144,8 @@ class Spend(Wire):
     output_tokens: int = 0
     cost: float = 0.0
     cost_known: bool = True
+    cached_input_tokens: int = 0
+    cache_write_tokens: int = 0
 
     def plus(self, other: Spend | None) -> Spend:
         if other is None:
@@ -154,6 +156,8 @@ class Spend(Wire):
             output_tokens=self.output_tokens + other.output_tokens,
             cost=self.cost + other.cost,
             cost_known=self.cost_known and other.cost_known,
+            cached_input_tokens=self.cached_input_tokens + other.cached_input_tokens,
+            cache_write_tokens=self.cache_write_tokens + other.cache_write_tokens,
         )
 
     @classmethod
@@ -165,4 +169,6 @@ class Spend(Wire):
             output_tokens=record.usage.output_tokens,
             cost=record.cost_usd or 0.0,
             cost_known=record.cost_usd is not None,
+            cached_input_tokens=record.usage.cached_input_tokens,
+            cache_write_tokens=record.usage.cache_write_tokens,
         )
