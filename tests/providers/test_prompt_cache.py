@@ -4,17 +4,20 @@ switched per model in the providers file."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from app.core.errors import InvalidInput
-from app.core.model import Usage
+from app.core.model import LLMRequest, Message, ToolCall, Usage
 from app.providers import anthropic, openai
 from app.providers.catalog import catalog_price
-from app.providers.config import load_providers
+from app.providers.config import ModelConfig, load_providers
 from app.providers.pricing import Price
+
+CLAUDE = ModelConfig(provider="p", name="claude-sonnet-4-5", structured="tool", prompt_cache=True)
 
 
 def openai_body(usage: dict[str, Any]) -> dict[str, Any]:
@@ -182,3 +185,39 @@ def test_a_cache_rate_without_the_model_prices_is_refused(tmp_path: Path) -> Non
         load_providers({}, path=str(path))
     assert "need input_usd_per_mtok" in caught.value.detail
     assert caught.value.field == "models.m"
+
+
+LONG = "Reference text the model reads on every call. " * 120  # ~1,400 tokens
+
+
+def test_a_prefix_that_ends_at_the_system_prompt_marks_the_system_block() -> None:
+    request = LLMRequest(
+        messages=(Message("system", LONG), Message("user", "Ada, 36")), cache_prefix=1
+    )
+    body, _ = anthropic.request_body(request, spec=CLAUDE, mechanism="prompt")
+    assert body["system"] == [
+        {"type": "text", "text": LONG, "cache_control": {"type": "ephemeral"}}
+    ]
+    assert "cache_control" not in json.dumps(body["messages"])
+
+
+def test_a_prefix_that_ends_in_tool_results_marks_the_last_result_before_the_note() -> None:
+    calls = (ToolCall("t1", "lookup", "{}"), ToolCall("t2", "lookup", '{"q": 2}'))
+    request = LLMRequest(
+        messages=(
+            Message("system", "You extract."),
+            Message("user", LONG),
+            Message("assistant", "", tool_calls=calls),
+            Message("tool", "4.50", tool_call_id="t1"),
+            Message("tool", "7.25", tool_call_id="t2"),
+            Message("user", "Turn 2 of 3."),
+        ),
+        cache_prefix=5,
+    )
+    body, _ = anthropic.request_body(request, spec=CLAUDE, mechanism="prompt")
+    last = body["messages"][-1]["content"]
+    assert [b["type"] for b in last] == ["tool_result", "tool_result", "text"]
+    assert "cache_control" not in last[0]
+    assert last[1]["cache_control"] == {"type": "ephemeral"}
+    assert "cache_control" not in last[2]
+    assert body["system"] == "You extract."
