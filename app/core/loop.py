@@ -324,8 +324,11 @@ class _Run:
                 output_schema=self.contract.output_schema,
                 structured_output=self.spec.structured_output,
                 timeout_s=timeout_s,
-                # The simplified final request shares no prefix with the others.
-                cache_prefix=0 if simplified else conversation.stable(),
+                # Nothing reads back the prefix of a job's only call (writing a cache can
+                # cost more than plain input), nor of the simplified request (its own).
+                cache_prefix=0
+                if simplified or (self.budget.calls_left == 1 and not self.ledger.turns)
+                else conversation.stable(),
                 cache_key=conversation.cache_key,
             ),
             index=len(self.ledger.turns) + 1,

@@ -64,6 +64,28 @@ async def test_tool_work_joins_the_prefix() -> None:
     assert [m.role for m in stable(worked)[2:]] == ["assistant", "tool"]
 
 
+async def test_a_job_with_a_single_call_marks_nothing_for_the_cache() -> None:
+    client = ScriptedClient([answer({"x": 1})])
+    await run(job(input=BIG_INPUT, budget={"maxTurns": 1, "returnRetries": 0}), client)
+    (only,) = client.requests
+    assert only.cache_prefix == 0
+    body, _ = anthropic.request_body(only, spec=SONNET, mechanism="tool")
+    assert "cache_control" not in json.dumps(body)
+
+
+async def test_the_simplified_final_request_marks_nothing_for_the_cache() -> None:
+    client = ScriptedClient([answer({"x": "bad"}), answer({"x": 1})])
+    spec = job(
+        input=BIG_INPUT,
+        simplifyOnFinalAttempt=True,
+        budget={"maxTurns": 1, "returnRetries": 1},
+    )
+    await run(spec, client)
+    first, final = client.requests
+    assert first.cache_prefix == 2
+    assert final.cache_prefix == 0
+
+
 async def test_a_job_with_a_different_input_has_another_key() -> None:
     one = (await retried())[0]
     client = ScriptedClient([answer({"x": 1})])
