@@ -65,6 +65,7 @@ lock: $(BIN)/python
 bench:
 	$(MAKE) install EXTRAS=dev,local,sim,bench
 	$(BIN)/python bench/context_growth.py
+	$(BIN)/python bench/caching.py
 	$(BIN)/python bench/overhead.py
 	$(BIN)/python bench/scale.py
 	$(BIN)/python bench/efficacy.py
@@ -81,6 +82,7 @@ bench-quick:
 	$(BIN)/python bench/real_model.py --quick
 	$(BIN)/python bench/fairness.py --quick
 	$(BIN)/python bench/shards.py --quick
+	$(BIN)/python bench/caching.py --quick
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis

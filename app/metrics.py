@@ -57,7 +57,9 @@ LLM_CALLS = Counter(
 )
 LLM_TOKENS = Counter(
     f"{P}llm_tokens",
-    "Tokens reported by providers, by direction (input/output).",
+    "Tokens reported by providers, by direction: input (all prompt tokens), output, and "
+    "of the input, cached_input (read from the provider's prompt cache) and cache_write "
+    "(written to it).",
     ["provider", "model", "direction"],
     registry=REGISTRY,
 )
@@ -190,6 +192,11 @@ def record_turn(record: TurnRecord, *, calls_left: int) -> None:
     tokens_in, tokens_out = record.usage.input_tokens, record.usage.output_tokens
     LLM_TOKENS.labels(**labels, direction="input").inc(tokens_in)
     LLM_TOKENS.labels(**labels, direction="output").inc(tokens_out)
+    # Only where a cache applied: most models never report one.
+    if record.usage.cached_input_tokens:
+        LLM_TOKENS.labels(**labels, direction="cached_input").inc(record.usage.cached_input_tokens)
+    if record.usage.cache_write_tokens:
+        LLM_TOKENS.labels(**labels, direction="cache_write").inc(record.usage.cache_write_tokens)
     cost = record.cost_usd
     if cost is not None:
         LLM_COST.labels(**labels).inc(cost)

@@ -5,6 +5,7 @@
     scenario = parse_request(body)              # raises InvalidRequest (rendered as 400)
     render_reply(reply, scenario)               # {"type": "message", "content": [...], ...}
     render_error(529, "overloaded")             # {"type": "error", "error": {"type", "message"}}
+    cached_usage(cache, body, usage)            # input_tokens split by the prompt cache
 
 A ``tool_use`` block's ``input`` must be an object, so an answer whose JSON is broken
 (or wrapped in prose) travels as a text block instead, as from a model that ignored the tool.
@@ -19,6 +20,7 @@ from typing import Any, Final
 
 from reprompt_sim import chance
 from reprompt_sim.behaviour import Reply
+from reprompt_sim.cache import ANTHROPIC_MAX_MARKS, PromptCache, Unit
 from reprompt_sim.config import DEFAULT_MODEL
 from reprompt_sim.conversation import Conversation, Turn
 from reprompt_sim.errors import InvalidRequest
@@ -50,6 +52,7 @@ def parse_request(body: object) -> Scenario:
     tools = _tools(body.get("tools"))
     choice = _tool_choice(tools, body.get("tool_choice"))
     output_tool = choice.output_tool(tools)
+    cache_units(body)  # the cache_control marks are checked up front, as upstream
     turns: list[Turn] = []
     system = _text("system", body.get("system"))
     if system:
@@ -99,6 +102,81 @@ def render_reply(reply: Reply, scenario: Scenario) -> dict[str, Any]:
         "stop_sequence": None,
         "usage": {"input_tokens": reply.prompt_tokens, "output_tokens": reply.output_tokens},
     }
+
+
+def cached_usage(cache: PromptCache, body: dict[str, Any], usage: dict[str, Any]) -> dict[str, Any]:
+    """``usage`` as Anthropic reports it with its prompt cache: ``input_tokens`` leaves out
+    the tokens read from the cache (``cache_read_input_tokens``) and written to it
+    (``cache_creation_input_tokens``)."""
+    total = int(usage["input_tokens"])
+    read, written = cache.anthropic(cache_units(body), total)
+    return {
+        **usage,
+        "input_tokens": total - read - written,
+        "cache_creation_input_tokens": written,
+        "cache_read_input_tokens": read,
+    }
+
+
+def cache_units(body: dict[str, Any]) -> list[Unit]:
+    """The prompt's blocks in cache order: tools, system, messages. More than
+    ``ANTHROPIC_MAX_MARKS`` blocks with ``cache_control``, or a mark that is not
+    ``{"type": "ephemeral"}``, is a 400."""
+    units = [
+        _unit("tool", f"tools.{i}", tool, len(json.dumps(tool)))
+        for i, tool in enumerate(_list(body.get("tools")))
+    ]
+    system = body.get("system")
+    if isinstance(system, str):
+        units.append(Unit(json.dumps(["system", system]), len(system)))
+    else:
+        units.extend(
+            _unit("system", f"system.{i}", block, _chars(block))
+            for i, block in enumerate(_list(system))
+        )
+    for n, message in enumerate(body["messages"]):
+        role, content = str(message.get("role")), message.get("content")
+        if isinstance(content, str):
+            units.append(Unit(json.dumps([role, content]), len(content)))
+            continue
+        units.extend(
+            _unit(role, f"messages.{n}.content.{i}", block, _chars(block))
+            for i, block in enumerate(_list(content))
+        )
+    marks = sum(unit.marked for unit in units)
+    if marks > ANTHROPIC_MAX_MARKS:
+        raise InvalidRequest(
+            f"A maximum of {ANTHROPIC_MAX_MARKS} blocks with cache_control may be provided. "
+            f"Found {marks}."
+        )
+    return units
+
+
+def _list(value: object) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def _chars(block: object) -> int:
+    """A block's length as the prompt's token count has it."""
+    if not isinstance(block, dict):
+        return 0
+    kind = block.get("type")
+    if kind == "text":
+        return len(str(block.get("text", "")))
+    if kind == "tool_result":
+        return len(_text("tool_result", block.get("content")))
+    return len(json.dumps(block.get("input")))
+
+
+def _unit(label: str, where: str, block: object, chars: int) -> Unit:
+    """One block: what must repeat for a cache hit is ``label`` (role) and the block."""
+    if not isinstance(block, dict):
+        return Unit(json.dumps([label, block]), chars)
+    mark = block.get("cache_control")
+    if mark is not None and (not isinstance(mark, dict) or mark.get("type") != "ephemeral"):
+        raise InvalidRequest(f"{where}.cache_control: expected {{'type': 'ephemeral'}}")
+    rest = {k: v for k, v in block.items() if k != "cache_control"}
+    return Unit(json.dumps([label, rest], sort_keys=True), chars, marked=mark is not None)
 
 
 def render_error(status: int, message: str) -> dict[str, Any]:

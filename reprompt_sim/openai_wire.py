@@ -5,6 +5,7 @@
     scenario = parse_request(body)              # raises InvalidRequest (rendered as 400)
     render_reply(reply, scenario, created=...)  # {"object": "chat.completion", ...}
     render_error(429, "slow down")              # {"error": {"message", "type", "code"}}
+    cached_usage(cache, body, usage)            # usage + prompt_tokens_details.cached_tokens
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any, Final
 
 from reprompt_sim import chance
 from reprompt_sim.behaviour import Reply
+from reprompt_sim.cache import PromptCache, Segment
 from reprompt_sim.config import DEFAULT_MODEL
 from reprompt_sim.conversation import Conversation, Role, Turn
 from reprompt_sim.errors import InvalidRequest
@@ -51,6 +53,9 @@ def parse_request(body: object) -> Scenario:
     tools = _tools(body.get("tools"))
     choice = _tool_choice(tools, body.get("tool_choice"))
     output_tool = choice.output_tool(tools)
+    key = body.get("prompt_cache_key")
+    if key is not None and not isinstance(key, str):
+        raise InvalidRequest("'prompt_cache_key' must be a string")
     turns = tuple(_turn(i, m, output_tool) for i, m in enumerate(messages))
     format_schema, json_mode = _response_format(body.get("response_format"))
     extra = len(json.dumps(body.get("tools") or [])) + len(json.dumps(format_schema or {}))
@@ -115,6 +120,27 @@ def _message(reply: Reply) -> dict[str, Any]:
             for call in calls
         ]
     return message
+
+
+def cached_usage(cache: PromptCache, body: dict[str, Any], usage: dict[str, Any]) -> dict[str, Any]:
+    """``usage`` as OpenAI reports it with its prompt cache: ``prompt_tokens`` still counts
+    every prompt token, ``prompt_tokens_details.cached_tokens`` those read from the cache."""
+    key = body.get("prompt_cache_key")
+    cached = cache.openai(key, _segments(body), int(usage["prompt_tokens"]))
+    return {**usage, "prompt_tokens_details": {"cached_tokens": cached}}
+
+
+def _segments(body: dict[str, Any]) -> list[Segment]:
+    """The prompt in the order it is cached: tools and the response format, then the
+    messages (a checked body: parse_request accepted it)."""
+    head = json.dumps(body.get("tools") or []) + json.dumps(body.get("response_format") or {})
+    out: list[Segment] = [("tools", head)]
+    for i, message in enumerate(body["messages"]):
+        text = _text(i, message.get("content"))
+        if message.get("tool_calls"):
+            text += json.dumps(message["tool_calls"], sort_keys=True)
+        out.append((str(message.get("role")), text))
+    return out
 
 
 def render_error(status: int, message: str) -> dict[str, Any]:

@@ -1,8 +1,9 @@
 """The simulator's HTTP server: OpenAI and Anthropic endpoints over one behaviour.
 
 The state it keeps is how many times it has seen each conversation, so that a transport
-retry of the same body gets the next scripted fault, and a bounded journal of recent
-requests (``GET /sim/requests``) for tests to read back. In tests::
+retry of the same body gets the next scripted fault, the prompt prefixes each provider's
+cache would hold (``reprompt_sim.cache``), and a bounded journal of recent requests
+(``GET /sim/requests``) for tests to read back. In tests::
 
     from reprompt_sim.server import SimConfig, serve_in_background
 
@@ -29,6 +30,7 @@ from starlette.exceptions import HTTPException
 from app.loopback import serve_in_thread
 from reprompt_sim import anthropic_wire, behaviour, chance, openai_wire
 from reprompt_sim.behaviour import Fault, Reply
+from reprompt_sim.cache import PromptCache
 from reprompt_sim.config import SimConfig
 from reprompt_sim.directive import OPENER
 from reprompt_sim.errors import InvalidRequest
@@ -52,6 +54,8 @@ class _Wire:
     error: Callable[[int, str], dict[str, Any]]
     rate_limit_headers: Callable[[float], dict[str, str]]
     overloaded_status: int
+    # The reply's usage as the provider reports it with its prompt cache.
+    cached_usage: Callable[[PromptCache, dict[str, Any], dict[str, Any]], dict[str, Any]]
 
 
 _OPENAI: Final = _Wire(
@@ -63,6 +67,7 @@ _OPENAI: Final = _Wire(
     error=openai_wire.render_error,
     rate_limit_headers=openai_wire.rate_limit_headers,
     overloaded_status=503,
+    cached_usage=openai_wire.cached_usage,
 )
 _ANTHROPIC: Final = _Wire(
     api="anthropic",
@@ -71,6 +76,7 @@ _ANTHROPIC: Final = _Wire(
     error=anthropic_wire.render_error,
     rate_limit_headers=lambda s: anthropic_wire.rate_limit_headers(s, datetime.now(UTC)),
     overloaded_status=anthropic_wire.OVERLOADED_STATUS,
+    cached_usage=anthropic_wire.cached_usage,
 )
 
 
@@ -101,6 +107,7 @@ class _Simulator:
         self.config = config
         self.seen = _Tally()
         self.answered = _Tally()
+        self.cache = PromptCache()
         self.journal = Journal()
 
     async def serve(self, request: Request, wire: _Wire) -> JSONResponse:
@@ -109,7 +116,7 @@ class _Simulator:
         if isinstance(read, JSONResponse):
             return read
         body, scenario = read
-        response = await self._respond(scenario, wire)
+        response = await self._respond(body, scenario, wire)
         self.journal.add(
             Entry(
                 api=wire.api,
@@ -125,7 +132,7 @@ class _Simulator:
         )
         return response
 
-    async def _respond(self, scenario: Scenario, wire: _Wire) -> JSONResponse:
+    async def _respond(self, body: dict[str, Any], scenario: Scenario, wire: _Wire) -> JSONResponse:
         convo = scenario.conversation
         hits = self.seen.bump(convo.digest)
         task_key = chance.digest("task", _stable_task(convo.task))
@@ -156,7 +163,9 @@ class _Simulator:
             return JSONResponse(wire.error(500, message), 500, headers=headers)
         self.answered.bump(task_key)
         headers["x-sim-outcome"] = ",".join(r.outcome for r in (reply, *more))
-        return JSONResponse(wire.reply(reply, scenario, more), headers=headers)
+        payload = wire.reply(reply, scenario, more)
+        payload["usage"] = wire.cached_usage(self.cache, body, payload["usage"])
+        return JSONResponse(payload, headers=headers)
 
 
 def _schema_keys(scenario: Scenario) -> tuple[str, ...]:

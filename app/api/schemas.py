@@ -153,6 +153,14 @@ class Circuit(_Out):
 class ModelPrice(_Out):
     input_usd_per_mtok: float
     output_usd_per_mtok: float
+    cached_input_usd_per_mtok: float | None = Field(
+        default=None,
+        description="Input read from the provider's prompt cache; null: billed as input.",
+    )
+    cache_write_usd_per_mtok: float | None = Field(
+        default=None,
+        description="Input written to the prompt cache (Anthropic); null: billed as input.",
+    )
     source: str = Field(description='"providers file", or the catalog and its version.')
 
 

@@ -99,6 +99,8 @@ async def list_models(res: Res) -> Response:
             else ModelPrice(
                 input_usd_per_mtok=price.input_usd_per_mtok,
                 output_usd_per_mtok=price.output_usd_per_mtok,
+                cached_input_usd_per_mtok=price.cached_input_usd_per_mtok,
+                cache_write_usd_per_mtok=price.cache_write_usd_per_mtok,
                 source=source or "",
             )
         )

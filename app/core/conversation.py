@@ -3,10 +3,15 @@
 Collapsed (the default, spec 000): the task, the work done with tools, and only the
 latest rejected answer with its feedback, so a prompt does not grow with retries.
 Full: every exchange in order.
+
+Either way the system prompt, the task and the tool work open every call unchanged, byte
+for byte (``stable``): the prefix a provider's prompt cache can keep. The turn note is a
+message of its own after it, never appended to it.
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Literal
@@ -72,11 +77,30 @@ class Conversation:
                 out.extend(self.log[-1][1])
         if note:
             last = out[-1]
-            if last.role == "user":
+            if last.role == "user" and len(out) > self.stable():
                 out[-1] = replace(last, content=f"{last.content}\n\n{note}")
             else:
                 out.append(Message("user", note))
         return tuple(out)
+
+    def stable(self) -> int:
+        """How many leading messages of ``messages()`` every later call repeats unchanged:
+        the system prompt, the task, and the log up to the latest failure (collapsed: the
+        tool work only, as earlier failures are dropped)."""
+        count = 2
+        for kind, entry in self.log:
+            if kind == "work" or self.full:
+                count += len(entry)
+        if self.log and self.log[-1][0] == "failure" and self.full:
+            count -= len(self.log[-1][1])
+        return count
+
+    @property
+    def cache_key(self) -> str:
+        """What groups a job's calls for a provider's prompt cache: a digest of the task
+        (with its input), the same on every call, after an escalation or a pause too."""
+        digest = hashlib.sha256(self.task.content.encode("utf-8", "replace")).hexdigest()
+        return f"reprompt-{digest[:32]}"
 
     def purified(self) -> list[Message]:
         """Spec 002 purify: the task, the tool work and the accepted answer; no failures."""

@@ -52,6 +52,16 @@ class Execution(Wire):
     validator_cost: float | None = Field(
         default=0.0, description="USD of those calls (included in cost); null when unknown."
     )
+    cached_input_tokens: int = Field(
+        default=0,
+        description="Of inputTokens, those the providers read from their prompt caches "
+        "(billed at the cached-input price; 0 where no cache applied).",
+    )
+    cache_write_tokens: int = Field(
+        default=0,
+        description="Of inputTokens, those written to a provider's prompt cache (Anthropic; "
+        "billed at the cache-write price).",
+    )
 
 
 class Progress(Wire):
@@ -149,6 +159,8 @@ class Envelope(Wire):
             update={
                 "llm_calls": ex.llm_calls + earlier.calls,
                 "input_tokens": ex.input_tokens + earlier.input_tokens,
+                "cached_input_tokens": ex.cached_input_tokens + earlier.cached_input_tokens,
+                "cache_write_tokens": ex.cache_write_tokens + earlier.cache_write_tokens,
                 "output_tokens": ex.output_tokens + earlier.output_tokens,
                 "tokens_used": ex.tokens_used + tokens,
                 "cost": None if cost is None else round(cost, 10),

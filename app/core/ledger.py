@@ -28,6 +28,9 @@ class Spend:
     cost: float = 0.0
     cost_known: bool = True
     transport_retries: int = 0
+    # Of input_tokens, those read from and written to the provider's prompt cache.
+    cached_input_tokens: int = 0
+    cache_write_tokens: int = 0
     # Of the above, what validators that call a model (judges) spent.
     validator_calls: int = 0
     validator_tokens: int = 0
@@ -79,6 +82,8 @@ class Ledger:
         else:
             self.spend.input_tokens += usage.input_tokens
             self.spend.output_tokens += usage.output_tokens
+            self.spend.cached_input_tokens += usage.cached_input_tokens
+            self.spend.cache_write_tokens += usage.cache_write_tokens
         if response.cost_usd is None:
             self.spend.cost_known = False
         else:
@@ -103,6 +108,8 @@ class Ledger:
             tokens_used=self.spend.tokens,
             input_tokens=self.spend.input_tokens,
             output_tokens=self.spend.output_tokens,
+            cached_input_tokens=self.spend.cached_input_tokens,
+            cache_write_tokens=self.spend.cache_write_tokens,
             cost=round(self.spend.cost, 10) if self.spend.cost_known else None,
             model=None if last is None else last.model,
             provider=None if last is None else last.provider,

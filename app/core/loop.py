@@ -421,6 +421,12 @@ class _Run:
                 structured_output=self.spec.structured_output,
                 timeout_s=timeout_s,
                 n=n,
+                # Nothing reads back the prefix of a job's only call (writing a cache can
+                # cost more than plain input), nor of the simplified request (its own).
+                cache_prefix=0
+                if simplified or (self.budget.calls_left == 1 and not self.ledger.turns)
+                else conversation.stable(),
+                cache_key=conversation.cache_key,
             ),
             index=len(self.ledger.turns) + 1,
             type=turn_type,
@@ -675,10 +681,7 @@ class _Run:
             attempt=call.attempt,
             error_code=code,
             diagnosis=diagnosis,
-            usage=TokenUsage(
-                input_tokens=usage.input_tokens if usage else 0,
-                output_tokens=usage.output_tokens if usage else 0,
-            ),
+            usage=TokenUsage.of(usage),
             cost_usd=response.cost_usd if response is not None else None,
             latency_ms=int((self.clock.monotonic() - call.began) * 1000),
             provider=response.provider if response is not None else None,

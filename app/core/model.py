@@ -51,8 +51,15 @@ class ToolSpec:
 
 @dataclass(frozen=True, slots=True)
 class Usage:
+    """Tokens of one call. ``input_tokens`` counts every prompt token, those the provider
+    read from its prompt cache (``cached_input_tokens``) and those it wrote to it
+    (``cache_write_tokens``) included: OpenAI's ``prompt_tokens``, Anthropic's
+    ``input_tokens + cache_read_input_tokens + cache_creation_input_tokens``."""
+
     input_tokens: int
     output_tokens: int
+    cached_input_tokens: int = 0
+    cache_write_tokens: int = 0
 
     @property
     def total(self) -> int:
@@ -69,6 +76,11 @@ class LLMRequest:
     ("native") or must not ("prompt"). ``timeout_s`` bounds the whole call including
     transport retries (the job's remaining deadline). ``tool_choice`` and ``forced_tool``
     (a tool it must call) apply to ``tools``.
+
+    Prompt caching: the first ``cache_prefix`` messages are repeated unchanged by every
+    later call of the job (system prompt, task, tool work), so an adapter may mark them
+    for the provider's prompt cache; ``cache_key`` groups the calls that share them
+    (OpenAI's ``prompt_cache_key``).
     """
 
     messages: tuple[Message, ...]
@@ -85,6 +97,8 @@ class LLMRequest:
     # Best-of-N: how many answers to give (one call with ``n`` where the wire has it, else
     # ``n`` calls); they come back as the response and its ``alternatives``.
     n: int = 1
+    cache_prefix: int = 0
+    cache_key: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

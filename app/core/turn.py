@@ -6,6 +6,7 @@ from typing import Final, Literal
 
 from pydantic import Field
 
+from app.core.model import Usage
 from app.core.wire import Wire
 
 TurnType = Literal["normal", "must_return", "retry"]
@@ -55,8 +56,30 @@ class ToolCallRecord(Wire):
 
 
 class TokenUsage(Wire):
-    input_tokens: int
+    input_tokens: int = Field(description="Every prompt token, cached ones included.")
     output_tokens: int
+    cached_input_tokens: int = Field(
+        default=0,
+        description="Of inputTokens, those the provider read from its prompt cache "
+        "(billed at the cached-input price).",
+    )
+    cache_write_tokens: int = Field(
+        default=0,
+        description="Of inputTokens, those the provider wrote to its prompt cache "
+        "(Anthropic; billed at the cache-write price).",
+    )
+
+    @classmethod
+    def of(cls, usage: Usage | None) -> TokenUsage:
+        """A call's reported usage (zeros when it reported none)."""
+        if usage is None:
+            return cls(input_tokens=0, output_tokens=0)
+        return cls(
+            input_tokens=usage.input_tokens,
+            output_tokens=usage.output_tokens,
+            cached_input_tokens=usage.cached_input_tokens,
+            cache_write_tokens=usage.cache_write_tokens,
+        )
 
 
 class TurnRecord(Wire):
@@ -133,6 +156,8 @@ class Spend(Wire):
     output_tokens: int = 0
     cost: float = 0.0
     cost_known: bool = True
+    cached_input_tokens: int = 0
+    cache_write_tokens: int = 0
 
     def plus(self, other: Spend | None) -> Spend:
         if other is None:
@@ -143,6 +168,8 @@ class Spend(Wire):
             output_tokens=self.output_tokens + other.output_tokens,
             cost=self.cost + other.cost,
             cost_known=self.cost_known and other.cost_known,
+            cached_input_tokens=self.cached_input_tokens + other.cached_input_tokens,
+            cache_write_tokens=self.cache_write_tokens + other.cache_write_tokens,
         )
 
     @classmethod
@@ -154,4 +181,6 @@ class Spend(Wire):
             output_tokens=record.usage.output_tokens,
             cost=record.cost_usd or 0.0,
             cost_known=record.cost_usd is not None,
+            cached_input_tokens=record.usage.cached_input_tokens,
+            cache_write_tokens=record.usage.cache_write_tokens,
         )

@@ -3,7 +3,11 @@
 System messages become the top-level ``system``; tool calls and results become
 ``tool_use`` / ``tool_result`` blocks; structured output is a forced tool whose
 ``input_schema`` is the output schema, its ``input`` handed back as JSON text.
-``seed`` has no Anthropic equivalent and is not sent. Rate-limit waits come from
+``seed`` has no Anthropic equivalent and is not sent. The job's stable prefix
+(``LLMRequest.cache_prefix``) is marked for the prompt cache (``cache_control`` on its
+last block) when the model has ``prompt_cache`` and the prefix is long enough to be
+cached; ``cache_read_input_tokens`` and ``cache_creation_input_tokens`` come back as
+``Usage.cached_input_tokens`` and ``cache_write_tokens``. Rate-limit waits come from
 ``retry-after`` and ``anthropic-ratelimit-*-reset`` (see ``transport.retry_after_seconds``)::
 
     adapter = AnthropicAdapter(http, provider="anthropic", config=provider_config)
@@ -17,6 +21,7 @@ import json
 from collections.abc import Mapping
 from typing import Any, Final
 
+from app.core.budget import estimate_tokens
 from app.core.model import FinishReason, LLMRequest, LLMResponse, Message, ToolCall, Usage
 from app.providers.adapter import HttpAdapter, reported_model
 from app.providers.config import ModelConfig, ProviderConfig
@@ -32,6 +37,14 @@ from app.providers.structured import (
 MESSAGES_PATH: Final = "/v1/messages"
 REFUSED: Final = "the model declined to answer (stop_reason: refusal)"
 _LENGTH_STOPS: Final = frozenset({"max_tokens", "model_context_window_exceeded"})
+EPHEMERAL: Final = {"type": "ephemeral"}
+# The shortest prefix Anthropic caches, by model family (a shorter one marked is not
+# cached, and costs nothing more): 1024 tokens for most models.
+_CACHE_MINIMUMS: Final = (
+    (("haiku-4-5", "haiku-4.5", "opus-4-5", "opus-4.5", "opus-4-6", "opus-4.6"), 4096),
+    (("sonnet-4-6", "sonnet-4.6", "haiku"), 2048),
+)
+DEFAULT_CACHE_MINIMUM: Final = 1024
 
 
 def request_body(
@@ -41,12 +54,6 @@ def request_body(
     max_tokens = request.max_output_tokens
     if spec.max_output_tokens is not None:
         max_tokens = min(max_tokens, spec.max_output_tokens)
-    system, messages = _conversation(request.messages)
-    body: dict[str, Any] = {"model": spec.name, "max_tokens": max_tokens, "messages": messages}
-    if system:
-        body["system"] = system
-    if request.temperature is not None:
-        body["temperature"] = request.temperature
     tools = [
         {"name": t.name, "description": t.description, "input_schema": dict(t.parameters)}
         for t in request.tools
@@ -65,11 +72,39 @@ def request_body(
             choice = {"type": "tool", "name": OUTPUT_TOOL}
         elif request.forced_tool is None:
             choice = {"type": "any"}
+    cached = (
+        spec.prompt_cache
+        and request.cache_prefix > 0
+        and _prefix_tokens(request, tools) >= cache_minimum(spec.name or "")
+    )
+    system, messages = _conversation(request.messages, request.cache_prefix if cached else 0)
+    body: dict[str, Any] = {"model": spec.name, "max_tokens": max_tokens, "messages": messages}
+    if system:
+        body["system"] = system
+    if request.temperature is not None:
+        body["temperature"] = request.temperature
     if tools:
         body["tools"] = tools
         if choice is not None:
             body["tool_choice"] = choice
     return body, wrapped
+
+
+def cache_minimum(model: str) -> int:
+    """The fewest tokens of a prefix ``model`` caches."""
+    name = model.lower()
+    for families, minimum in _CACHE_MINIMUMS:
+        if any(family in name for family in families):
+            return minimum
+    return DEFAULT_CACHE_MINIMUM
+
+
+def _prefix_tokens(request: LLMRequest, tools: list[dict[str, Any]]) -> int:
+    """The cached prefix's size, estimated as the loop estimates prompts; the tools come
+    first in it."""
+    messages = request.messages[: request.cache_prefix]
+    tokens = sum(estimate_tokens(m.content) + 4 for m in messages)
+    return tokens + (estimate_tokens(json.dumps(tools)) if tools else 0)
 
 
 def _tool_choice(request: LLMRequest) -> dict[str, Any] | None:
@@ -129,19 +164,30 @@ def parse_response(
     )
 
 
-def _conversation(messages: tuple[Message, ...]) -> tuple[str, list[dict[str, Any]]]:
-    """``(system, messages)``: system text split out, consecutive same-role turns merged."""
+def _conversation(
+    messages: tuple[Message, ...], cache_prefix: int = 0
+) -> tuple[str | list[dict[str, Any]], list[dict[str, Any]]]:
+    """``(system, messages)``: system text split out, consecutive same-role turns merged.
+    The last block of the first ``cache_prefix`` messages carries ``cache_control`` (the
+    system becomes a list of one text block when the prefix ends there)."""
     system: list[str] = []
     out: list[dict[str, Any]] = []
-    for m in messages:
+    marked: dict[str, Any] | None = None
+    system_marked = False
+    for i, m in enumerate(messages):
+        in_prefix = i < cache_prefix
         if m.role == "system":
             if m.content:
                 system.append(m.content)
+                if in_prefix:
+                    marked, system_marked = None, True
             continue
         role = "assistant" if m.role == "assistant" else "user"
         blocks = _blocks(m)
         if not blocks:
             continue
+        if in_prefix:
+            marked, system_marked = blocks[-1], False
         if out and out[-1]["role"] == role:
             out[-1]["content"].extend(blocks)
         else:
@@ -149,7 +195,12 @@ def _conversation(messages: tuple[Message, ...]) -> tuple[str, list[dict[str, An
     for turn in out:
         # Anthropic wants a user turn's tool results before any text in it.
         turn["content"].sort(key=lambda b: b["type"] != "tool_result")
-    return "\n\n".join(system), out
+    text = "\n\n".join(system)
+    if marked is not None:
+        marked["cache_control"] = dict(EPHEMERAL)
+    elif system_marked:
+        return [{"type": "text", "text": text, "cache_control": dict(EPHEMERAL)}], out
+    return text, out
 
 
 def _blocks(m: Message) -> list[dict[str, Any]]:
@@ -175,14 +226,20 @@ def _input(arguments: str) -> dict[str, Any]:
 
 
 def _usage(raw: Any) -> Usage | None:
+    """Anthropic's ``input_tokens`` leaves out the tokens read from and written to the
+    cache; ours counts every prompt token (as OpenAI's ``prompt_tokens`` does)."""
     if not isinstance(raw, Mapping):
         return None
-    # Cached input is still input; it is priced at the input rate (an upper bound).
-    input_tokens = sum(
-        int(raw.get(k) or 0)
-        for k in ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
+    read, written, plain = (
+        max(int(raw.get(key) or 0), 0)
+        for key in ("cache_read_input_tokens", "cache_creation_input_tokens", "input_tokens")
     )
-    return Usage(input_tokens=input_tokens, output_tokens=int(raw.get("output_tokens") or 0))
+    return Usage(
+        input_tokens=plain + read + written,
+        output_tokens=int(raw.get("output_tokens") or 0),
+        cached_input_tokens=read,
+        cache_write_tokens=written,
+    )
 
 
 class AnthropicAdapter(HttpAdapter):

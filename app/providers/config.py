@@ -17,7 +17,8 @@ File shape (see docs/providers.md for the full example)::
     [providers.openai]                       # kind, base_url, api_key_env | api_key_file,
     kind = "openai"                          # timeout_s, max_attempts, headers
     [models.gpt-4o-mini]                     # provider, name, structured, prices,
-    provider = "openai"                      # max_output_tokens, max_tokens_field, strict
+    provider = "openai"                      # max_output_tokens, max_tokens_field, strict,
+                                             # prompt_cache
     [routes.fast]
     models = ["gpt-4o-mini", "claude-haiku"]
     [circuit]                                # failure_threshold, cooldown_s
@@ -112,8 +113,16 @@ class ModelConfig(_Strict):
     provider: str
     name: str | None = None
     structured: Capability | None = None
-    input_usd_per_mtok: float | None = Field(default=None, ge=0)
-    output_usd_per_mtok: float | None = Field(default=None, ge=0)
+    # Prices are finite: an infinite one would make every cost (and the JSON) unusable.
+    input_usd_per_mtok: float | None = Field(default=None, ge=0, allow_inf_nan=False)
+    output_usd_per_mtok: float | None = Field(default=None, ge=0, allow_inf_nan=False)
+    # The prompt cache's rates: input read from it, and (Anthropic) written to it.
+    cached_input_usd_per_mtok: float | None = Field(default=None, ge=0, allow_inf_nan=False)
+    cache_write_usd_per_mtok: float | None = Field(default=None, ge=0, allow_inf_nan=False)
+    # Mark the job's stable prompt prefix for the provider's cache (Anthropic
+    # cache_control, OpenAI prompt_cache_key). Default: on for Anthropic and for OpenAI's
+    # own API; off for other OpenAI-compatible servers, which may reject the field.
+    prompt_cache: bool | None = None
     max_output_tokens: int | None = Field(default=None, ge=1)
     # OpenAI's newer models take max_completion_tokens; most compatible servers max_tokens.
     max_tokens_field: Literal["max_tokens", "max_completion_tokens"] = "max_tokens"
@@ -130,13 +139,24 @@ class ModelConfig(_Strict):
     def _both_prices(self) -> ModelConfig:
         if (self.input_usd_per_mtok is None) != (self.output_usd_per_mtok is None):
             raise ValueError("set both input_usd_per_mtok and output_usd_per_mtok, or neither")
+        cache_rates = (self.cached_input_usd_per_mtok, self.cache_write_usd_per_mtok)
+        if self.input_usd_per_mtok is None and any(r is not None for r in cache_rates):
+            raise ValueError(
+                "cached_input_usd_per_mtok and cache_write_usd_per_mtok need "
+                "input_usd_per_mtok and output_usd_per_mtok"
+            )
         return self
 
     @property
     def price(self) -> Price | None:
         if self.input_usd_per_mtok is None or self.output_usd_per_mtok is None:
             return None
-        return Price(self.input_usd_per_mtok, self.output_usd_per_mtok)
+        return Price(
+            self.input_usd_per_mtok,
+            self.output_usd_per_mtok,
+            self.cached_input_usd_per_mtok,
+            self.cache_write_usd_per_mtok,
+        )
 
 
 class RouteConfig(_Strict):
@@ -177,9 +197,18 @@ class ProvidersConfig(_Strict):
                     f" provider (use one of: {', '.join(sorted(ANTHROPIC_CAPABILITIES))})",
                     field=f"models.{key}.structured",
                 )
+            prompt_cache = model.prompt_cache
+            if prompt_cache is None:
+                prompt_cache = (
+                    provider.kind == "anthropic" or provider.url == DEFAULT_BASE_URLS["openai"]
+                )
             # Normalise in place: the dict is ours (validation copied it), the models frozen.
             self.models[key] = model.model_copy(
-                update={"name": model.name or key, "structured": structured}
+                update={
+                    "name": model.name or key,
+                    "structured": structured,
+                    "prompt_cache": prompt_cache,
+                }
             )
         for key, route in self.routes.items():
             if key in self.models:

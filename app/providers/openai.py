@@ -1,6 +1,10 @@
 """The OpenAI-compatible chat completions wire format (OpenAI, vLLM, llama.cpp server,
 Ollama, Groq, Together, OpenRouter): one attempt, translated both ways.
 
+Prompt caching is OpenAI's own (automatic for a repeated prefix): a model with
+``prompt_cache`` sends the job's ``prompt_cache_key`` so its calls reach the same cache,
+and ``usage.prompt_tokens_details.cached_tokens`` says what was read from it.
+
 The adapter decides nothing: retries, fallback and cost belong to the router. Refusals,
 content filtering and truncation are answers (``finish_reason`` "refusal",
 "content_filter", "length"), not exceptions; transport and HTTP failures are mapped by
@@ -44,15 +48,12 @@ def request_body(
         max_tokens = min(max_tokens, spec.max_output_tokens)
     body: dict[str, Any] = {
         "model": spec.name,
-        "messages": [_message(m) for m in _fold_system(request.messages, spec.system_role)],
+        "messages": [
+            _message(m) for m in _join_users(_fold_system(request.messages, spec.system_role))
+        ],
         spec.max_tokens_field: max_tokens,
     }
-    if request.temperature is not None:
-        body["temperature"] = request.temperature
-    if request.seed is not None:
-        body["seed"] = request.seed
-    if request.n > 1:
-        body["n"] = request.n
+    body.update(_sampling(request, spec))
     tools = [_function(t.name, t.description, dict(t.parameters)) for t in request.tools]
     choice = _tool_choice(request)
     wrapped = False
@@ -75,6 +76,20 @@ def request_body(
         if choice is not None:
             body["tool_choice"] = choice
     return body, wrapped
+
+
+def _sampling(request: LLMRequest, spec: ModelConfig) -> dict[str, Any]:
+    """The optional fields of the body that say how to sample (and what may be cached)."""
+    fields: dict[str, Any] = {}
+    if spec.prompt_cache and request.cache_key:
+        fields["prompt_cache_key"] = request.cache_key
+    if request.temperature is not None:
+        fields["temperature"] = request.temperature
+    if request.seed is not None:
+        fields["seed"] = request.seed
+    if request.n > 1:
+        fields["n"] = request.n
+    return fields
 
 
 def _response_format(schema: dict[str, Any], mechanism: Capability, *, strict: bool) -> Any:
@@ -163,6 +178,19 @@ def _fold_system(messages: tuple[Message, ...], system_role: bool) -> tuple[Mess
     return tuple(rest)
 
 
+def _join_users(messages: tuple[Message, ...]) -> tuple[Message, ...]:
+    """Consecutive user messages as one (a turn note after the task): chat templates such
+    as Gemma's expect turns to alternate."""
+    out: list[Message] = []
+    for m in messages:
+        last = out[-1] if out else None
+        if last is not None and m.role == last.role == "user" and not (m.name or last.name):
+            out[-1] = replace(last, content=f"{last.content}\n\n{m.content}")
+        else:
+            out.append(m)
+    return tuple(out)
+
+
 def _message(m: Message) -> dict[str, Any]:
     if m.role == "tool":
         return {"role": "tool", "tool_call_id": m.tool_call_id or "", "content": m.content}
@@ -208,11 +236,17 @@ def _unwrapped(arguments: str, wrapped: bool) -> str:
 
 
 def _usage(raw: Any) -> Usage | None:
+    """``prompt_tokens`` counts the cached ones too (``prompt_tokens_details``)."""
     if not isinstance(raw, Mapping):
         return None
+    details = raw.get("prompt_tokens_details")
+    cached = details.get("cached_tokens") if isinstance(details, Mapping) else None
+    prompt = max(int(raw.get("prompt_tokens") or 0), 0)
     return Usage(
-        input_tokens=int(raw.get("prompt_tokens") or 0),
+        input_tokens=prompt,
         output_tokens=int(raw.get("completion_tokens") or 0),
+        # A server's word, bounded: never more than the prompt, never negative.
+        cached_input_tokens=min(max(int(cached or 0), 0), prompt),
     )
 
 

@@ -290,6 +290,8 @@ class Router:
             else Usage(
                 input_tokens=sum(u.input_tokens for u in usages if u is not None),
                 output_tokens=sum(u.output_tokens for u in usages if u is not None),
+                cached_input_tokens=sum(u.cached_input_tokens for u in usages if u is not None),
+                cache_write_tokens=sum(u.cache_write_tokens for u in usages if u is not None),
             )
         )
         return replace(

@@ -23,7 +23,7 @@ def job() -> dict[str, object]:
 
 
 def test_the_catalog_knows_well_known_models_and_not_others() -> None:
-    assert catalog_price("openai", "gpt-4o-mini") == Price(0.15, 0.6)
+    assert catalog_price("openai", "gpt-4o-mini") == Price(0.15, 0.6, 0.075)
     price = catalog_price("anthropic", "claude-3-5-haiku-latest")
     assert price is not None
     assert price.output_usd_per_mtok > price.input_usd_per_mtok > 0
@@ -55,6 +55,8 @@ def test_the_simulator_posing_as_gpt_4o_mini_is_priced_with_no_providers_file(
         assert model["price"] == {
             "inputUsdPerMtok": 0.15,
             "outputUsdPerMtok": 0.6,
+            "cachedInputUsdPerMtok": 0.075,
+            "cacheWriteUsdPerMtok": None,
             "source": catalog_source(),
         }
 
@@ -78,6 +80,8 @@ def test_the_providers_file_overrides_the_catalog_and_unknown_stays_null(
         assert models["gpt-4o-mini"] == {
             "inputUsdPerMtok": 1.0,
             "outputUsdPerMtok": 2.0,
+            "cachedInputUsdPerMtok": None,
+            "cacheWriteUsdPerMtok": None,
             "source": "providers file",
         }
         assert models["mystery"] is None

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from app.core import codes
-from app.core.envelope import Envelope, Progress
+from app.core.envelope import Envelope, Execution, Progress
+from app.core.turn import Spend
 
 
 def test_retryable_and_non_retryable_sets_partition_the_errors() -> None:
@@ -96,3 +97,30 @@ def test_the_job_state_follows_from_the_envelope_in_one_place(
 def test_an_envelope_reads_back_from_its_own_json() -> None:
     env = Envelope.failure(codes.BUDGET_EXHAUSTED, "no", cause=codes.LLM_INVALID_OUTPUT)
     assert Envelope.model_validate_json(env.model_dump_json()) == env
+
+
+def test_earlier_attempts_add_their_cached_tokens_to_the_execution() -> None:
+    execution = Execution(
+        duration_ms=5,
+        tokens_used=1510,
+        input_tokens=1500,
+        output_tokens=10,
+        cost=0.001,
+        model="m",
+        provider="p",
+        retry_count=0,
+        timestamp="2026-11-23T00:00:00.000Z",
+        llm_calls=1,
+        transport_retries=0,
+        wasted_tokens=0,
+        wasted_cost=0.0,
+        cached_input_tokens=1280,
+    )
+    earlier = Spend(
+        calls=1, input_tokens=1500, output_tokens=10, cost=0.002, cache_write_tokens=1400
+    )
+    envelope = Envelope.success({"x": 1}, execution=execution).with_earlier(earlier)
+    assert envelope.execution is not None
+    assert envelope.execution.input_tokens == 3000
+    assert envelope.execution.cached_input_tokens == 1280
+    assert envelope.execution.cache_write_tokens == 1400

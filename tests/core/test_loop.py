@@ -93,8 +93,9 @@ async def test_context_is_collapsed_across_retries() -> None:
     result = await run(job(budget={"maxTurns": 1, "returnRetries": 3}), client)
     assert result.envelope.error == codes.BUDGET_EXHAUSTED
     counts = [len(r.messages) for r in client.requests]
-    # system + task, then system + task + latest answer + latest feedback on every retry
-    assert counts == [2, 4, 4, 4]
+    # system + task + turn note (a message of its own: the task stays byte-stable), then
+    # system + task + latest answer + latest feedback on every retry
+    assert counts == [3, 4, 4, 4]
     sizes = [sum(len(m.content) for m in r.messages) for r in client.requests[1:]]
     assert max(sizes) - min(sizes) <= 40  # only "had"/"still had" and attempt digits differ
     # the task is still there on the last retry
@@ -277,7 +278,7 @@ async def test_quoted_answer_is_truncated() -> None:
 async def test_full_feedback_mode_keeps_every_attempt() -> None:
     client = ScriptedClient([answer({"x": "a"}), answer({"x": "b"}), answer({"x": 1})])
     await run(job(feedback="full", budget={"maxTurns": 1, "returnRetries": 2}), client)
-    assert [len(r.messages) for r in client.requests] == [2, 4, 6]
+    assert [len(r.messages) for r in client.requests] == [3, 4, 6]
 
 
 async def test_repairs_are_warnings_and_strict_turns_them_off() -> None:
@@ -352,7 +353,7 @@ async def test_truncated_answer_is_retried_with_a_larger_limit_without_the_fragm
     assert [r.max_output_tokens for r in client.requests] == [100, 200]
     # the same prompt again: the fragment is not fed back
     assert all('{"x": 4' not in m.content for m in client.requests[1].messages)
-    assert len(client.requests[1].messages) == 2
+    assert len(client.requests[1].messages) == 3  # system, task, turn note
 
 
 async def test_truncation_growth_is_bounded_by_the_cap() -> None:

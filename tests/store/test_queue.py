@@ -11,7 +11,7 @@ from redis.asyncio import Redis
 from app.core import codes
 from app.core.conversation import TranscriptEntry
 from app.core.envelope import Envelope, Progress
-from app.core.turn import Rejection
+from app.core.turn import Rejection, TokenUsage
 from app.store import QueueFull, TenantQuota, shard_of
 from tests.both import Store
 from tests.store.conftest import StoreFactory
@@ -429,6 +429,25 @@ async def test_what_earlier_attempts_spent_comes_with_the_next_claim(
     view = await store.get(again.job_id, tenant="acme")
     assert view is not None
     assert [t.index for t in view.turns] == [1, 2]
+
+
+async def test_the_cached_tokens_earlier_attempts_spent_come_with_the_next_claim(
+    redis: Redis, store: Store
+) -> None:
+    await submit(store)
+    lost = await claim(store)
+    cached = TokenUsage(input_tokens=1500, output_tokens=5, cached_input_tokens=1280)
+    written = TokenUsage(input_tokens=1500, output_tokens=5, cache_write_tokens=1400)
+    assert await record(store, lost, 1, usage=written, cost_usd=0.002)
+    assert await record(store, lost, 2, usage=cached, cost_usd=0.001)
+    await store.reap(now_ms=await after_lease(redis, store))
+
+    again = await claim(store)
+
+    assert again.earlier is not None
+    assert again.earlier.input_tokens == 3000
+    assert again.earlier.cached_input_tokens == 1280
+    assert again.earlier.cache_write_tokens == 1400
 
 
 async def test_a_sharded_store_spreads_jobs_and_claims_from_every_shard(

@@ -51,6 +51,9 @@ local function add_spend(total, delta)
   t.outputTokens = t.outputTokens + d.outputTokens
   t.cost = t.cost + d.cost
   t.costKnown = t.costKnown and d.costKnown
+  -- Absent from totals written before prompt caching was counted.
+  t.cachedInputTokens = (t.cachedInputTokens or 0) + (d.cachedInputTokens or 0)
+  t.cacheWriteTokens = (t.cacheWriteTokens or 0) + (d.cacheWriteTokens or 0)
   return cjson.encode(t)
 end
 
