@@ -60,7 +60,8 @@ def http(start_api: StartApi, sim_url: str) -> Iterator[httpx.Client]:
 
 
 def reasked(model: str) -> dict[str, Any]:
-    """Two wrong answers, then a right one: three calls with the same long prefix."""
+    """Two wrong answers, then a right one: three calls with the same long prefix (whole
+    re-asks: a patch would take the missing field alone and be right at once)."""
     script = ["missing_field", "missing_field", "ok"]
     directive = json.dumps({"script": script, "counter": "requests"})
     return {
@@ -69,6 +70,7 @@ def reasked(model: str) -> dict[str, Any]:
         "signature": "{city :string, crates :int}",
         "budget": {"maxTurns": 1, "returnRetries": 3},
         "model": model,
+        "retryMode": "whole",
     }
 
 
