@@ -4,11 +4,14 @@
 //
 //   node scripts/schema.mjs --write   # regenerate (npm run generate)
 //   node scripts/schema.mjs --check   # exit 1 if the committed file is stale (npm run check:schema)
+//
+// OPENAPI_JSON=path reads another document (tests use it to show the check fails on drift).
 import { readFile, writeFile } from "node:fs/promises";
 import { fileURLToPath } from "node:url";
 import openapiTS, { astToString, COMMENT_HEADER } from "openapi-typescript";
 
-const SPEC = fileURLToPath(new URL("../../../openapi/openapi.json", import.meta.url));
+const SPEC =
+  process.env.OPENAPI_JSON || fileURLToPath(new URL("../../../openapi/openapi.json", import.meta.url));
 const OUT = fileURLToPath(new URL("../src/schema.d.ts", import.meta.url));
 const EVENTS_PATH = "/v1/jobs/{job_id}/events";
 
