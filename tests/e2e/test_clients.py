@@ -5,7 +5,8 @@ the envelope; a refused request prints the problem+json and exits 3.
 The service runs on loopback with auth on, the embedded redis-server, an in-process worker
 and the simulator as its model. The TypeScript client is installed with ``npm ci`` (only
 when node_modules is missing or package-lock.json changed), its types are checked against
-openapi/openapi.json, and it is compiled by ``tsc`` (strict); the Java one by ``javac``.
+openapi/openapi.json, it is compiled by ``tsc`` (strict) and its own unit tests run
+(``npm test``); the Java client is compiled by ``javac`` and its unit checks run.
 """
 
 from __future__ import annotations
@@ -134,13 +135,29 @@ def typescript() -> Client:
     return Client("typescript", [tool("node"), str(TS / "dist" / "cli.js")])
 
 
+def test_typescript_sse_reader_on_cut_streams(typescript: Client) -> None:
+    """src/sse.test.ts (node:test): events split at every byte, comments, unfinished events."""
+    proc = run([tool("npm"), "test", "--silent"], cwd=TS)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert re.search(r"^# pass [1-9]\d*$", proc.stdout, re.MULTILINE), proc.stdout
+    assert re.search(r"^# fail 0$", proc.stdout, re.MULTILINE), proc.stdout
+
+
 @pytest.fixture(scope="module")
 def java(tmp_path_factory: pytest.TempPathFactory) -> Client:
     tool("javac")
     classes = tmp_path_factory.mktemp("java-classes")
-    built = run(["bash", str(JAVA / "build.sh"), str(classes)], timeout=300)
+    built = run(["bash", str(JAVA / "build.sh"), str(classes), "test"], timeout=300)
     assert built.returncode == 0, built.stdout + built.stderr
     return Client("java", [tool("java"), "-cp", str(classes), "reprompt.client.Example"])
+
+
+def test_java_json_and_sse_readers(java: Client) -> None:
+    """clients/java/test: JSON escapes, numbers, refusals, the depth bound; the SSE reader."""
+    classes = java.command[java.command.index("-cp") + 1]
+    proc = run([tool("java"), "-cp", classes, "reprompt.client.ClientTest"])
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert re.search(r"^\d+ passed, 0 failed$", proc.stdout, re.MULTILINE), proc.stdout
 
 
 @pytest.fixture(params=["typescript", "java"])
