@@ -11,19 +11,24 @@ openapi/openapi.json, it is compiled by ``tsc`` (strict) and its own unit tests 
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import hashlib
 import json
 import os
 import re
 import shutil
+import socket
 import subprocess
 import tempfile
+import threading
+import time
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 import pytest
@@ -43,6 +48,7 @@ EXAMPLE = ROOT / "examples" / "invoice.json"
 ANSWER = json.loads((ROOT / "examples" / "invoice.answer.json").read_text(encoding="utf-8"))
 SLOW_MS = 1500  # the simulator's first answer comes this late: long-polls of 500 ms must repeat
 KEY = KEYS["alice"]
+CUT_AFTER_S = 0.5  # CuttingProxy: how long after job_start the first event stream breaks
 STAMP = ".reprompt-lock.sha256"  # in node_modules: the lock (and node) npm ci installed from
 
 
@@ -235,6 +241,109 @@ def test_client_submits_follows_both_ways_and_prints_the_envelope(
     assert "(200 Idempotent-Replayed" in again.stderr
     assert "sse: job_end status=succeeded envelope=success" in again.stderr
     assert json.loads(again.stdout)["data"] == envelope["data"]
+
+
+@dataclass
+class CuttingProxy:
+    """A loopback TCP proxy to the service that breaks off the first event stream once it has
+    relayed the ``job_start`` event, as a dropped connection would: the client must reopen
+    the stream with Last-Event-ID. Every other connection is relayed as it is."""
+
+    upstream: str
+    event_requests: list[bytes] = field(default_factory=list)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _server: socket.socket | None = None
+    _sockets: list[socket.socket] = field(default_factory=list)
+
+    def __enter__(self) -> str:
+        self._server = socket.create_server(("127.0.0.1", 0))
+        threading.Thread(target=self._accept, daemon=True).start()
+        return f"http://127.0.0.1:{self._server.getsockname()[1]}"
+
+    def __exit__(self, *exc: object) -> None:
+        assert self._server is not None
+        self._server.close()
+        for end in self._sockets:  # whatever a relay thread has not closed yet
+            end.close()
+
+    def _accept(self) -> None:
+        assert self._server is not None
+        target = urlsplit(self.upstream)
+        while True:
+            try:
+                client, _ = self._server.accept()
+            except OSError:
+                return  # closed
+            upstream = socket.create_connection((target.hostname, target.port), timeout=60)
+            client.settimeout(60)
+            self._sockets += [client, upstream]
+            stream: dict[str, int] = {}  # "index" of this connection's events request
+            threading.Thread(
+                target=self._requests, args=(client, upstream, stream), daemon=True
+            ).start()
+            threading.Thread(
+                target=self._answers, args=(upstream, client, stream), daemon=True
+            ).start()
+
+    def _requests(self, source: socket.socket, sink: socket.socket, stream: dict[str, int]) -> None:
+        with contextlib.suppress(OSError):
+            while data := source.recv(65536):
+                first = data.split(b"\r\n", 1)[0]
+                if first.startswith(b"GET ") and b"/events" in first:
+                    with self._lock:  # marked before the request goes on: before any answer
+                        stream["index"] = len(self.event_requests)
+                        self.event_requests.append(data.split(b"\r\n\r\n", 1)[0])
+                sink.sendall(data)
+        with contextlib.suppress(OSError):
+            sink.shutdown(socket.SHUT_WR)
+
+    def _answers(self, source: socket.socket, sink: socket.socket, stream: dict[str, int]) -> None:
+        seen = b""
+        with contextlib.suppress(OSError):
+            while data := source.recv(65536):
+                sink.sendall(data)
+                if stream.get("index") == 0:
+                    seen = (seen + data)[-4096:]
+                    if b"event: job_start" in seen:
+                        # The first stream, cut after job_start: a moment later, so that the
+                        # client has read what came (Java's reader drops what is still
+                        # buffered when the connection fails).
+                        time.sleep(CUT_AFTER_S)
+                        break
+        for end in (sink, source):
+            with contextlib.suppress(OSError):
+                end.shutdown(socket.SHUT_RDWR)
+            end.close()
+
+
+def test_client_reopens_a_dropped_event_stream_after_the_last_event(
+    client: Client, service: str, tmp_path: Path
+) -> None:
+    proxy = CuttingProxy(service)
+    with proxy as url:
+        proc = client("--url", url, "--follow", "sse", str(invoice_job(tmp_path, label="cut")))
+    assert proc.returncode == 0, proc.stderr
+    assert_invoice_envelope(json.loads(proc.stdout))
+
+    err = proc.stderr
+    resumed = re.search(r"^sse: reconnecting after (\S+)$", err, re.MULTILINE)
+    assert resumed, err
+    assert len(proxy.event_requests) == 2, proxy.event_requests
+    second = proxy.event_requests[1].decode().lower()
+    assert f"last-event-id: {resumed.group(1)}".lower() in second
+    assert "last-event-id" not in proxy.event_requests[0].decode().lower()
+    # Every event once: nothing lost at the cut, nothing repeated after it.
+    names = re.findall(r"^sse: (\w+)", err, re.MULTILINE)
+    names.remove("reconnecting")
+    assert names == [
+        "job_queued",
+        "job_start",
+        "turn_start",
+        "turn_end",
+        "turn_start",
+        "turn_end",
+        "job_end",
+    ], err
 
 
 def test_client_prints_the_problem_of_a_refused_job_and_exits_3(

@@ -60,7 +60,7 @@ async function viaEvents(api: RepromptClient, id: string, timeoutMs: number): Pr
   const ended = await api.followEvents(
     id,
     (event) => log(`sse: ${event.event} ${describe(event)}`.trimEnd()),
-    { timeoutMs },
+    { timeoutMs, onReconnect: (after) => log(`sse: reconnecting after ${after ?? "the start"}`) },
   );
   return { status: ended.status, result: ended.result };
 }

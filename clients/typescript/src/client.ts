@@ -71,6 +71,8 @@ export interface EventOptions {
   maxReconnects?: number;
   /** Give up (TimeoutError) after this long in all. */
   timeoutMs?: number;
+  /** Called before a dropped stream is reopened, with the Last-Event-ID it resumes after. */
+  onReconnect?: (lastEventId: string | null) => void;
 }
 
 export class RepromptClient {
@@ -117,7 +119,8 @@ export class RepromptClient {
     const deadline = Date.now() + (options.timeoutMs ?? 600_000);
     for (;;) {
       const started = Date.now();
-      const job = await this.get(jobId, { waitMs: Math.max(0, Math.min(waitMs, deadline - started)) });
+      const wait = Math.max(0, Math.min(waitMs, deadline - started));
+      const job = await this.get(jobId, { waitMs: wait });
       options.onPoll?.(job, Date.now() - started);
       if (TERMINAL.includes(job.status) || job.status === "requires_action") return job;
       if (Date.now() >= deadline) throw new TimeoutError(`job ${jobId} is still ${job.status}`);
@@ -143,13 +146,22 @@ export class RepromptClient {
         signal,
       });
       if (!response.ok || !data) throw new ApiError(response.status, error);
-      for await (const event of parseSse(data)) {
-        if (event.id) lastEventId = event.id;
-        if (!isJobEvent(event)) continue; // an event this client's schema does not know
-        yield event;
-        if (event.event === "job_end") return;
+      let dropped: unknown = null;
+      try {
+        for await (const event of parseSse(data)) {
+          if (event.id) lastEventId = event.id;
+          if (!isJobEvent(event)) continue; // an event this client's schema does not know
+          yield event;
+          if (event.event === "job_end") return;
+        }
+      } catch (err) {
+        if (signal.aborted) throw err;
+        dropped = err; // the connection broke off: reopen it after the last event seen
       }
-      if (reconnects-- <= 0) throw new Error(`the event stream of ${jobId} ended before job_end`);
+      if (reconnects-- <= 0) {
+        throw new Error(`the event stream of ${jobId} ended before job_end`, { cause: dropped });
+      }
+      options.onReconnect?.(lastEventId ?? null);
     }
   }
 

@@ -151,8 +151,12 @@ public final class Example {
 
   private static Outcome viaEvents(RepromptClient api, String id, Duration timeout) {
     try {
-      Map<String, Object> ended =
-          api.followEvents(id, null, e -> log("sse: " + (e.name() + " " + describe(e)).trim()), timeout);
+      Map<String, Object> ended = api.followEvents(
+          id,
+          null,
+          e -> log("sse: " + (e.name() + " " + describe(e)).trim()),
+          timeout,
+          after -> log("sse: reconnecting after " + (after == null ? "the start" : after)));
       return new Outcome((String) ended.get("status"), ended.get("result"));
     } catch (InterruptedException e) {
       Thread.currentThread().interrupt();

@@ -1,6 +1,7 @@
 package reprompt.client;
 
 import java.io.IOException;
+import java.io.UncheckedIOException;
 import java.net.URI;
 import java.net.URLEncoder;
 import java.net.http.HttpClient;
@@ -122,9 +123,22 @@ public final class RepromptClient {
   public Map<String, Object> followEvents(
       String jobId, String lastEventId, Consumer<Event> onEvent, Duration timeout)
       throws IOException, InterruptedException, ApiException, java.util.concurrent.TimeoutException {
+    return followEvents(jobId, lastEventId, onEvent, timeout, after -> { });
+  }
+
+  /** As above; {@code onReconnect} hears the Last-Event-ID a dropped stream resumes after. */
+  public Map<String, Object> followEvents(
+      String jobId,
+      String lastEventId,
+      Consumer<Event> onEvent,
+      Duration timeout,
+      Consumer<String> onReconnect)
+      throws IOException, InterruptedException, ApiException, java.util.concurrent.TimeoutException {
     long deadline = System.nanoTime() + timeout.toNanos();
     String after = lastEventId;
+    IOException dropped = null;
     for (int attempt = 0; attempt <= MAX_RECONNECTS; attempt++) {
+      if (attempt > 0) onReconnect.accept(after);
       HttpRequest.Builder builder = request(jobPath(jobId) + "/events", requestTimeout)
           .header("Accept", "text/event-stream")
           .GET();
@@ -145,9 +159,11 @@ public final class RepromptClient {
             throw new java.util.concurrent.TimeoutException("job " + jobId + " did not end in time");
           }
         }
+      } catch (UncheckedIOException broken) {
+        dropped = broken.getCause(); // the connection broke off: reopen after the last event
       }
     }
-    throw new IOException("the event stream of " + jobId + " ended before job_end");
+    throw new IOException("the event stream of " + jobId + " ended before job_end", dropped);
   }
 
   /** Reads text/event-stream lines into events (id, event, data; comments skipped). */
