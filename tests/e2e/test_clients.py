@@ -174,9 +174,9 @@ def client(request: pytest.FixtureRequest) -> Client:
 
 def invoice_job(tmp_path: Path, *, label: str) -> Path:
     """examples/invoice.json, with the simulator told the right answer, to be slow at first
-    and to get one field's type wrong on the first answer (so there is one retry)."""
+    and to leave a required field out of its first answer (so there is one retry)."""
     spec = json.loads(EXAMPLE.read_text(encoding="utf-8"))
-    directive = {"expect": ANSWER, "script": ["slow", "wrong_type", "ok"]}
+    directive = {"expect": ANSWER, "script": ["slow", "missing_field", "ok"]}
     # A task of its own per run: the simulator serves a script's transport entries once per task.
     spec["task"] += f" ({label} {uuid.uuid4().hex[:8]})\n\n[[sim {json.dumps(directive)}]]"
     path = tmp_path / "job.json"
