@@ -383,6 +383,7 @@ def test_client_without_a_service_exits_2(client: Client, tmp_path: Path) -> Non
 def test_client_usage_errors_exit_2(client: Client, tmp_path: Path) -> None:
     assert client().returncode == 2
     assert client("--follow", "sideways", str(EXAMPLE)).returncode == 2
+    assert client("--wait-ms", "5", str(EXAMPLE)).returncode == 2  # would poll in a tight loop
     missing = client(str(tmp_path / "nope.json"))
     assert missing.returncode == 2
     assert "cannot read job" in missing.stderr

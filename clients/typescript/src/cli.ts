@@ -15,6 +15,7 @@ import { readFile } from "node:fs/promises";
 import { parseArgs } from "node:util";
 import {
   ApiError,
+  MIN_WAIT_MS,
   RepromptClient,
   TimeoutError,
   type Envelope,
@@ -118,7 +119,7 @@ async function main(argv: string[]): Promise<number> {
     positionals.length !== 1 ||
     !["both", "poll", "sse"].includes(follow) ||
     !Number.isInteger(waitMs) ||
-    waitMs < 0 ||
+    waitMs < MIN_WAIT_MS ||
     !(timeoutMs > 0)
   ) {
     log(USAGE);

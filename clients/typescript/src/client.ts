@@ -23,6 +23,8 @@ export type JobEvent = {
 }[keyof SseEvents];
 
 export const TERMINAL: readonly JobStatus[] = ["succeeded", "failed", "cancelled"];
+/** The shortest long-poll waitFor makes: shorter ones would poll in a tight loop. */
+export const MIN_WAIT_MS = 100;
 
 /** A problem+json answer (any non-2xx status). `problem` is the body as the server sent it. */
 export class ApiError extends Error {
@@ -56,7 +58,7 @@ export interface Submitted {
 }
 
 export interface WaitOptions {
-  /** waitMs of each long-poll (the server clamps it to REPROMPT_MAX_WAIT_MS). */
+  /** waitMs of each long-poll: at least MIN_WAIT_MS; the server clamps it to its maximum. */
   waitMs?: number;
   /** Give up (TimeoutError) after this long in all. */
   timeoutMs?: number;
@@ -116,6 +118,7 @@ export class RepromptClient {
   /** Long-poll the job until it is terminal (or requires client tools: returned as is). */
   async waitFor(jobId: string, options: WaitOptions = {}): Promise<Job> {
     const waitMs = options.waitMs ?? 30_000;
+    if (!(waitMs >= MIN_WAIT_MS)) throw new RangeError(`waitMs: at least ${MIN_WAIT_MS}`);
     const deadline = Date.now() + (options.timeoutMs ?? 600_000);
     for (;;) {
       const started = Date.now();

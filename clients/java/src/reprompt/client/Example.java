@@ -74,7 +74,8 @@ public final class Example {
           }
         }
       }
-      if (file == null || !List.of("both", "poll", "sse").contains(follow) || waitMs < 0
+      if (file == null || !List.of("both", "poll", "sse").contains(follow)
+          || waitMs < RepromptClient.MIN_WAIT_MS
           || timeoutS <= 0) {
         throw new IllegalArgumentException("arguments");
       }

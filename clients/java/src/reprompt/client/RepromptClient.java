@@ -33,6 +33,8 @@ import java.util.stream.Stream;
  */
 public final class RepromptClient {
   public static final Set<String> TERMINAL = Set.of("succeeded", "failed", "cancelled");
+  /** The shortest long-poll waitFor makes: shorter ones would poll in a tight loop. */
+  public static final long MIN_WAIT_MS = 100;
   /** Reconnects (with Last-Event-ID) after an event stream that drops before job_end. */
   public static final int MAX_RECONNECTS = 3;
 
@@ -101,6 +103,7 @@ public final class RepromptClient {
    */
   public Map<String, Object> waitFor(String jobId, long waitMs, Duration timeout, PollListener onPoll)
       throws IOException, InterruptedException, ApiException, java.util.concurrent.TimeoutException {
+    if (waitMs < MIN_WAIT_MS) throw new IllegalArgumentException("waitMs: at least " + MIN_WAIT_MS);
     long deadline = System.nanoTime() + timeout.toNanos();
     while (true) {
       long started = System.nanoTime();
