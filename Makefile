@@ -49,8 +49,11 @@ serve: install
 sim: install
 	$(BIN)/reprompt sim
 
+## openapi: the checked-in spec, and the TypeScript client's types generated from it
+## (clients/typescript: npm ci first when its node_modules is missing)
 openapi: install
 	$(BIN)/python -m app.api.openapi > openapi/openapi.json
+	cd clients/typescript && { test -d node_modules || npm ci --no-audit --no-fund; } && npm run --silent generate
 
 ## lock: resolve requirements.lock from pyproject.toml, keeping current pins where they
 ## still fit; `make lock UPGRADE=1` moves every pin to the newest release allowed
