@@ -199,16 +199,17 @@ _SUFFIXES = {
     "info": ("_info",),
     "stateset": ("",),
     "gaugehistogram": ("_bucket", "_gsum", "_gcount"),
+    "unknown": ("",),
 }
 
 
 def live_metric_names(text: str) -> set[str]:
     """Every sample name a /metrics body (Prometheus text format) can carry: its samples'
     names, and for each family the names its type implies, so a labelled counter that has
-    not counted anything yet still names ``<family>_total``."""
+    not counted anything yet still names ``<family>_total`` (and a counter's bare family
+    name, which no series has, is not one)."""
     names: set[str] = set()
     for family in text_string_to_metric_families(text):
-        names.add(family.name)
         names.update(f"{family.name}{suffix}" for suffix in _SUFFIXES.get(family.type, ("",)))
         names.update(sample.name for sample in family.samples)
     return names

@@ -1,6 +1,6 @@
 """Helpers for the Kubernetes tests (tests/deploy/test_k8s_*.py): render the kustomizations
-under deploy/, pick objects out of them, read metric names out of PromQL and out of a
-Prometheus scrape, and decide what the NetworkPolicies let through.
+under deploy/, pick objects out of them, read the selectors of their PromQL, and decide
+what the NetworkPolicies let through (a scrape's metric names: tests/deploy/drift.py).
 
 Rendering runs the real kustomize: ``kustomize build`` when it is on PATH, else
 ``kubectl kustomize`` (kubectl embeds kustomize), else kustomize's release binary fetched
@@ -21,7 +21,6 @@ from typing import Any
 
 import pytest
 import yaml
-from prometheus_client.parser import text_string_to_metric_families
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
@@ -119,26 +118,6 @@ def config_data(docs: Iterable[Doc]) -> dict[str, str]:
 
 
 # -- metrics -----------------------------------------------------------------------------
-
-SUFFIXES = {
-    "counter": ("_total", "_created"),
-    "gauge": ("",),
-    "histogram": ("_bucket", "_count", "_sum", "_created"),
-    "summary": ("", "_count", "_sum", "_created"),
-    "info": ("_info",),
-    "stateset": ("",),
-    "unknown": ("",),
-}
-
-
-def exported_names(exposition: str) -> set[str]:
-    """Every sample name a Prometheus text exposition can carry: from each family's TYPE,
-    so a labelled metric that has no sample yet still counts."""
-    names: set[str] = set()
-    for family in text_string_to_metric_families(exposition):
-        names.update(family.name + suffix for suffix in SUFFIXES[family.type])
-        names.update(sample.name for sample in family.samples)
-    return names
 
 
 def selectors(expr: str) -> list[tuple[str, dict[str, str]]]:

@@ -38,12 +38,12 @@ from app.providers.config import load_providers
 from app.redis_server import EmbeddedRedis
 from app.settings import Settings
 from reprompt_sim.server import SimConfig, serve_in_background
+from tests.deploy.drift import live_metric_names, setting_env_names
 from tests.deploy.kube import (
     EXAMPLE,
     Doc,
     config_data,
     containers,
-    exported_names,
     of_kind,
     one,
     pod_specs,
@@ -62,20 +62,6 @@ JOB_S = 60.0
 def docs(request: pytest.FixtureRequest) -> tuple[Doc, ...]:
     path: Path = request.param
     return render(path)
-
-
-def setting_names() -> set[str]:
-    """Every environment variable Settings reads."""
-    names: set[str] = set()
-    prefix = Settings.model_config.get("env_prefix", "")
-    for field_name, field in Settings.model_fields.items():
-        alias = field.validation_alias
-        choices = getattr(alias, "choices", None)
-        if choices:
-            names.update(str(choice) for choice in choices)
-        else:
-            names.add(f"{prefix}{field_name}".upper())
-    return names
 
 
 def reprompt_containers(docs: tuple[Doc, ...]) -> list[tuple[Doc, Doc]]:
@@ -136,7 +122,7 @@ def test_every_container_runs_a_real_reprompt_service_command(docs: tuple[Doc, .
 def test_every_reprompt_variable_is_a_real_setting_and_the_config_validates(
     docs: tuple[Doc, ...],
 ) -> None:
-    known = setting_names()
+    known = setting_env_names()
     data = config_data(docs)
     assert data
     for key in data:
@@ -151,10 +137,10 @@ def test_every_reprompt_variable_is_a_real_setting_and_the_config_validates(
 
 
 def test_a_made_up_setting_would_be_caught() -> None:
-    assert "REPROMPT_WORKER_CONCURRENCY" in setting_names()
-    assert "REPROMPT_REDIS_URL" in setting_names()
-    assert "REDIS_URL" in setting_names()
-    assert "REPROMPT_WORKER_THREADS" not in setting_names()
+    assert "REPROMPT_WORKER_CONCURRENCY" in setting_env_names()
+    assert "REPROMPT_REDIS_URL" in setting_env_names()
+    assert "REDIS_URL" in setting_env_names()
+    assert "REPROMPT_WORKER_THREADS" not in setting_env_names()
 
 
 def test_ports_agree_with_the_settings(docs: tuple[Doc, ...]) -> None:
@@ -254,7 +240,7 @@ def test_alerts_and_keda_name_only_exported_metrics_in_the_overlay_namespace(
     docs: tuple[Doc, ...],
 ) -> None:
     body, _ = metrics.exposition()
-    exported = exported_names(body.decode())
+    exported = live_metric_names(body.decode())
     namespace = one(docs, "Deployment", "reprompt-api")["metadata"]["namespace"]
     exprs = queries(docs)
     assert len(exprs) >= 8
@@ -271,7 +257,7 @@ def test_alerts_and_keda_name_only_exported_metrics_in_the_overlay_namespace(
 
 def test_an_unexported_metric_would_be_caught() -> None:
     body, _ = metrics.exposition()
-    exported = exported_names(body.decode())
+    exported = live_metric_names(body.decode())
     assert "reprompt_jobs_finished_total" in exported
     assert "reprompt_queue_depth" in exported
     assert "reprompt_llm_request_duration_seconds_bucket" in exported
@@ -423,7 +409,7 @@ def test_the_service_started_as_the_manifests_say_exports_what_alerts_and_keda_r
             worker_exit = worker.stop(grace)
             api_exit = api.stop(30)
 
-    names = {component: exported_names(text) for component, text in scraped.items()}
+    names = {component: live_metric_names(text) for component, text in scraped.items()}
     assert 'reprompt_jobs_finished_total{error="",status="succeeded"} 1.0' in scraped["worker"]
     assert "reprompt_jobs_submitted_total 1.0" in scraped["api"]
     for where, expr in queries(docs):
