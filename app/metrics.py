@@ -110,6 +110,21 @@ LLM_LATENCY = Histogram(
 JOBS_IN_PROGRESS = Gauge(
     f"{P}jobs_in_progress", "Jobs this worker process is running now.", registry=REGISTRY
 )
+HEARTBEAT_AT = Gauge(
+    f"{P}worker_heartbeat_timestamp_seconds",
+    "When this worker's heartbeat loop last ran (unix time), jobs or none: a worker whose "
+    "loop is stuck stops moving it while its /metrics still answer.",
+    registry=REGISTRY,
+)
+LEASE_RENEWALS = Counter(
+    f"{P}lease_renewals",
+    "Leases this worker's heartbeats renewed (renewed), found gone (lost), or could not "
+    "renew because Redis did not answer (failed).",
+    ["outcome"],
+    registry=REGISTRY,
+)
+for _outcome in ("renewed", "lost", "failed"):
+    LEASE_RENEWALS.labels(_outcome)  # every series from the start, at 0
 LEASES_EXPIRED = Counter(
     f"{P}leases_expired",
     "Jobs requeued because their worker stopped heartbeating.",

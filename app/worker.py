@@ -708,6 +708,7 @@ class Worker:
         period = self.settings.heartbeat_ms / 1000
         while True:
             await asyncio.sleep(period)
+            metrics.HEARTBEAT_AT.set(time.time())
             jobs = [job for job in self._jobs.values() if job.stopped is None]
             if jobs:
                 await self._beat(jobs, period)
@@ -724,6 +725,7 @@ class Worker:
             silent_s = max(now - job.last_beat for job in jobs)
             lease_s = self.settings.lease_ms / 1000
             lost = {job.id for job in jobs if now - job.last_beat >= lease_s}
+            metrics.LEASE_RENEWALS.labels("failed").inc(len(jobs))
             log.warning(
                 "heartbeat of %d jobs failed (%.1fs since the oldest one's last): %r",
                 len(jobs),
@@ -735,6 +737,8 @@ class Worker:
             for job in jobs:
                 if job.id not in lost:
                     job.last_beat = now
+            metrics.LEASE_RENEWALS.labels("renewed").inc(len(jobs) - len(lost))
+            metrics.LEASE_RENEWALS.labels("lost").inc(len(lost))
         for job in jobs:
             if job.id in lost and self._stop(job, "lease-lost"):
                 log.warning("job %s: lease lost, stopping it; nothing is committed", job.id)

@@ -1,4 +1,4 @@
-"""A worker's /metrics shows its circuit breakers (``reprompt_circuit_state``).
+"""A worker's /metrics shows its circuit breakers (``reprompt_circuit_state``) and its heartbeats.
 
 The workers make the model calls, so their breakers are the ones that open; an API process
 (``reprompt api``) makes none and its breakers stay closed. Before this, only the API's
@@ -9,6 +9,7 @@ every circuit closed while the workers failed fast.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -65,3 +66,30 @@ async def test_a_workers_metrics_show_its_open_circuit(
     assert view.result is not None
     assert view.result.error == "llm-unavailable"
     assert await _gauge(port, "dead/dead-model", 2)  # open
+
+
+async def test_a_workers_metrics_show_its_heartbeats(store: Store, spawn: Spawn) -> None:
+    # A slow answer (3 s) holds the job across several heartbeats (every 300 ms): each
+    # renews its lease, and the loop's timestamp moves on while the job runs.
+    port = free_loopback_port()
+    await spawn(worker_metrics_port=port).ready()
+    before = await asyncio.to_thread(
+        scrape, port, "reprompt_lease_renewals_total", outcome="renewed"
+    )
+    assert before == 0
+    started = time.time()
+    view = await finished(store, await submit(store, job(["slow"], name="heartbeats")))
+    assert view.status == "succeeded"
+    renewed = await asyncio.to_thread(
+        scrape, port, "reprompt_lease_renewals_total", outcome="renewed"
+    )
+    assert renewed is not None
+    assert renewed >= 3
+    for outcome in ("lost", "failed"):
+        count = await asyncio.to_thread(
+            scrape, port, "reprompt_lease_renewals_total", outcome=outcome
+        )
+        assert count == 0
+    beat = await asyncio.to_thread(scrape, port, "reprompt_worker_heartbeat_timestamp_seconds")
+    assert beat is not None
+    assert beat >= started + 2
