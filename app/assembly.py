@@ -109,11 +109,12 @@ def store_options(settings: Settings) -> StoreOptions:
 
 
 def providers_config(
-    settings: Settings, environ: Mapping[str, str] = os.environ
+    settings: Settings, environ: Mapping[str, str] = os.environ, *, keys: bool = True
 ) -> ProvidersConfig:
-    """The providers file and the provider variables, read once for the process."""
+    """The providers file and the provider variables, read once for the process; without
+    ``keys``, the providers' keys are not read (``load_providers``)."""
     path = None if settings.providers_file is None else str(settings.providers_file)
-    return load_providers(environ, path=path)
+    return load_providers(environ, path=path, keys=keys)
 
 
 @asynccontextmanager
@@ -124,6 +125,7 @@ async def open_parts(
     embedded_redis: bool = False,
     provider_required: bool = False,
     tracing: Tracing | None = None,
+    keys: bool = True,
 ) -> AsyncIterator[Parts]:
     """Build every resource of a process; ``providers`` replaces the configuration (tests),
     ``tracing`` the one the ``OTEL_*`` variables configure (its owner closes it).
@@ -131,6 +133,8 @@ async def open_parts(
     ``embedded_redis``: start a managed redis-server when no Redis URL is set (the API
     does; a worker must be given a URL).
     ``provider_required``: a missing provider raises instead of being reported.
+    ``keys=False``: the process makes no model call (an API without a worker): the
+    providers' keys are not read, so their files and variables need not be there.
     """
     async with AsyncExitStack() as stack:
         if tracing is None:
@@ -172,7 +176,7 @@ async def open_parts(
         pool = max(DEFAULT_MAX_CONNECTIONS, settings.worker_concurrency)
         http = await stack.enter_async_context(make_client(max_connections=pool))
         outbound = await stack.enter_async_context(open_outbound(settings))
-        config = providers_config(settings) if providers is None else providers
+        config = providers_config(settings, keys=keys) if providers is None else providers
         router: Router | None = None
         problem: str | None = None
         try:
@@ -250,7 +254,11 @@ def api_app(
     async def resources() -> AsyncIterator[Resources]:
         async with (
             open_parts(
-                settings, providers=providers, embedded_redis=True, tracing=tracing
+                settings,
+                providers=providers,
+                embedded_redis=True,
+                tracing=tracing,
+                keys=embedded_worker,  # an API alone calls no model: no keys needed
             ) as parts,
             AsyncExitStack() as stack,
         ):

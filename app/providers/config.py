@@ -265,8 +265,13 @@ class ProvidersConfig(_Strict):
         )
 
 
-def load_providers(env: Mapping[str, str], path: str | None = None) -> ProvidersConfig:
+def load_providers(
+    env: Mapping[str, str], path: str | None = None, *, keys: bool = True
+) -> ProvidersConfig:
     """Read the providers file ``path`` and the provider variables of ``env``.
+    ``keys=False`` leaves ``api_key_env``/``api_key_file`` unread (every ``api_key`` None):
+    for a process that never calls a model (an API without a worker), so the keys need
+    only be given to the workers.
 
     ``app.assembly`` calls it once per process (``path`` from ``REPROMPT_PROVIDERS``);
     ``env`` also resolves the file's ``api_key_env`` references.
@@ -287,7 +292,7 @@ def load_providers(env: Mapping[str, str], path: str | None = None) -> Providers
     base = Path(path).parent if path else Path.cwd()
     for name, provider in providers.items():
         if isinstance(provider, dict):
-            _resolve_key(name, provider, env, where, base)
+            _resolve_key(name, provider, env, where, base, keys=keys)
     for spec in _ENV_PROVIDERS:
         _add_env_provider(spec, providers, models, env)
     # Raised outside the except blocks so no traceback carries the raw input along.
@@ -340,7 +345,13 @@ def _add_env_provider(
 
 
 def _resolve_key(
-    name: str, provider: dict[str, Any], env: Mapping[str, str], where: str, base: Path
+    name: str,
+    provider: dict[str, Any],
+    env: Mapping[str, str],
+    where: str,
+    base: Path,
+    *,
+    keys: bool,
 ) -> None:
     field = f"providers.{name}"
     if "api_key" in provider:
@@ -350,8 +361,8 @@ def _resolve_key(
             field=f"{field}.api_key",
         )
     var, file = provider.get("api_key_env"), provider.get("api_key_file")
-    if var and file:
-        return  # the model validator names the conflict
+    if (var and file) or not keys:
+        return  # the model validator names the conflict; or no key is wanted
     if isinstance(var, str) and var:
         value = env.get(var)
         if not value:

@@ -211,10 +211,15 @@ def test_files_and_directories_are_where_the_settings_say(
         folder = mounts[str(settings.providers_file.parent)]
         assert volumes[folder["name"]]["configMap"]["name"] == providers_map["metadata"]["name"]
         assert settings.providers_file.name in providers_map["data"]
-        # Every key file it names is in the provider-keys Secret's mount.
+        # Every key file it names is in the provider-keys Secret's mount, in the workers
+        # only: the API calls no model and does not read them (least privilege).
         config = tomllib.loads(providers_map["data"][settings.providers_file.name])
         key_files = [p["api_key_file"] for p in config["providers"].values() if "api_key_file" in p]
         assert key_files
+        secrets_mounted = {v["secret"]["secretName"] for v in volumes.values() if "secret" in v}
+        if workload["metadata"]["name"] == "reprompt-api":
+            assert "reprompt-provider-keys" not in secrets_mounted
+            continue
         for key_file in key_files:
             mount = mounts[str(Path(key_file).parent)]
             assert volumes[mount["name"]]["secret"]["secretName"] == "reprompt-provider-keys"
