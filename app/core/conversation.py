@@ -88,14 +88,18 @@ class Conversation:
 STORED_INPUT_CHARS = 2048
 
 
-def stored_transcript(messages: Sequence[Message], shown_input: str) -> tuple[TranscriptEntry, ...]:
+def stored_transcript(
+    messages: Sequence[Message], shown_input: str, *also: str
+) -> tuple[TranscriptEntry, ...]:
     """The transcript as a job keeps it: the job's input (``shown_input``, as the prompt
-    showed it) is stored once, in the spec, so a long one is replaced here by a note."""
-    marker = f"[the job's input, {len(shown_input)} characters: see the job's input]"
+    showed it; ``also``, other ways a prompt profile may show it) is stored once, in the
+    spec, so a long one is replaced here by a note."""
     out = []
     for message in messages:
         content = message.content
-        if len(shown_input) > STORED_INPUT_CHARS and shown_input in content:
-            content = content.replace(shown_input, marker)
+        for shown in (shown_input, *also):
+            if len(shown) > STORED_INPUT_CHARS and shown in content:
+                marker = f"[the job's input, {len(shown)} characters: see the job's input]"
+                content = content.replace(shown, marker)
         out.append(TranscriptEntry(role=message.role, content=content))
     return tuple(out)

@@ -463,6 +463,7 @@ class _Run:
             attempt=max(self.rejected, 1),
             total_retries=self.spec.budget.max_calls - 1,
             previous_answer=quote(content),
+            compact=self.prompts.compact(call.request.model),
         )
         shown = None if failure.outcome == "truncated" else Message("assistant", quote(content))
         conversation.add_failure(

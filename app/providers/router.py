@@ -27,7 +27,13 @@ import httpx
 from app.core.clock import Monotonic
 from app.core.codes import is_retryable
 from app.core.errors import InvalidInput, ProviderError, ProviderUnavailable
-from app.core.model import LLMRequest, LLMResponse, StructuredMode, StructuredOutput
+from app.core.model import (
+    LLMRequest,
+    LLMResponse,
+    PromptStyle,
+    StructuredMode,
+    StructuredOutput,
+)
 from app.providers import structured
 from app.providers.anthropic import AnthropicAdapter
 from app.providers.catalog import catalog_price, catalog_source
@@ -155,6 +161,15 @@ class Router:
                     field="structuredOutput",
                 )
         return structured.weakest(modes)
+
+    def prompt_style(self, model: str | None, requested: StructuredOutput) -> PromptStyle:
+        """How to prompt ``model`` (the providers file's ``prompt``). A route is compact only
+        if every model on it is, and its schema enforced only if every model enforces it:
+        the prompt is written once, whichever model answers."""
+        targets = [self._targets[n] for n in self.resolve(model)]
+        compact = all(t.spec.prompt == "compact" for t in targets)
+        enforced = all(structured.enforces_schema(t.capability, requested) for t in targets)
+        return PromptStyle("compact" if compact else "full", schema_enforced=enforced)
 
     def without_tools(self, model: str | None) -> list[str]:
         """The models ``model`` (a model or a route) tries that cannot call tools."""
