@@ -63,9 +63,7 @@ def test_a_compact_model_gets_no_schema_dump_and_its_text_input_as_plain_text(
     with client(url, KEYS["alice"]) as http:
         # The first answer has the wrong type: one re-ask, whose feedback is compact too.
         small = finished(http, http.post("/v1/jobs", json=job(["wrong_type", "ok"])).json()["id"])
-        big = finished(
-            http, http.post("/v1/jobs", json=job(["ok"], model="big")).json()["id"]
-        )
+        big = finished(http, http.post("/v1/jobs", json=job(["ok"], model="big")).json()["id"])
     assert small["status"] == "succeeded", small
     assert small["result"]["data"] == {"name": "Emma", "colour": "red"}
     system, task = sent(small)[:2]
