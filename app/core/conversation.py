@@ -37,7 +37,11 @@ class Conversation:
     transcript: list[Message] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        self.transcript = [self.system, self.task]
+        self.transcript = self._head()
+
+    def _head(self) -> list[Message]:
+        # The compact prompt profile has no system prompt: nothing is sent for it.
+        return [self.system, self.task] if self.system.content else [self.task]
 
     def add_work(self, *messages: Message) -> None:
         """Tool calls and their results: the investigation the model keeps seeing."""
@@ -60,7 +64,7 @@ class Conversation:
 
     def messages(self, note: str | None) -> tuple[Message, ...]:
         """What the next call sends; ``note`` (turn info, must-return warning) ends it."""
-        out = [self.system, self.task]
+        out = self._head()
         if self.full:
             for _, entry in self.log:
                 out.extend(entry)
@@ -81,7 +85,7 @@ class Conversation:
     def purified(self) -> list[Message]:
         """Spec 002 purify: the task, the tool work and the accepted answer; no failures."""
         work = [m for kind, entry in self.log if kind == "work" for m in entry]
-        return [self.system, self.task, *work, self.transcript[-1]]
+        return [*self._head(), *work, self.transcript[-1]]
 
 
 # An input this long is not stored a second time inside the transcript's task message.

@@ -66,9 +66,10 @@ class Prompting:
         return show_input(self.spec.input)
 
     def system(self, model: str | None) -> Message:
-        style = self.style(model)
-        if style.profile == "compact":
-            return Message("system", self._compact_system(style))
+        if self.compact(model):
+            # Everything is in the user turn, the format last: a base model reads on from
+            # there, and a chat template without a system role loses nothing.
+            return Message("system", "")
         native = self._native(model)
         schema = schema_text(self.contract.output_schema)
         return Message(
@@ -83,23 +84,6 @@ class Prompting:
                     "can_fail": not native,
                 },
             ),
-        )
-
-    def _compact_system(self, style: PromptStyle) -> str:
-        # Constrained decoding already holds the answer to the schema; a short field list
-        # says what goes where. Without it the model needs the schema itself.
-        schema = self.contract.output_schema
-        fields = field_list(schema) if style.schema_enforced and not self.has_tools else None
-        shown = schema_text(schema)
-        return render(
-            "compact_system",
-            {
-                "has_tools": self.has_tools and self.spec.budget.max_turns > 1,
-                "fields": fields,
-                "show_schema": fields is None,
-                "schema": shown,
-                "schema_fence": fence(shown),
-            },
         )
 
     def conversation(self, model: str | None) -> Conversation:
@@ -128,27 +112,35 @@ class Prompting:
         )
 
     def _compact_task(self, model: str | None, last_error: str | None = None) -> str:
-        shown = self.shown_input(model)
-        plain = is_plain_input(self.spec.input)
+        # Constrained decoding already holds the answer to the schema; a short field list
+        # says what goes where. Without it the model needs the schema itself.
+        style = self.style(model)
+        schema = self.contract.output_schema
+        fields = field_list(schema) if style.schema_enforced and not self.has_tools else None
+        shown_schema = schema_text(schema)
         return render(
             "compact_task",
             {
+                "has_tools": self.has_tools and self.spec.budget.max_turns > 1,
                 "task": self.spec.task,
                 "has_input": self.spec.input is not None,
-                "plain": plain,
-                "input": shown,
-                "last_error": last_error,
+                "plain": is_plain_input(self.spec.input),
+                "input": self.shown_input(model),
                 "has_plan": bool(self.spec.plan),
                 "plan": self.spec.plan or [],
+                "last_error": last_error,
+                "fields": fields,
+                "show_schema": fields is None,
+                "schema": shown_schema,
+                "schema_fence": fence(shown_schema),
             },
         )
 
     def simplified(self, model: str | None, last: Failure | None) -> tuple[Message, ...]:
         """Spec 004's simplified final attempt: the bare schema, an example, the last error."""
-        style = self.style(model)
-        if style.profile == "compact":
+        if self.compact(model):
             task = self._compact_task(model, None if last is None else last.diagnosis)
-            return (Message("system", self._compact_system(style)), Message("user", task))
+            return (Message("user", task),)
         schema = schema_text(self.contract.output_schema)
         example = self.contract.example
         system = render(
