@@ -66,13 +66,16 @@ def test_a_compact_model_gets_no_schema_dump_and_its_text_input_as_plain_text(
         big = finished(http, http.post("/v1/jobs", json=job(["ok"], model="big")).json()["id"])
     assert small["status"] == "succeeded", small
     assert small["result"]["data"] == {"name": "Emma", "colour": "red"}
-    system, task = sent(small)[:2]
-    prompt = system["content"] + "\n" + task["content"]
-    assert "name (string), colour (string)" in system["content"]
-    assert f"Text: {SENTENCE}" in task["content"]
+    # One user turn (no system prompt): the task, the text, the fields.
+    task = sent(small)[0]
+    assert task["role"] == "user"
+    prompt = task["content"]
+    assert f"Text: {SENTENCE}\n\nAnswer with a JSON object: name (string), colour (string)." in (
+        prompt
+    )
     for scaffolding in ('"properties"', "JSON Schema", "<input", '"text"', "$fail", "{\n"):
         assert scaffolding not in prompt, scaffolding
-    feedback = [m["content"] for m in sent(small)[2:] if m["role"] == "user"]
+    feedback = [m["content"] for m in sent(small)[1:] if m["role"] == "user"]
     assert len(feedback) == 1
     assert feedback[0].endswith("Answer again with the corrected JSON value only.")
     assert "```" not in feedback[0]  # no quoted excerpt, no example

@@ -88,17 +88,24 @@ def test_one_text_field_is_plain_text_and_anything_else_is_json() -> None:
         assert show_input_plain(value) == json.dumps(value, indent=1)
 
 
-def test_the_compact_prompt_lists_the_fields_and_shows_the_text_plainly() -> None:
+FORMAT = "Answer with a JSON object: name (string), age (integer). Return only the JSON object."
+
+
+def test_the_compact_prompt_is_one_user_turn_task_text_and_fields_last() -> None:
     job = spec(input={"text": "Tom is 34 years old."})
     conversation = prompts(job, StyledClient([])).conversation(None)
-    assert conversation.system.content == "Answer with a JSON object: name (string), age (integer)."
-    assert conversation.task.content == "Extract the person.\n\nText: Tom is 34 years old."
+    (message,) = conversation.messages(None)
+    assert message.role == "user"
+    assert message.content == f"Extract the person.\n\nText: Tom is 34 years old.\n\n{FORMAT}"
+    assert [m.role for m in conversation.transcript] == ["user"]
 
 
 def test_the_compact_prompt_shows_structured_input_as_json_without_a_tag() -> None:
     job = spec(input={"name": "Tom", "note": "34"})
     task = prompts(job, StyledClient([])).conversation(None).task.content
-    assert task == 'Extract the person.\n\nInput:\n{\n "name": "Tom",\n "note": "34"\n}'
+    assert (
+        task == f'Extract the person.\n\nInput:\n{{\n "name": "Tom",\n "note": "34"\n}}\n\n{FORMAT}'
+    )
 
 
 @pytest.mark.parametrize("tools", [False, True])
@@ -106,10 +113,11 @@ def test_the_compact_prompt_keeps_the_schema_when_nothing_enforces_it(tools: boo
     # Not enforced by the provider, or not on a turn that offers tools (no constraint then).
     enforced = PromptStyle("compact", schema_enforced=tools)
     job = spec(budget={"maxTurns": 2}) if tools else spec()
-    system = prompts(job, StyledClient([], style=enforced), tools=tools).system(None).content
-    assert '"properties": {"name": {"type": "string"}' in system
-    assert "(string)" not in system
-    assert "$fail" not in system
+    client = StyledClient([], style=enforced)
+    task = prompts(job, client, tools=tools).conversation(None).task.content
+    assert '"properties": {"name": {"type": "string"}' in task
+    assert "(string)" not in task
+    assert "$fail" not in task
 
 
 def test_a_client_that_does_not_say_gets_the_full_prompt() -> None:
@@ -154,7 +162,8 @@ async def test_a_compact_job_re_asks_in_one_line_and_succeeds() -> None:
     result = await run_job(spec(budget={"maxTurns": 1, "returnRetries": 1}), Runtime(client=client))
     assert result.envelope.status == "success"
     first, second = client.requests
-    assert [m.role for m in first.messages] == ["system", "user"]
+    assert [m.role for m in first.messages] == ["user"]
+    assert [m.role for m in second.messages] == ["user", "assistant", "user"]
     feedback = second.messages[-1].content
     assert feedback.endswith("Answer again with the corrected JSON value only.")
     assert "Correction attempt" not in feedback
@@ -166,7 +175,7 @@ async def test_the_compact_final_attempt_is_the_short_prompt_and_the_last_error(
     job = spec(budget={"maxTurns": 1, "returnRetries": 1}, simplifyOnFinalAttempt=True)
     result = await run_job(job, Runtime(client=client))
     assert result.envelope.status == "success"
-    system, user = client.requests[1].messages
-    assert system.content == "Answer with a JSON object: name (string), age (integer)."
+    (user,) = client.requests[1].messages
     assert user.content.startswith("Extract the person.\n\nText: Tom is 34.\n\nThe last answer")
+    assert user.content.endswith(FORMAT)
     assert "age" in user.content.split("rejected:")[1]
