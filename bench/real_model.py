@@ -1,26 +1,29 @@
-"""A real model: the embedded llama.cpp gemma3 270M on extraction tasks (issue 5, item 4).
+"""A real model: the embedded llama.cpp gemma3 270M on extraction tasks (issues 5 and 14).
 
-    .venv/bin/python bench/real_model.py            # 9 tasks, writes docs/benchmarks/real-model.md
-    .venv/bin/python bench/real_model.py --quick    # 2 tasks, 3 systems, writes to /tmp
+    python bench/real_model.py                      # both sets: docs/benchmarks/real-model.md
+    python bench/real_model.py --sets one-sentence  # 4 rows x 20 tasks, ~3 min, to /tmp
+    python bench/real_model.py --sets one-sentence --systems "plain one-line,reprompt auto"
+    python bench/real_model.py --quick              # a few tasks, 3 rows, to /tmp
 
 One ``LocalModelServer`` is started and every system talks to it over its OpenAI-compatible
-HTTP endpoint, one request at a time:
+HTTP endpoint, one request at a time. Each system is a ``Row`` in ``ROWS`` (how it runs, what
+the page says about it); a task set (``SETS``) runs its rows on its tasks:
 
-- ``reprompt auto``: ``run_job`` through the router (``with_local_model``), ``structuredOutput:
-  "auto"`` = ``response_format: {type: json_object, schema}`` (llama.cpp grammar);
-- ``reprompt prompt``: the same with ``structuredOutput: "prompt"`` (schema in the prompt, no
-  grammar);
-- ``instructor JSON``: ``instructor.from_openai(OpenAI(base_url=server.base_url),
-  mode=Mode.JSON)``, ``max_retries=2``, default reask;
-- ``single-shot``: one call with ``json_object`` + schema (the grammar), schema also in the
-  user message; json.loads + jsonschema + validators.
+- *extraction*: ``bench/tasks.py`` ``real_tasks(9, easy=3)``, invoices, contacts, readings
+  and two-field persons, with semantic validators;
+- *one-sentence*: ``simple_tasks()``, 20 one-sentence extractions of two or three flat
+  fields, no validators (issue 14: the prompt's own effect).
+
+Rows: ``single-shot`` (one call, grammar + the schema in the message), ``plain one-line``
+(one call, grammar + ``Extract these fields as a JSON object: name (string), ... Text: ...
+Return only the JSON object.``), ``instructor JSON`` (+hint), and reprompt through the router
+(``with_local_model``): ``reprompt auto`` (the local model's default, compact prompt
+profile), ``reprompt auto full`` (the full profile), ``reprompt prompt`` (no grammar), a
+temperature variant and the grounding variants. A new mode is one more ``Row`` (``job=``
+adds job fields, e.g. ``{"retryMode": "patch"}`` or ``{"candidates": 3}``).
 
 All: at most 3 calls, ``temperature=0``, the same max_tokens on the first call, the same
-semantic validators (bench/tasks.py).
-
-Grounded extraction (issue 13): ``reprompt auto schema-only`` (no validators) and ``reprompt
-auto grounded`` (one ``grounded`` validator over the extracted fields instead of the task's
-checks) count the wrong-but-schema-valid answers grounding catches and the re-ask fixes.
+semantic validators. *First call correct* judges the first answer alone.
 """
 
 from __future__ import annotations
