@@ -70,9 +70,7 @@ def test_a_compact_model_gets_no_schema_dump_and_its_text_input_as_plain_text(
     task = sent(small)[0]
     assert task["role"] == "user"
     prompt = task["content"]
-    assert f"Text: {SENTENCE}\n\nAnswer with a JSON object: name (string), colour (string)." in (
-        prompt
-    )
+    assert f"{SENTENCE}\n\nAnswer with a JSON object: name (string), colour (string)." in (prompt)
     for scaffolding in ('"properties"', "JSON Schema", "<input", '"text"', "$fail", "{\n"):
         assert scaffolding not in prompt, scaffolding
     feedback = [m["content"] for m in sent(small)[1:] if m["role"] == "user"]

@@ -88,7 +88,7 @@ def test_one_text_field_is_plain_text_and_anything_else_is_json() -> None:
         assert show_input_plain(value) == json.dumps(value, indent=1)
 
 
-FORMAT = "Answer with a JSON object: name (string), age (integer). Return only the JSON object."
+FORMAT = "Answer with a JSON object: name (string), age (integer)."
 
 
 def test_the_compact_prompt_is_one_user_turn_task_text_and_fields_last() -> None:
@@ -96,7 +96,7 @@ def test_the_compact_prompt_is_one_user_turn_task_text_and_fields_last() -> None
     conversation = prompts(job, StyledClient([])).conversation(None)
     (message,) = conversation.messages(None)
     assert message.role == "user"
-    assert message.content == f"Extract the person.\n\nText: Tom is 34 years old.\n\n{FORMAT}"
+    assert message.content == f"Extract the person.\n\nTom is 34 years old.\n\n{FORMAT}"
     assert [m.role for m in conversation.transcript] == ["user"]
 
 
@@ -176,6 +176,6 @@ async def test_the_compact_final_attempt_is_the_short_prompt_and_the_last_error(
     result = await run_job(job, Runtime(client=client))
     assert result.envelope.status == "success"
     (user,) = client.requests[1].messages
-    assert user.content.startswith("Extract the person.\n\nText: Tom is 34.\n\nThe last answer")
+    assert user.content.startswith("Extract the person.\n\nTom is 34.\n\nThe last answer")
     assert user.content.endswith(FORMAT)
     assert "age" in user.content.split("rejected:")[1]
