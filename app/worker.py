@@ -42,7 +42,7 @@ from app.core.envelope import Envelope, Progress
 from app.core.events import LoopEvent, ToolsAnswered, TurnEnded
 from app.core.loop import Runtime, WebhookCheck, run_job
 from app.core.model import ModelClient, ToolCall, ToolSpec
-from app.core.prompting import show_input
+from app.core.prompting import show_input, show_input_plain
 from app.core.spec import JobSpec, ToolDef, ValidatorSpec
 from app.core.tools import Tool, ToolAnswer
 from app.core.turn import Rejection, Spend, TurnRecord
@@ -352,7 +352,9 @@ class Worker:
             return Envelope.failure(codes.INTERNAL_ERROR, detail), (), ()
         if result.paused is not None:
             return Paused(spec, result.paused)
-        transcript = stored_transcript(result.transcript, show_input(spec.input))
+        transcript = stored_transcript(
+            result.transcript, show_input(spec.input), show_input_plain(spec.input)
+        )
         return result.envelope, result.history, transcript
 
     def _http_tools(self, spec: JobSpec, claim: Claim) -> list[Tool]:

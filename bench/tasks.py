@@ -114,6 +114,12 @@ class Task:
     schema: dict[str, Any]
     validators: list[dict[str, Any]]
     expect: dict[str, Any]
+    # The job's input is ``{input_key: input}`` (one text field) when set, else the string.
+    input_key: str | None = None
+
+    @property
+    def job_input(self) -> Any:
+        return self.input if self.input_key is None else {self.input_key: self.input}
 
     def user_message(self) -> str:
         """What instructor and the single-shot baseline send as the user turn."""
@@ -256,7 +262,10 @@ GROUNDED_PATHS: dict[str, list[str]] = {
 
 def grounded_validators(task: Task) -> list[dict[str, Any]]:
     """One ``grounded`` validator over the family's extracted fields, numbers included."""
-    return [{"kind": "grounded", "paths": GROUNDED_PATHS[task.family], "numbers": True}]
+    paths = GROUNDED_PATHS.get(task.family) or [
+        f"$.{k}" for k, v in task.expect.items() if not isinstance(v, bool)
+    ]
+    return [{"kind": "grounded", "paths": paths, "numbers": True}]
 
 
 # ---- one semantic check for everyone: reprompt's own declarative validators ----
@@ -340,3 +349,170 @@ MODELS: dict[str, type[_Checked]] = {
     "stats": Stats,
     "person": Person,
 }
+
+
+# ---- one-sentence extractions (issue 14, part 0): what a plain one-line prompt gets right ----
+
+# (task instruction, sentence, expected answer, JSON type of each field in order). Two or three
+# flat fields, no validators: the set measures the prompt, not the re-asks. Every other task
+# sends its sentence as ``{"text": ...}`` (one text field), the rest as a plain string.
+_SIMPLE: tuple[tuple[str, str, dict[str, Any]], ...] = (
+    (
+        "Extract the person and their favourite colour.",
+        "Emma's favourite colour is red.",
+        {"name": "Emma", "colour": "red"},
+    ),
+    (
+        "Extract the buyer, the item and the price.",
+        "Liam bought a bicycle for 120 dollars.",
+        {"buyer": "Liam", "item": "bicycle", "price": 120},
+    ),
+    (
+        "Extract the student and the score.",
+        "The student Priya scored 92 on the exam.",
+        {"student": "Priya", "score": 92},
+    ),
+    (
+        "Extract the city and the country.",
+        "Paris is the capital of France.",
+        {"city": "Paris", "country": "France"},
+    ),
+    (
+        "Extract the person's name, age and city.",
+        "Noah is 27 years old and lives in Berlin.",
+        {"name": "Noah", "age": 27, "city": "Berlin"},
+    ),
+    (
+        "Extract who the meeting is with and the day.",
+        "The meeting with Sara is on Monday.",
+        {"person": "Sara", "day": "Monday"},
+    ),
+    (
+        "Extract the owner and how many cats they have.",
+        "Olivia has 3 cats.",
+        {"owner": "Olivia", "cats": 3},
+    ),
+    (
+        "Extract the destination and the platform.",
+        "The train to Madrid leaves from platform 4.",
+        {"destination": "Madrid", "platform": 4},
+    ),
+    (
+        "Extract the driver, the car's colour and its brand.",
+        "Kenji drives a blue Toyota.",
+        {"driver": "Kenji", "colour": "blue", "brand": "Toyota"},
+    ),
+    (
+        "Extract the person's name, job and city.",
+        "Maria works as a nurse in Lisbon.",
+        {"name": "Maria", "job": "nurse", "city": "Lisbon"},
+    ),
+    (
+        "Extract the item and its weight in kilograms.",
+        "The package weighs 12 kilograms.",
+        {"item": "package", "weight": 12},
+    ),
+    (
+        "Extract the person and the year they were born.",
+        "Ahmed was born in 1990.",
+        {"name": "Ahmed", "year": 1990},
+    ),
+    (
+        "Extract the book's title and author.",
+        "The book Dune was written by Frank Herbert.",
+        {"title": "Dune", "author": "Frank Herbert"},
+    ),
+    (
+        "Extract the customer and how many pizzas they ordered.",
+        "Lucas ordered 2 pizzas.",
+        {"customer": "Lucas", "pizzas": 2},
+    ),
+    (
+        "Extract the city and the temperature.",
+        "The temperature in Oslo is 5 degrees.",
+        {"city": "Oslo", "temperature": 5},
+    ),
+    (
+        "Extract the person and the language they speak.",
+        "Chloe speaks Spanish.",
+        {"name": "Chloe", "language": "Spanish"},
+    ),
+    (
+        "Extract the person and their phone number.",
+        "Ivan's phone number is 555-0142.",
+        {"name": "Ivan", "phone": "555-0142"},
+    ),
+    (
+        "Extract the event and the ticket price.",
+        "A ticket for the concert costs 45 euros.",
+        {"event": "concert", "price": 45},
+    ),
+    (
+        "Extract the person and whether they are a vegetarian.",
+        "Zoe is a vegetarian.",
+        {"name": "Zoe", "vegetarian": True},
+    ),
+    (
+        "Extract the person and whether they are married.",
+        "Mark is not married.",
+        {"name": "Mark", "married": False},
+    ),
+)
+
+
+def _json_type(value: Any) -> str:
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "integer"
+    if isinstance(value, float):
+        return "number"
+    return "string"
+
+
+def simple_tasks() -> list[Task]:
+    """The 20 one-sentence extractions (2-3 flat fields each), no validators."""
+    tasks = []
+    for i, (instruction, sentence, expect) in enumerate(_SIMPLE):
+        schema = {
+            "type": "object",
+            "properties": {k: {"type": _json_type(v)} for k, v in expect.items()},
+            "required": list(expect),
+            "additionalProperties": False,
+        }
+        tasks.append(
+            Task(
+                f"simple-{i:02d}",
+                "simple",
+                "real",
+                instruction,
+                sentence,
+                schema,
+                [],
+                expect,
+                input_key="text" if i % 2 else None,
+            )
+        )
+    return tasks
+
+
+def field_list(schema: dict[str, Any]) -> str:
+    """``name (string), age (integer)``: the plain one-line prompt's description of the fields."""
+    props = schema.get("properties", {})
+    return ", ".join(f"{k} ({_type_words(v)})" for k, v in props.items())
+
+
+def _type_words(schema: dict[str, Any]) -> str:
+    if schema.get("type") == "array":
+        return f"list of {_type_words(schema.get('items', {}))}"
+    if schema.get("type") == "object":
+        return "object with " + field_list(schema)
+    return str(schema.get("type", "value"))
+
+
+def plain_prompt(task: Task) -> str:
+    """The plain one-line prompt of issue 14: the fields, the text, 'Return only the JSON'."""
+    return (
+        f"Extract these fields as a JSON object: {field_list(task.schema)}. "
+        f"Text: {task.input} Return only the JSON object."
+    )

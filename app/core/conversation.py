@@ -42,7 +42,11 @@ class Conversation:
     transcript: list[Message] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        self.transcript = [self.system, self.task]
+        self.transcript = self._head()
+
+    def _head(self) -> list[Message]:
+        # The compact prompt profile has no system prompt: nothing is sent for it.
+        return [self.system, self.task] if self.system.content else [self.task]
 
     def add_work(self, *messages: Message) -> None:
         """Tool calls and their results: the investigation the model keeps seeing."""
@@ -65,7 +69,7 @@ class Conversation:
 
     def messages(self, note: str | None) -> tuple[Message, ...]:
         """What the next call sends; ``note`` (turn info, must-return warning) ends it."""
-        out = [self.system, self.task]
+        out = self._head()
         if self.full:
             for _, entry in self.log:
                 out.extend(entry)
@@ -105,21 +109,25 @@ class Conversation:
     def purified(self) -> list[Message]:
         """Spec 002 purify: the task, the tool work and the accepted answer; no failures."""
         work = [m for kind, entry in self.log if kind == "work" for m in entry]
-        return [self.system, self.task, *work, self.transcript[-1]]
+        return [*self._head(), *work, self.transcript[-1]]
 
 
 # An input this long is not stored a second time inside the transcript's task message.
 STORED_INPUT_CHARS = 2048
 
 
-def stored_transcript(messages: Sequence[Message], shown_input: str) -> tuple[TranscriptEntry, ...]:
+def stored_transcript(
+    messages: Sequence[Message], shown_input: str, *also: str
+) -> tuple[TranscriptEntry, ...]:
     """The transcript as a job keeps it: the job's input (``shown_input``, as the prompt
-    showed it) is stored once, in the spec, so a long one is replaced here by a note."""
-    marker = f"[the job's input, {len(shown_input)} characters: see the job's input]"
+    showed it; ``also``, other ways a prompt profile may show it) is stored once, in the
+    spec, so a long one is replaced here by a note."""
     out = []
     for message in messages:
         content = message.content
-        if len(shown_input) > STORED_INPUT_CHARS and shown_input in content:
-            content = content.replace(shown_input, marker)
+        for shown in (shown_input, *also):
+            if len(shown) > STORED_INPUT_CHARS and shown in content:
+                marker = f"[the job's input, {len(shown)} characters: see the job's input]"
+                content = content.replace(shown, marker)
         out.append(TranscriptEntry(role=message.role, content=content))
     return tuple(out)

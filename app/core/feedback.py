@@ -145,8 +145,11 @@ def render_feedback(
     attempt: int,
     total_retries: int,
     previous_answer: str | None,
+    compact: bool = False,
 ) -> str:
-    """The correction message; a client's ``retryPrompt`` replaces the shipped template."""
+    """The correction message; a client's ``retryPrompt`` replaces the shipped template.
+    ``compact`` (the model's compact prompt profile): the diagnosis and one line, without
+    the quoted excerpt or the example a small model would copy."""
     if failure.outcome == "truncated":
         return failure.diagnosis
     context: dict[str, Any] = {
@@ -160,6 +163,8 @@ def render_feedback(
     }
     if retry_prompt is not None:
         return render_custom(retry_prompt, context)
+    if compact:
+        return render("compact_feedback", {"diagnosis": failure.diagnosis})
     # Quoted model output (and the example) in fences it cannot close.
     fences = {
         "excerpt_fence": fence(failure.excerpt or ""),

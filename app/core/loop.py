@@ -85,6 +85,9 @@ CONFIG_FAILURE: Final = (
 # After the model repeats a rejected answer, the next calls sample more freely (at least
 # this temperature, a new seed); repeated once more at the last one, the job stops early.
 REPEAT_TEMPERATURES: Final = (0.7, 1.0)
+# Best-of-N: answers asked for together are sampled at least this freely, each with its own
+# seed (from 0 when the job gives none): N greedy answers would be one answer N times.
+CANDIDATE_TEMPERATURE: Final = 0.7
 REPEATED_ANSWER: Final = "repeated-answer"
 # Errors after which configured fallback data is returned instead.
 _FALLBACK_ON: Final = (codes.LLM_ERRORS | codes.EVENT_ERRORS | codes.LOOP_ERRORS) - {
@@ -415,8 +418,8 @@ class _Run:
                 tool_choice="auto" if isinstance(choice, ToolChoiceName) else choice,
                 forced_tool=choice.name if isinstance(choice, ToolChoiceName) else None,
                 max_output_tokens=verdict.max_output_tokens,
-                temperature=self._temperature(),
-                seed=self._seed(),
+                temperature=self._temperature(n),
+                seed=self._seed(n),
                 output_schema=self.contract.output_schema if patch is None else patch.schema,
                 structured_output=self.spec.structured_output,
                 timeout_s=timeout_s,
@@ -618,6 +621,7 @@ class _Run:
                 attempt=max(self.rejected, 1),
                 total_retries=self.spec.budget.max_calls - 1,
                 previous_answer=quote(shown or content),
+                compact=self.prompts.compact(call.request.model),
             )
         about = shown or content
         answer = None if failure.outcome == "truncated" else Message("assistant", quote(about))
@@ -893,17 +897,22 @@ class _Run:
         self.repeats += 1
         return earlier
 
-    def _temperature(self) -> float | None:
+    def _temperature(self, n: int = 1) -> float | None:
         asked = None if self.spec.temperature is None else float(self.spec.temperature)
-        if self.repeats == 0:
+        floor = 0.0 if n == 1 else CANDIDATE_TEMPERATURE
+        if self.repeats > 0:
+            floor = max(floor, REPEAT_TEMPERATURES[min(self.repeats, len(REPEAT_TEMPERATURES)) - 1])
+        if floor == 0.0:
             return asked
-        floor = REPEAT_TEMPERATURES[min(self.repeats, len(REPEAT_TEMPERATURES)) - 1]
         return max(asked or 0.0, floor)
 
-    def _seed(self) -> int | None:
-        if self.repeats == 0 or self.spec.seed is None:
-            return self.spec.seed
-        return self.spec.seed + self.repeats
+    def _seed(self, n: int = 1) -> int | None:
+        seed = self.spec.seed
+        if seed is None and n > 1:
+            seed = 0  # several answers: a seed each (the router's seed + k), never all alike
+        if self.repeats == 0 or seed is None:
+            return seed
+        return seed + self.repeats
 
     def _past_deadline(self, slack_s: float = 0.05) -> bool:
         return self.deadline is not None and self.clock.monotonic() >= self.deadline - slack_s

@@ -11,13 +11,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, runtime_checkable
 
 Role = Literal["system", "user", "assistant", "tool"]
 FinishReason = Literal["stop", "length", "tool_calls", "refusal", "content_filter"]
 StructuredOutput = Literal["auto", "native", "prompt"]
 # What a client actually does for a model when asked for structured output.
 StructuredMode = Literal["json_schema", "json_object", "tool", "prompt"]
+# How prompts are written for a model: everything spelled out, or the short form small
+# models need (app.core.prompting).
+PromptProfile = Literal["full", "compact"]
 # Whether the model may call the offered tools: as it likes, never, or it must call one.
 ToolChoiceMode = Literal["auto", "none", "required"]
 
@@ -169,4 +172,23 @@ class ModelClient(Protocol):
         self, model: str | None, input_tokens: int, output_tokens: int
     ) -> float | None:
         """Upper-bound USD for a call of that size, ``None`` when the price is unknown."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class PromptStyle:
+    """How to write the prompt for a model: its ``profile``, and whether the provider
+    constrains decoding to the output schema (then the prompt need not spell it out)."""
+
+    profile: PromptProfile = "full"
+    schema_enforced: bool = False
+
+
+@runtime_checkable
+class StyledClient(Protocol):
+    """A ``ModelClient`` that knows how each model likes its prompts (the router does);
+    a client without it gets the full profile."""
+
+    def prompt_style(self, model: str | None, requested: StructuredOutput) -> PromptStyle:
+        """The prompt style for ``model`` (a route: compact only if all its models are)."""
         ...

@@ -8,6 +8,16 @@ Every sentence comes from a template in ``prompts/`` (``app.core.prompts.render`
 Data is fenced so that it cannot end its own fence: the input sits in an ``<input>`` tag
 whose name changes when the input holds ``</input`` (``data_tag``), and code fences are
 longer than any run of backticks inside them (``fence``).
+
+Two profiles, per model (the providers file's ``prompt``, ``ModelConfig.prompt``):
+
+- ``full`` spells everything out: the JSON Schema (unless the provider enforces it
+  natively), the input as JSON in its delimiter tag, the ``$fail`` way out;
+- ``compact``, for small models that copy a long prompt's scaffolding into their answers:
+  the fields as a short list (``name (string), age (integer)``) when the provider
+  constrains decoding to the schema, an input that is a string or one text field as plain
+  text, no ``$fail`` instruction, one-line re-ask feedback. Measured on the embedded
+  gemma-3 270M in docs/benchmarks/real-model.md.
 """
 
 from __future__ import annotations
@@ -19,7 +29,7 @@ from app.core.budget import TurnBudget
 from app.core.contract import Contract
 from app.core.conversation import Conversation
 from app.core.feedback import Failure
-from app.core.model import Message, ModelClient
+from app.core.model import Message, ModelClient, PromptStyle, StyledClient
 from app.core.prompts import data_tag, fence, render
 from app.core.spec import JobSpec
 from app.core.turn import TurnType
@@ -40,7 +50,26 @@ class Prompting:
     def _native(self, model: str | None) -> bool:
         return self.client.structured_mode(model, self.spec.structured_output) in _NATIVE
 
+    def style(self, model: str | None) -> PromptStyle:
+        """The model's prompt style; clients that do not say get the full profile."""
+        if isinstance(self.client, StyledClient):
+            return self.client.prompt_style(model, self.spec.structured_output)
+        return PromptStyle()
+
+    def compact(self, model: str | None) -> bool:
+        return self.style(model).profile == "compact"
+
+    def shown_input(self, model: str | None) -> str:
+        """The job's input as the prompt shows it (the compact profile unwraps one text field)."""
+        if self.compact(model):
+            return show_input_plain(self.spec.input)
+        return show_input(self.spec.input)
+
     def system(self, model: str | None) -> Message:
+        if self.compact(model):
+            # Everything is in the user turn, the format last: a base model reads on from
+            # there, and a chat template without a system role loses nothing.
+            return Message("system", "")
         native = self._native(model)
         schema = schema_text(self.contract.output_schema)
         return Message(
@@ -58,6 +87,12 @@ class Prompting:
         )
 
     def conversation(self, model: str | None) -> Conversation:
+        if self.compact(model):
+            return Conversation(
+                system=self.system(model),
+                task=Message("user", self._compact_task(model)),
+                full=self.spec.feedback == "full",
+            )
         shown = show_input(self.spec.input)
         task = render(
             "task",
@@ -76,8 +111,36 @@ class Prompting:
             full=self.spec.feedback == "full",
         )
 
+    def _compact_task(self, model: str | None, last_error: str | None = None) -> str:
+        # Constrained decoding already holds the answer to the schema; a short field list
+        # says what goes where. Without it the model needs the schema itself.
+        style = self.style(model)
+        schema = self.contract.output_schema
+        fields = field_list(schema) if style.schema_enforced and not self.has_tools else None
+        shown_schema = schema_text(schema)
+        return render(
+            "compact_task",
+            {
+                "has_tools": self.has_tools and self.spec.budget.max_turns > 1,
+                "task": self.spec.task,
+                "has_input": self.spec.input is not None,
+                "plain": is_plain_input(self.spec.input),
+                "input": self.shown_input(model),
+                "has_plan": bool(self.spec.plan),
+                "plan": self.spec.plan or [],
+                "last_error": last_error,
+                "fields": fields,
+                "show_schema": fields is None,
+                "schema": shown_schema,
+                "schema_fence": fence(shown_schema),
+            },
+        )
+
     def simplified(self, model: str | None, last: Failure | None) -> tuple[Message, ...]:
         """Spec 004's simplified final attempt: the bare schema, an example, the last error."""
+        if self.compact(model):
+            task = self._compact_task(model, None if last is None else last.diagnosis)
+            return (Message("user", task),)
         schema = schema_text(self.contract.output_schema)
         example = self.contract.example
         system = render(
@@ -104,7 +167,15 @@ class Prompting:
         return (Message("system", system), Message("user", user))
 
     def note(self, budget: TurnBudget, turn_type: TurnType) -> str | None:
-        """Spec 003's budget information, and spec 000's must-return warning."""
+        """Spec 003's budget information, and spec 000's must-return warning (the compact
+        profile keeps only the warning, and only when the job has work turns)."""
+        if self.compact(self.spec.model):
+            if turn_type != "must_return" or budget.max_turns <= 1:
+                return None
+            return render(
+                "must_return_warning",
+                {"has_retries": budget.retry_remaining > 0, "retry_count": budget.retry_remaining},
+            )
         info = render(
             "turn_info",
             {
@@ -139,6 +210,74 @@ def show_input(value: Any) -> str:
     if isinstance(value, str):
         return value
     return json.dumps(value, ensure_ascii=False, indent=1)
+
+
+def is_plain_input(value: Any) -> bool:
+    """A string, or an object with one string field: text the compact profile shows as is."""
+    if isinstance(value, str):
+        return True
+    return (
+        isinstance(value, dict) and len(value) == 1 and isinstance(next(iter(value.values())), str)
+    )
+
+
+def show_input_plain(value: Any) -> str:
+    """``show_input``, except that one text field is shown as its text."""
+    if isinstance(value, dict) and is_plain_input(value):
+        return str(next(iter(value.values())))
+    return show_input(value)
+
+
+# Deeper schemas, or parts a short list cannot say (references, unions), are shown whole.
+_FIELD_DEPTH = 3
+_TYPE_WORDS = {
+    "string": "string",
+    "integer": "integer",
+    "number": "number",
+    "boolean": "boolean",
+    "null": "null",
+}
+
+
+def field_list(schema: dict[str, Any]) -> str | None:
+    """The compact profile's description of an object schema: ``name (string), age
+    (integer)``; ``None`` when a short list cannot describe it."""
+    if schema.get("type") != "object" or not schema.get("properties"):
+        return None
+    return _fields(schema, 0)
+
+
+def _fields(schema: dict[str, Any], depth: int) -> str | None:
+    props = schema.get("properties")
+    if not isinstance(props, dict) or not props:
+        return None
+    parts = []
+    for name, sub in props.items():
+        words = _type_words(sub, depth + 1) if isinstance(sub, dict) else None
+        if words is None:
+            return None
+        parts.append(f"{name} ({words})")
+    return ", ".join(parts)
+
+
+def _type_words(schema: dict[str, Any], depth: int) -> str | None:
+    if depth > _FIELD_DEPTH:
+        return None
+    if "enum" in schema and isinstance(schema["enum"], list):
+        return "one of " + " | ".join(json.dumps(v, ensure_ascii=False) for v in schema["enum"])
+    if "const" in schema:
+        return "exactly " + json.dumps(schema["const"], ensure_ascii=False)
+    kind = schema.get("type")
+    if kind == "array":
+        items = schema.get("items")
+        inner = _type_words(items, depth + 1) if isinstance(items, dict) else None
+        return None if inner is None else f"list of {inner}"
+    if kind == "object":
+        inner = _fields(schema, depth)
+        return None if inner is None else f"object: {inner}"
+    if isinstance(kind, str) and kind in _TYPE_WORDS:
+        return _TYPE_WORDS[kind]
+    return None
 
 
 def schema_text(schema: dict[str, Any]) -> str:

@@ -18,7 +18,7 @@ File shape (see docs/providers.md for the full example)::
     kind = "openai"                          # timeout_s, max_attempts, headers
     [models.gpt-4o-mini]                     # provider, name, structured, prices,
     provider = "openai"                      # max_output_tokens, max_tokens_field, strict,
-                                             # prompt_cache
+                                             # system_role, tools, prompt, prompt_cache
     [routes.fast]
     models = ["gpt-4o-mini", "claude-haiku"]
     [circuit]                                # failure_threshold, cooldown_s
@@ -47,6 +47,7 @@ from pydantic import (
 )
 
 from app.core.errors import InvalidInput
+from app.core.model import PromptProfile
 from app.providers.circuit import DEFAULT_COOLDOWN_S, DEFAULT_FAILURE_THRESHOLD
 from app.providers.pricing import Price
 from app.providers.retry import DEFAULT_MAX_ATTEMPTS
@@ -134,6 +135,10 @@ class ModelConfig(_Strict):
     # Native tool calling (OpenAI ``tools``, Anthropic ``tool_use``). llama.cpp's Gemma chat
     # format has none: a job with tools for such a model is refused at submit.
     tools: bool = True
+    # How prompts are written for it: "full" (the schema, the input as JSON in a delimiter
+    # tag, the $fail instruction) or "compact" for small models that copy such scaffolding
+    # into their answers (docs/providers.md, "Prompt profiles").
+    prompt: PromptProfile = "full"
 
     @model_validator(mode="after")
     def _both_prices(self) -> ModelConfig:

@@ -93,6 +93,7 @@ def with_local_model(config: ProvidersConfig, server: LocalModelServer) -> Provi
         strict=False,
         system_role=False,
         tools=False,
+        prompt=settings.prompt,
     )
     provider = ProviderConfig(kind="openai", base_url=server.base_url, max_attempts=2)
     return config.with_provider(LOCAL_PROVIDER, provider, {settings.name: model}, default=True)

@@ -101,6 +101,8 @@ class LocalModelSettings:
     output_usd_per_mtok: float
     context_window: int
     max_output_tokens: int
+    # A 270M base model copies a long prompt's scaffolding into its answers.
+    prompt: Literal["full", "compact"] = "compact"
 
 
 def local_model_settings(n_ctx: int = DEFAULT_N_CTX) -> LocalModelSettings:

@@ -32,6 +32,7 @@ from app.core.model import (
     Choice,
     LLMRequest,
     LLMResponse,
+    PromptStyle,
     StructuredMode,
     StructuredOutput,
     Usage,
@@ -169,6 +170,15 @@ class Router:
                 )
         return structured.weakest(modes)
 
+    def prompt_style(self, model: str | None, requested: StructuredOutput) -> PromptStyle:
+        """How to prompt ``model`` (the providers file's ``prompt``). A route is compact only
+        if every model on it is, and its schema enforced only if every model enforces it:
+        the prompt is written once, whichever model answers."""
+        targets = [self._targets[n] for n in self.resolve(model)]
+        compact = all(t.spec.prompt == "compact" for t in targets)
+        enforced = all(structured.enforces_schema(t.capability, requested) for t in targets)
+        return PromptStyle("compact" if compact else "full", schema_enforced=enforced)
+
     def without_tools(self, model: str | None) -> list[str]:
         """The models ``model`` (a model or a route) tries that cannot call tools."""
         return [n for n in self.resolve(model) if not self._targets[n].spec.tools]
@@ -269,9 +279,13 @@ class Router:
         """Several answers from a wire without ``n``: that many calls at once, as one. The
         calls that failed are left out (a half-open circuit lets one through); when all
         failed, the first failure is raised."""
-        single = replace(request, n=1)
+        # A seed each: the same seed would sample the same answer n times.
+        singles = [
+            replace(request, n=1, seed=None if request.seed is None else request.seed + k)
+            for k in range(request.n)
+        ]
         results = await asyncio.gather(
-            *(self._one(target, single, deadline, on_retry=on_retry) for _ in range(request.n)),
+            *(self._one(target, single, deadline, on_retry=on_retry) for single in singles),
             return_exceptions=True,
         )
         answers = [r for r in results if isinstance(r, LLMResponse)]

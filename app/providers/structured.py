@@ -61,6 +61,11 @@ def mode_for(capability: Capability, requested: StructuredOutput) -> StructuredM
     return seam_mode(capability)
 
 
+def enforces_schema(capability: Capability, requested: StructuredOutput) -> bool:
+    """Decoding is constrained to the output schema itself (not only to some JSON)."""
+    return requested != "prompt" and capability in ("json_schema", "json_object_schema", "tool")
+
+
 def is_native(mode: StructuredMode) -> bool:
     return mode != "prompt"
 

@@ -128,6 +128,21 @@ async def test_best_of_n_keeps_the_first_valid_answer_and_counts_them_all() -> N
     assert execution.cost == 0.003
 
 
+async def test_best_of_n_samples_its_answers_apart() -> None:
+    # Greedy decoding would give one answer N times: several answers are sampled at least
+    # at CANDIDATE_TEMPERATURE with a seed (the router gives each its own, seed + k); a
+    # single answer keeps the job's temperature.
+    wrong = json.dumps(WRONG_AGE)
+    client = ScriptedClient([several(wrong, wrong), answer({"/age": 3})])
+    result = await run(job(candidates={"n": 2, "on": "all"}, temperature=0), client)
+    first = client.requests[0]
+    assert (first.n, first.temperature, first.seed) == (2, 0.7, 0)
+    assert result.envelope.status == "success"
+    client = ScriptedClient([answer({**WRONG_AGE, "age": 1})])
+    await run(job(temperature=0.2, seed=9), client)
+    assert (client.requests[0].temperature, client.requests[0].seed) == (0.2, 9)
+
+
 async def test_best_of_n_with_none_valid_goes_on_with_the_first_answer() -> None:
     wrong = json.dumps(WRONG_AGE)
     worse = json.dumps({"name": 1, "age": "x", "city": 2})

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -49,3 +50,29 @@ def test_constrained_decoding_succeeds_in_one_call(tmp_path: Path) -> None:
     assert result["execution"]["llmCalls"] == 1
     assert result["execution"]["cost"] == 0.0
     assert result["execution"]["model"] == "gemma-3-270m-q4_k_m"
+
+
+def test_the_compact_prompt_gets_a_one_sentence_extraction_in_a_short_call(
+    tmp_path: Path,
+) -> None:
+    # The local model's default prompt profile is compact: one short user turn (no schema
+    # dump, the one text field as plain text), answered right in one call.
+    job = tmp_path / "job.json"
+    job.write_text(
+        json.dumps(
+            {
+                "task": "Extract the buyer, the item and the price.",
+                "input": {"text": "Liam bought a bicycle for 120 dollars."},
+                "signature": "{buyer :string, item :string, price :int}",
+                "budget": {"maxTurns": 1, "returnRetries": 0},
+                "temperature": 0,
+            }
+        )
+    )
+    proc = reprompt_cli("run", str(job), "--full", env={"REPROMPT_DATA_DIR": str(tmp_path)})
+    result = output(proc)["result"]
+    assert result["status"] == "success", (result, proc.stderr)
+    assert result["data"]["buyer"] == "Liam"
+    assert result["data"]["item"] == "bicycle"
+    # The full profile adds the JSON Schema, the input as JSON in a tag and the $fail rule.
+    assert result["execution"]["inputTokens"] < 80

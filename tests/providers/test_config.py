@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 
 import httpx
 import pytest
 
 from app.core.errors import InvalidInput
+from app.core.model import PromptStyle
 from app.providers.config import ModelConfig, ProviderConfig, ProvidersConfig, load_providers
+from app.providers.embedded import with_local_model
+from app.providers.local import local_model_settings
 from app.providers.router import build_router
 
 TOML = """
@@ -231,6 +235,11 @@ def test_with_provider_refuses_a_name_already_taken() -> None:
             "providers.p.kind",
         ),
         (
+            '[providers.p]\nkind = "openai"\n[models.m]\nprovider = "p"\nprompt = "tiny"',
+            "models.m.prompt",
+            "models.m.prompt: Input should be 'full' or 'compact'",
+        ),
+        (
             '[providers.p]\nkind = "openai"\ntimeout = 5',
             "providers.p.timeout",
             "Extra inputs are not permitted",
@@ -371,3 +380,46 @@ def test_a_relative_secrets_file_is_found_next_to_the_providers_file(tmp_path: P
 
     assert key is not None
     assert key.get_secret_value() == "sk-relative-0123456789"
+
+
+PROFILES = """
+[providers.p]
+kind = "openai"
+base_url = "http://127.0.0.1:9/v1"
+[models.small]
+provider = "p"
+structured = "json_object_schema"
+prompt = "compact"
+[models.tiny]
+provider = "p"
+structured = "json_object"
+prompt = "compact"
+[models.big]
+provider = "p"
+[routes.smalls]
+models = ["small", "tiny"]
+[routes.mixed]
+models = ["small", "big"]
+"""
+
+
+async def test_a_models_prompt_profile_comes_from_the_file(
+    tmp_path: Path, http: httpx.AsyncClient
+) -> None:
+    router = build_router(load_providers({}, path=write(tmp_path, "p.toml", PROFILES)), http)
+    assert router.prompt_style("small", "auto") == PromptStyle("compact", schema_enforced=True)
+    # json_object without a schema constrains to some JSON only: the prompt must say the schema.
+    assert router.prompt_style("tiny", "auto") == PromptStyle("compact", schema_enforced=False)
+    assert router.prompt_style("small", "prompt") == PromptStyle("compact", schema_enforced=False)
+    assert router.prompt_style("big", "auto") == PromptStyle("full", schema_enforced=True)
+    # A route's prompt is written once: compact only if every model is, enforced only if all are.
+    assert router.prompt_style("smalls", "auto") == PromptStyle("compact", schema_enforced=False)
+    assert router.prompt_style("mixed", "auto") == PromptStyle("full", schema_enforced=True)
+
+
+def test_the_embedded_model_is_compact_by_default(tmp_path: Path) -> None:
+    server = SimpleNamespace(settings=local_model_settings(), base_url="http://127.0.0.1:9/v1")
+    config = with_local_model(ProvidersConfig(), server)  # type: ignore[arg-type]
+    (model,) = config.models.values()
+    assert model.prompt == "compact"
+    assert ModelConfig(provider="x").prompt == "full"

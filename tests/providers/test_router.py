@@ -23,6 +23,7 @@ from app.providers.config import (
     ProvidersConfig,
     RouteConfig,
 )
+from app.providers.openai import OpenAIAdapter
 from app.providers.router import Router, build_router
 from tests.providers.upstream import Upstream, one_model, recorded
 
@@ -312,6 +313,23 @@ async def test_n_answers_on_a_wire_without_n_are_n_calls_whose_failures_are_left
     assert single.usage is not None
     assert response.usage is not None
     assert response.usage.input_tokens == 2 * single.usage.input_tokens
+
+
+async def test_n_calls_on_a_wire_without_n_are_seeded_apart(
+    upstream: Upstream, http: httpx.AsyncClient
+) -> None:
+    class OneAnswerEach(OpenAIAdapter):  # as llama.cpp's server: no ``n``
+        supports_n = False
+
+    upstream.script(*[recorded("openai_success")] * 3)
+    config = route_config(upstream.url)
+    adapter = OneAnswerEach(http, provider="oa", config=config.providers["oa"])
+    router = build_router(config, http, adapters={"oa": adapter})
+
+    await router.complete(LLMRequest(messages=ASK.messages, model="a", n=3, seed=7))
+
+    assert sorted(s.body["seed"] for s in upstream.seen) == [7, 8, 9]
+    assert all("n" not in s.body for s in upstream.seen)
 
 
 async def test_n_calls_that_all_fail_raise_the_failure(
