@@ -611,7 +611,9 @@ class _Run:
             return
         self.patch = self._next_patch(call, rejected)
         if self.patch is not None:
-            text = render_patch_feedback(failure, first=self.rejected == 1, patch=self.patch)
+            text = self.prompts.patch_feedback(
+                call.request.model, failure, self.patch
+            ) or render_patch_feedback(failure, first=self.rejected == 1, patch=self.patch)
         else:
             text = render_feedback(
                 failure,

@@ -30,6 +30,7 @@ from app.core.contract import Contract
 from app.core.conversation import Conversation
 from app.core.feedback import Failure
 from app.core.model import Message, ModelClient, PromptStyle, StyledClient
+from app.core.patch import Patch
 from app.core.prompts import data_tag, fence, render
 from app.core.spec import JobSpec
 from app.core.turn import TurnType
@@ -109,6 +110,25 @@ class Prompting:
             system=self.system(model),
             task=Message("user", task),
             full=self.spec.feedback == "full",
+        )
+
+    def patch_feedback(self, model: str | None, failure: Failure, patch: Patch) -> str | None:
+        """The compact profile's field-level re-ask: the diagnosis and one line naming the
+        parts (``"/age" (integer)`` where decoding holds the answer to the sub-schema, else
+        the sub-schema). ``None`` for the full profile (``render_patch_feedback``)."""
+        if not self.compact(model):
+            return None
+        fields = field_list(patch.schema) if self.style(model).schema_enforced else None
+        shown_schema = schema_text(patch.schema)
+        return render(
+            "compact_patch_feedback",
+            {
+                "diagnosis": failure.diagnosis,
+                "fields": fields,
+                "show_schema": fields is None,
+                "schema": shown_schema,
+                "schema_fence": fence(shown_schema),
+            },
         )
 
     def _compact_task(self, model: str | None, last_error: str | None = None) -> str:

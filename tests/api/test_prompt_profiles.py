@@ -75,8 +75,12 @@ def test_a_compact_model_gets_no_schema_dump_and_its_text_input_as_plain_text(
         assert scaffolding not in prompt, scaffolding
     feedback = [m["content"] for m in sent(small)[1:] if m["role"] == "user"]
     assert len(feedback) == 1
-    assert feedback[0].endswith("Answer again with the corrected JSON value only.")
-    assert "```" not in feedback[0]  # no quoted excerpt, no example
+    # A field-level re-ask of the one wrong part, named in one line (the grammar holds the
+    # answer to its sub-schema): no quoted excerpt, no example, no schema.
+    assert feedback[0].endswith(
+        "Answer with a JSON object of the corrected parts only: /name (string)."
+    )
+    assert "```" not in feedback[0]
 
     assert big["status"] == "succeeded", big
     system, task = sent(big)[:2]

@@ -157,15 +157,29 @@ def test_compact_feedback_is_the_diagnosis_and_one_line() -> None:
     assert custom == "Fix: $.age: expected integer"
 
 
-async def test_a_compact_job_re_asks_in_one_line_and_succeeds() -> None:
+@pytest.mark.parametrize(
+    ("retry_mode", "last_line"),
+    [
+        ("whole", "Answer again with the corrected JSON value only."),
+        # A field-level re-ask (the default where only some parts fail): the parts by name.
+        ("auto", "Answer with a JSON object of the corrected parts only: /age (integer)."),
+    ],
+)
+async def test_a_compact_job_re_asks_in_one_line_and_succeeds(
+    retry_mode: str, last_line: str
+) -> None:
     client = StyledClient([reply('{"name": "Tom"}'), answer({"name": "Tom", "age": 34})])
-    result = await run_job(spec(budget={"maxTurns": 1, "returnRetries": 1}), Runtime(client=client))
+    job = spec(budget={"maxTurns": 1, "returnRetries": 1}, retryMode=retry_mode)
+    result = await run_job(job, Runtime(client=client))
     assert result.envelope.status == "success"
     first, second = client.requests
     assert [m.role for m in first.messages] == ["user"]
     assert [m.role for m in second.messages] == ["user", "assistant", "user"]
     feedback = second.messages[-1].content
-    assert feedback.endswith("Answer again with the corrected JSON value only.")
+    assert (
+        feedback
+        == 'The answer does not match the schema:\n- $: missing required field "age"\n' + last_line
+    )
     assert "Correction attempt" not in feedback
     assert "```" not in feedback
 
