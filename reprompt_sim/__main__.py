@@ -53,6 +53,11 @@ def build_parser() -> argparse.ArgumentParser:
         default=400,
         help="length of the preamble written in 'truncation' mode",
     )
+    add(
+        "--cache-keyless",
+        action="store_true",
+        help="cache OpenAI prompts sent without a prompt_cache_key too (as OpenAI does)",
+    )
     add("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
     return parser
 
@@ -75,6 +80,7 @@ def main(argv: list[str] | None = None) -> int:
             slow_rate=args.slow,
             slow_ms=args.slow_ms,
             verbose_tokens=args.verbose_tokens,
+            cache_keyless=args.cache_keyless,
         )
     except ValueError as exc:
         parser.error(str(exc))

@@ -11,7 +11,8 @@ the cached tokens a request that repeats one reports.
 OpenAI caches by itself: under a ``prompt_cache_key``, the longest prefix a request shares
 with an earlier one under the same key is read from the cache, once the prompt has
 ``OPENAI_MINIMUM`` tokens, in steps of ``OPENAI_STEP`` tokens (a request without a key is
-not cached here: OpenAI's best-effort routing of keyless requests is not modelled). A
+not cached here, unless ``keyless``: then keyless requests share one namespace, as OpenAI
+caches them too, best effort). A
 prompt is remembered as a chained digest per step, so a long one costs little memory.
 Anthropic caches what it is told to: the prefix up to each block marked ``cache_control``
 is written when it has ``ANTHROPIC_MINIMUM`` tokens, and read back by a later request whose
@@ -51,7 +52,8 @@ class Unit:
 
 
 class PromptCache:
-    def __init__(self) -> None:
+    def __init__(self, *, keyless: bool = False) -> None:
+        self._keyless = keyless
         # OpenAI: per key, the chained digests of every 128-token chunk of prompts seen.
         self._openai: OrderedDict[str, set[bytes]] = OrderedDict()
         self._openai_size = 0
@@ -61,7 +63,9 @@ class PromptCache:
     def openai(self, key: str | None, segments: Sequence[Segment], prompt_tokens: int) -> int:
         """The cached tokens of a request under ``key``; the request is remembered."""
         if not key:
-            return 0
+            if not self._keyless:
+                return 0
+            key = ""  # the namespace every keyless request shares
         chain = _chunk_digests(segments)
         known = self._openai.pop(key, set())
         # Each digest covers its chunk and every chunk before it: the last known one ends

@@ -58,6 +58,9 @@ class SimConfig:
     slow_rate: float = 0.0
     slow_ms: float = 2000.0
     verbose_tokens: int = 400
+    # OpenAI also caches prompts sent without a ``prompt_cache_key`` (best effort, routed
+    # by their prefix): with this, keyless requests share one cache namespace here.
+    cache_keyless: bool = False
 
     def __post_init__(self) -> None:
         check_rates(self.failure_rates)

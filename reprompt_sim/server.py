@@ -107,7 +107,7 @@ class _Simulator:
         self.config = config
         self.seen = _Tally()
         self.answered = _Tally()
-        self.cache = PromptCache()
+        self.cache = PromptCache(keyless=config.cache_keyless)
         self.journal = Journal()
 
     async def serve(self, request: Request, wire: _Wire) -> JSONResponse:

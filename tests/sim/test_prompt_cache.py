@@ -33,6 +33,15 @@ def test_openai_caches_a_repeated_prefix_under_its_key_in_128_token_steps() -> N
     assert cache.openai(None, again, prompt_tokens=1600) == 0  # no key: not cached here
 
 
+def test_openai_keyless_requests_share_one_cache_when_asked_to() -> None:
+    cache = PromptCache(keyless=True)
+    first = [("tools", ""), ("system", LONG), ("user", "one")]
+    again = [("tools", ""), ("system", LONG), ("user", "two, longer")]
+    assert cache.openai(None, first, prompt_tokens=1600) == 0
+    assert cache.openai(None, again, prompt_tokens=1600) >= 1024
+    assert cache.openai("k", again, prompt_tokens=1600) == 0  # a key: its own cache still
+
+
 def test_openai_never_reports_more_than_the_prompt() -> None:
     cache = PromptCache()
     segments = [("system", LONG)]
