@@ -116,6 +116,9 @@ def body(job: dict[str, Any], model: str) -> dict[str, Any]:
         "signature": "{city :string, pallets :int, consignments :int}",
         "budget": {"maxTurns": 1, "returnRetries": 4},
         "model": model,
+        # Whole re-asks, as scripted: a field-level one would ask for the missing field
+        # alone, and this set measures the cache under repeated whole prompts.
+        "retryMode": "whole",
     }
 
 
