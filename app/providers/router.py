@@ -264,9 +264,24 @@ class Router:
         *,
         on_retry: OnRetry | None = None,
     ) -> LLMResponse:
-        if request.n > 1 and not getattr(target.adapter, "supports_n", False):
+        if request.n <= 1:
+            return await self._one(target, request, deadline, on_retry=on_retry)
+        if not getattr(target.adapter, "supports_n", False):
             return await self._calls(target, request, deadline, on_retry=on_retry)
-        return await self._one(target, request, deadline, on_retry=on_retry)
+        response = await self._one(target, request, deadline, on_retry=on_retry)
+        missing = request.n - len(response.choices)
+        if missing <= 0:
+            return response
+        # A server that takes ``n`` but answers once (llama.cpp's OpenAI-compatible server
+        # ignores it): the answers missing, as calls of their own, seeded apart.
+        seed = None if request.seed is None else request.seed + len(response.choices)
+        try:
+            more = await self._calls(
+                target, replace(request, n=missing, seed=seed), deadline, on_retry=on_retry
+            )
+        except ProviderError:
+            return response  # the answers it has
+        return _together([response, more])
 
     async def _calls(
         self,
@@ -296,28 +311,7 @@ class Router:
             failure = results[0]
             assert isinstance(failure, Exception)
             raise failure
-        first = answers[0]
-        usages = [a.usage for a in answers]
-        usage = (
-            None
-            if any(u is None for u in usages)
-            else Usage(
-                input_tokens=sum(u.input_tokens for u in usages if u is not None),
-                output_tokens=sum(u.output_tokens for u in usages if u is not None),
-                cached_input_tokens=sum(u.cached_input_tokens for u in usages if u is not None),
-                cache_write_tokens=sum(u.cache_write_tokens for u in usages if u is not None),
-            )
-        )
-        return replace(
-            first,
-            usage=usage,
-            alternatives=tuple(
-                Choice(a.content, a.finish_reason, a.tool_calls, a.refusal) for a in answers[1:]
-            ),
-            transport_retries=sum(a.transport_retries for a in answers),
-            transport_wait_ms=max(a.transport_wait_ms for a in answers),
-            warnings=tuple(dict.fromkeys(w for a in answers for w in a.warnings)),
-        )
+        return _together(answers)
 
     async def _one(
         self,
@@ -363,6 +357,34 @@ class Router:
             raise
         breaker.record_success()
         return replace(response, transport_retries=tally.retries, transport_wait_ms=tally.wait_ms)
+
+
+def _together(answers: list[LLMResponse]) -> LLMResponse:
+    """Several calls' answers as one response: every answer in order (each call's own
+    alternatives included), the usage and transport counts of them all."""
+    first = answers[0]
+    usages = [a.usage for a in answers]
+    usage = (
+        None
+        if any(u is None for u in usages)
+        else Usage(
+            input_tokens=sum(u.input_tokens for u in usages if u is not None),
+            output_tokens=sum(u.output_tokens for u in usages if u is not None),
+            cached_input_tokens=sum(u.cached_input_tokens for u in usages if u is not None),
+            cache_write_tokens=sum(u.cache_write_tokens for u in usages if u is not None),
+        )
+    )
+    choices = [c for a in answers for c in a.choices][1:]
+    return replace(
+        first,
+        usage=usage,
+        alternatives=tuple(
+            Choice(c.content, c.finish_reason, c.tool_calls, c.refusal) for c in choices
+        ),
+        transport_retries=sum(a.transport_retries for a in answers),
+        transport_wait_ms=max(a.transport_wait_ms for a in answers),
+        warnings=tuple(dict.fromkeys(w for a in answers for w in a.warnings)),
+    )
 
 
 def build_router(

@@ -287,13 +287,17 @@ def test_router_is_a_model_client(http: httpx.AsyncClient) -> None:
 async def test_n_answers_on_an_openai_wire_are_one_request_with_n(
     upstream: Upstream, http: httpx.AsyncClient
 ) -> None:
-    upstream.script(recorded("openai_success"))
+    one = recorded("openai_success")
+    body = dict(one.body)
+    body["choices"] = [{**body["choices"][0], "index": i} for i in range(3)]
+    upstream.script(recorded("openai_success", body=body))
     router = build_router(route_config(upstream.url), http)
 
-    await router.complete(LLMRequest(messages=ASK.messages, model="a", n=3))
+    response = await router.complete(LLMRequest(messages=ASK.messages, model="a", n=3))
 
     assert paths(upstream) == [OPENAI]
     assert upstream.seen[0].body["n"] == 3
+    assert len(response.choices) == 3
 
 
 async def test_n_answers_on_a_wire_without_n_are_n_calls_whose_failures_are_left_out(
@@ -330,6 +334,25 @@ async def test_n_calls_on_a_wire_without_n_are_seeded_apart(
 
     assert sorted(s.body["seed"] for s in upstream.seen) == [7, 8, 9]
     assert all("n" not in s.body for s in upstream.seen)
+
+
+async def test_a_server_that_ignores_n_gets_the_missing_answers_as_calls_of_their_own(
+    upstream: Upstream, http: httpx.AsyncClient
+) -> None:
+    # llama.cpp's OpenAI-compatible server takes ``n`` and answers once.
+    upstream.script(*[recorded("openai_success")] * 3)
+    router = build_router(route_config(upstream.url), http)
+
+    response = await router.complete(LLMRequest(messages=ASK.messages, model="a", n=3, seed=7))
+
+    assert paths(upstream) == [OPENAI] * 3
+    assert [s.body.get("n") for s in upstream.seen] == [3, None, None]
+    assert sorted(s.body["seed"] for s in upstream.seen[1:]) == [8, 9]
+    assert len(response.choices) == 3
+    single = await router.complete(LLMRequest(messages=ASK.messages, model="a"))
+    assert single.usage is not None
+    assert response.usage is not None
+    assert response.usage.output_tokens == 3 * single.usage.output_tokens
 
 
 async def test_n_calls_that_all_fail_raise_the_failure(
