@@ -29,6 +29,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, model_validator
 
 from app.core.spec import ValidatorSpec
+from app.core.validation import json_type
 from app.core.validators import build
 
 # the failure mode of the first answer; "ok" tasks are the control group
@@ -460,23 +461,13 @@ _SIMPLE: tuple[tuple[str, str, dict[str, Any]], ...] = (
 )
 
 
-def _json_type(value: Any) -> str:
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int):
-        return "integer"
-    if isinstance(value, float):
-        return "number"
-    return "string"
-
-
 def simple_tasks() -> list[Task]:
     """The 20 one-sentence extractions (2-3 flat fields each), no validators."""
     tasks = []
     for i, (instruction, sentence, expect) in enumerate(_SIMPLE):
         schema = {
             "type": "object",
-            "properties": {k: {"type": _json_type(v)} for k, v in expect.items()},
+            "properties": {k: {"type": json_type(v)} for k, v in expect.items()},
             "required": list(expect),
             "additionalProperties": False,
         }
