@@ -135,6 +135,26 @@ POISON_JOBS = Counter(
     "Jobs failed because their workers were lost too many times.",
     registry=REGISTRY,
 )
+PATCH_REASKS = Counter(
+    f"{P}patch_reasks",
+    "Field-level re-asks (only the failing parts asked for again and merged into the last "
+    "answer), by the outcome of the merged answer.",
+    ["outcome"],
+    registry=REGISTRY,
+)
+CANDIDATE_CALLS = Counter(
+    f"{P}candidate_calls",
+    "Best-of-N calls (several answers to one question), by outcome: success when one of "
+    "the answers was kept.",
+    ["outcome"],
+    registry=REGISTRY,
+)
+CANDIDATE_ANSWERS = Counter(
+    f"{P}candidate_answers",
+    "Answers the best-of-N calls returned, every one paid for (their tokens are in "
+    "reprompt_llm_tokens_total).",
+    registry=REGISTRY,
+)
 REPEATED_ANSWERS = Counter(
     f"{P}repeated_answers",
     "Rejected answers the same as an earlier rejected answer of the same job.",
@@ -224,6 +244,11 @@ def record_turn(record: TurnRecord, *, calls_left: int) -> None:
         REASKS.labels(error=record.error_code or "").inc()
     if record.repeat_of is not None:
         REPEATED_ANSWERS.inc()
+    if record.patch is not None:
+        PATCH_REASKS.labels(outcome=record.outcome).inc()
+    if record.candidates is not None:
+        CANDIDATE_CALLS.labels(outcome=record.outcome).inc()
+        CANDIDATE_ANSWERS.inc(record.candidates)
 
 
 def record_tool_calls(calls: Iterable[ToolCallRecord]) -> None:

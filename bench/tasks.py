@@ -36,6 +36,7 @@ from app.core.validators import build
 MODES = (
     "ok",
     "broken_json",
+    "missing_comma",
     "trailing_comma",
     "python_literals",
     "code_fence",

@@ -25,6 +25,7 @@ ANSWER_MODES: Final = (
     "refusal",
     "truncation",
     "semantic",
+    "missing_comma",
 )
 # What goes wrong before the model answers. "overloaded" is a 503 (OpenAI) or 529 (Anthropic).
 TRANSPORT_MODES: Final = ("rate_limit", "server_error", "overloaded", "slow")

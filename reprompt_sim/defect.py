@@ -68,6 +68,11 @@ def inject(
     text = dump(expected, compact=compact)
     if mode == "broken_json":
         return Draft(_break(text, rnd), mode)
+    if mode == "missing_comma":
+        dropped = _drop_comma(text, rnd)
+        if dropped is None:  # one value, no comma to drop
+            return Draft(_break(text, rnd), "broken_json")
+        return Draft(dropped, mode)
     if mode == "prose":
         opener, closer = rnd.choice(_PROSE)
         written = f"{opener}{text}{closer}"
@@ -216,10 +221,11 @@ def _set(value: Any, path: js.Path, new: Any) -> Any:
 
 
 def _break(text: str, rnd: random.Random) -> str:
-    """Drop one comma, quote or closing bracket so the text no longer parses."""
-    commas, quotes = _structural_marks(text)
+    """Drop one quote or the last closing bracket so the text no longer parses, and no
+    lenient parser can tell what was meant (a dropped comma is ``missing_comma``)."""
+    _, quotes = _structural_marks(text)
     closers = [i for i, c in enumerate(text) if c in "}]"][-1:]
-    options = [group for group in (commas, quotes, closers) if group]
+    options = [group for group in (quotes, closers) if group]
     rnd.shuffle(options)
     for group in options:
         i = rnd.choice(group)
@@ -227,6 +233,16 @@ def _break(text: str, rnd: random.Random) -> str:
         if not _parses(broken):
             return broken
     return text[: max(1, len(text) // 2)] if text.startswith(("{", "[")) else "{" + text
+
+
+def _drop_comma(text: str, rnd: random.Random) -> str | None:
+    """Drop one comma between two values: the text no longer parses, but only one reading
+    puts it back. ``None`` when there is no comma."""
+    commas, _ = _structural_marks(text)
+    if not commas:
+        return None
+    i = rnd.choice(commas)
+    return text[:i] + text[i + 1 :]
 
 
 def _parses(text: str) -> bool:

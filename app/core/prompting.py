@@ -187,8 +187,8 @@ class Prompting:
         return (Message("system", system), Message("user", user))
 
     def note(self, budget: TurnBudget, turn_type: TurnType) -> str | None:
-        """Spec 003's budget information, and spec 000's must-return warning (the compact
-        profile keeps only the warning, and only when the job has work turns)."""
+        """Spec 003's budget information, and spec 000's must-return warning when the job
+        has work turns (the compact profile keeps only the warning)."""
         if self.compact(self.spec.model):
             if turn_type != "must_return" or budget.max_turns <= 1:
                 return None
@@ -211,7 +211,9 @@ class Prompting:
             },
         )
         parts = [info] if info else []
-        if turn_type == "must_return":
+        # A one-turn job has nothing but its answer to give: the warning is for jobs that
+        # could still call tools or work on.
+        if turn_type == "must_return" and budget.max_turns > 1:
             parts.append(
                 render(
                     "must_return_warning",
@@ -301,6 +303,7 @@ def _type_words(schema: dict[str, Any], depth: int) -> str | None:
 
 
 def schema_text(schema: dict[str, Any]) -> str:
-    # One line, no dialect marker: every prompt token is paid for on every retry.
+    # One line without spaces, no dialect marker: every prompt token is paid for on every
+    # retry.
     shown = {k: v for k, v in schema.items() if k != "$schema"}
-    return json.dumps(shown, ensure_ascii=False)
+    return json.dumps(shown, ensure_ascii=False, separators=(",", ":"))

@@ -9,11 +9,14 @@ Both only ever fix the form of what the model wrote; neither invents data::
     coerce({"qty": "3"}, Schema({"properties": {"qty": {"type": "integer"}}}))
     # Coerced(value={'qty': 3}, warnings=('repair: coerced $.qty from string "3" to integer',))
 
-Syntax repairs: trailing commas; single-quoted strings; curly quotes used as
-string quotes; Python ``True``/``False``/``None``; unquoted object keys;
-``//``, ``/* */`` and ``#`` comments; raw control characters and invalid
-escapes inside strings. All of them act outside strings only (or on a
-string's escaping), so string content is never changed. A truncated value (a
+Syntax repairs: trailing commas; a missing comma between two values of an array
+or between an object's value and the next key (two values side by side have no
+other reading, unless both are numbers: ``[1 234]`` may be one number with a
+thousands separator); single-quoted strings; curly quotes used as string quotes;
+Python ``True``/``False``/``None``; unquoted object keys; ``//``, ``/* */`` and
+``#`` comments; raw control characters and invalid escapes inside strings. All
+of them act outside strings only (or on a string's escaping), so string content
+is never changed. A truncated value (a
 missing closing bracket or quote) is *not* completed: the end of the data is
 unknown, and guessing it would invent an answer.
 
@@ -155,6 +158,10 @@ _REPAIRS: dict[str, tuple[str, str]] = {
         "replaced {n} Python literals (True/False/None) with JSON true/false/null",
     ),
     "unquoted_key": ("quoted an unquoted object key", "quoted {n} unquoted object keys"),
+    "missing_comma": (
+        "added a missing comma between two values",
+        "added {n} missing commas between values",
+    ),
     "control_character": (
         "escaped a raw control character (such as a line break) inside a string",
         "escaped {n} raw control characters (such as line breaks) inside strings",
@@ -232,6 +239,9 @@ class _SyntaxWalk:
         self.out = _Writer(text)
         self.stack: list[str] = []
         self.expect_key = False
+        # The last significant token ended a value inside an array or object (not a key).
+        self.after_value = False
+        self.after_number = False
         self.last_raw = self.raw_before = ""  # significant tokens as written: latest, one before
 
     def step(self, token: Token, nxt_raw: str) -> None:
@@ -241,18 +251,33 @@ class _SyntaxWalk:
             self.last_raw, self.raw_before = raw, self.last_raw
         if token.kind == "ws":
             self.out.copy(token)
-        elif token.kind == "comment":
+            return
+        if token.kind == "comment":
             self._comment(token, raw)
-        elif token.kind == "punct":
+            return
+        starts_value = token.kind in ("string", "word", "number") or raw in ("{", "[")
+        # ``"a": 1 "b": 2`` or ``["x" "y"]``: the comma between them is the only reading.
+        # Two numbers are not: ``[1 234]`` may be one number with a thousands separator.
+        two_numbers = token.kind == "number" and self.after_number
+        if starts_value and self.after_value and token.closed and not two_numbers:
+            self.out.note("missing_comma", token.start)
+            self.out.emit(",", token.start)
+            self.expect_key = self.stack[-1] == "{"
+        key = token.kind == "string" and self.expect_key
+        if token.kind == "punct":
             self._punct(token, raw, nxt_raw)
         elif token.kind == "string":
             _repair_string(self.out, self.text, token)
             self.expect_key = False
         elif token.kind == "word":
+            key = self.expect_key and nxt_raw == ":"
             self._word(token, raw, nxt_raw)
         else:
             self.out.copy(token)
             self.expect_key = False
+        ends_value = token.kind in ("string", "word", "number") or raw in ("}", "]")
+        self.after_value = ends_value and not key and token.closed and bool(self.stack)
+        self.after_number = token.kind == "number"
 
     def _comment(self, token: Token, raw: str) -> None:
         if not token.closed:  # an unclosed /* swallows the rest: not unambiguous

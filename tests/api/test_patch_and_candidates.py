@@ -164,3 +164,31 @@ def test_candidates_on_final_ask_for_several_answers_on_the_simplified_last_call
     last = done["turns"][-1]
     assert last["simplified"]
     assert (last["candidates"], last["chosen"]) == (2, 1)
+
+
+def counters(http: httpx.Client) -> dict[str, float]:
+    """The patch and best-of-N series of this process's /metrics (the worker runs in it)."""
+    wanted = ("reprompt_patch_reasks_total", "reprompt_candidate_")
+    values: dict[str, float] = {}
+    for line in http.get("/metrics").text.splitlines():
+        if line.startswith(wanted):
+            name, value = line.rsplit(" ", 1)
+            values[name] = float(value)
+    return values
+
+
+def test_patch_re_asks_and_best_of_n_calls_are_counted_in_metrics(http: httpx.Client) -> None:
+    before = counters(http)
+    patched = run(http, job(["missing_field", "ok"]))
+    choices = {"choices": ["missing_field", "ok", "missing_field"]}
+    best = run(http, job([], directive=choices, candidates=3))
+    after = counters(http)
+
+    assert patched["turns"][1]["patch"]
+    assert best["turns"][0]["candidates"] == 3
+    grew = {k: v - before.get(k, 0.0) for k, v in after.items() if v != before.get(k, 0.0)}
+    assert grew == {
+        'reprompt_patch_reasks_total{outcome="success"}': 1.0,
+        'reprompt_candidate_calls_total{outcome="success"}': 1.0,
+        "reprompt_candidate_answers_total": 3.0,
+    }

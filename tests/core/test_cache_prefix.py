@@ -36,11 +36,13 @@ async def test_every_retry_repeats_the_system_prompt_and_task_unchanged() -> Non
     requests = await retried()
     assert [r.cache_prefix for r in requests] == [2, 2, 2]
     assert len({stable(r) for r in requests}) == 1
-    first = requests[0]
+    first, retry = requests[0], requests[1]
     assert [m.role for m in stable(first)] == ["system", "user"]
+    assert len(first.messages) == 2  # a one-turn job's first call has no turn note
     # The turn note is a message of its own after the prefix, never glued to the task.
-    assert first.messages[2].role == "user"
-    assert "Return data" not in first.messages[2].content
+    assert retry.messages[-1].role == "user"
+    assert "Correction attempt" in retry.messages[-1].content
+    assert "Return data" not in retry.messages[-1].content
     assert len({r.cache_key for r in requests}) == 1
     assert (first.cache_key or "").startswith("reprompt-")
 
@@ -153,5 +155,5 @@ async def test_the_openai_body_keeps_the_job_key_and_the_prompt_prefix() -> None
         # The first call's note joins the task's message (turns alternate), after it.
         assert user["role"] == "user"
         assert user["content"].startswith(task)
-    assert bodies[0]["messages"][1]["content"] != task
+    assert bodies[0]["messages"][1]["content"] == task  # no note on a one-turn job's first call
     assert [len(body["messages"]) for body in bodies] == [2, 4, 4]

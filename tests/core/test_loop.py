@@ -93,9 +93,9 @@ async def test_context_is_collapsed_across_retries() -> None:
     result = await run(job(budget={"maxTurns": 1, "returnRetries": 3}), client)
     assert result.envelope.error == codes.BUDGET_EXHAUSTED
     counts = [len(r.messages) for r in client.requests]
-    # system + task + turn note (a message of its own: the task stays byte-stable), then
-    # system + task + latest answer + latest feedback on every retry
-    assert counts == [3, 4, 4, 4]
+    # system + task (a one-turn job's first call has no turn note), then system + task +
+    # latest answer + latest feedback on every retry
+    assert counts == [2, 4, 4, 4]
     sizes = [sum(len(m.content) for m in r.messages) for r in client.requests[1:]]
     assert max(sizes) - min(sizes) <= 40  # only "had"/"still had" and attempt digits differ
     # the task is still there on the last retry
@@ -278,7 +278,7 @@ async def test_quoted_answer_is_truncated() -> None:
 async def test_full_feedback_mode_keeps_every_attempt() -> None:
     client = ScriptedClient([answer({"x": "a"}), answer({"x": "b"}), answer({"x": 1})])
     await run(job(feedback="full", budget={"maxTurns": 1, "returnRetries": 2}), client)
-    assert [len(r.messages) for r in client.requests] == [3, 4, 6]
+    assert [len(r.messages) for r in client.requests] == [2, 4, 6]
 
 
 async def test_repairs_are_warnings_and_strict_turns_them_off() -> None:
@@ -590,9 +590,21 @@ async def test_input_and_plan_are_in_the_task_message() -> None:
 
 
 async def test_must_return_warning_mentions_remaining_corrections() -> None:
-    client = ScriptedClient([answer({"x": 1})])
+    lookup = Tool(ToolSpec("lookup", "finds a price", {"type": "object"}), lambda _a: "4.50")
+    client = ScriptedClient([call("lookup"), answer({"x": 1})])
+    await run(job(budget={"maxTurns": 2, "returnRetries": 2}), client, tools=[lookup])
+    assert "final turn" not in client.requests[0].messages[-1].content
+    assert "you will have 2 correction attempt(s)" in client.requests[1].messages[-1].content
+
+
+async def test_a_one_turn_job_gets_no_must_return_warning() -> None:
+    # It has nothing to give but its answer: the warning would only cost tokens.
+    client = ScriptedClient([answer({"x": "bad"}), answer({"x": 1})])
     await run(job(budget={"maxTurns": 1, "returnRetries": 2}), client)
-    assert "you will have 2 correction attempt(s)" in client.requests[0].messages[-1].content
+    first, retry = client.requests
+    assert [m.role for m in first.messages] == ["system", "user"]
+    assert "final turn" not in retry.messages[-1].content
+    assert "Correction attempt 1 of 2." in retry.messages[-1].content
 
 
 async def test_a_model_without_native_structured_output_is_invalid_input_not_a_crash() -> None:

@@ -112,11 +112,30 @@ def test_strings_that_look_like_repairs_are_left_alone() -> None:
 
 
 @pytest.mark.parametrize(
+    ("text", "repaired", "count"),
+    [
+        ('{\n  "a": 1\n  "b": [2, 3]\n}', '{\n  "a": 1\n  ,"b": [2, 3]\n}', 1),
+        ('["x" "y" {"z": null} [true]]', '["x" ,"y" ,{"z": null} ,[true]]', 3),
+        ('{"a": {"b": "c"} "d": 1.5 "e": false}', '{"a": {"b": "c"} ,"d": 1.5 ,"e": false}', 2),
+        ("{a: 1 b: 2}", '{"a": 1 ,"b": 2}', 1),
+    ],
+)
+def test_a_missing_comma_between_two_values_is_added(text: str, repaired: str, count: int) -> None:
+    result = repair_syntax(text)
+    assert result.text == repaired
+    json.loads(result.text)
+    warning = next(w for w in result.warnings if "comma" in w)
+    assert ("a missing comma" if count == 1 else f"{count} missing commas") in warning
+
+
+@pytest.mark.parametrize(
     "text",
     [
         '{"a": [1, 2',  # truncated: the missing brackets are unknown data
         '{"a": "unterminated',
-        '{"a": 1 "b": 2}',  # a missing comma: reported, not guessed
+        "[1 234]",  # two numbers: maybe one with a thousands separator
+        '{"a" 1}',  # a missing colon
+        '{"a": 1} {"b": 2}',  # two top-level values: the extractor's business, not a comma
         "[1,,2]",  # a missing value
         '{"a": 1,,}',
         "[,]",

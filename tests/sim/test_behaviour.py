@@ -94,6 +94,28 @@ def test_trailing_comma_is_repairable(client: httpx.Client) -> None:
     assert json.loads(re.sub(r",(\s*[}\]])", r"\1", text)) == EXPECTED
 
 
+def test_missing_comma_is_repairable(client: httpx.Client) -> None:
+    text = _ask(client, "missing_comma")
+
+    with pytest.raises(json.JSONDecodeError):
+        json.loads(text)
+    assert text.count(",") == json.dumps(EXPECTED, indent=2).count(",") - 1
+    assert json.loads(re.sub(r'(["\d\]}el])(\s*\n\s*)(["{\[])', r"\1,\2\3", text)) == EXPECTED
+
+
+def test_broken_json_drops_a_quote_or_the_closing_bracket(client: httpx.Client) -> None:
+    text = _ask(client, "broken_json")
+
+    with pytest.raises(json.JSONDecodeError):
+        json.loads(text)
+    pretty = json.dumps(EXPECTED, indent=2)
+    assert text.count(",") == pretty.count(",")
+    assert (text.count('"'), text.count("}")) in (
+        (pretty.count('"') - 1, pretty.count("}")),
+        (pretty.count('"'), pretty.count("}") - 1),
+    )
+
+
 def test_semantic_is_schema_valid_but_wrong(client: httpx.Client) -> None:
     value = json.loads(_ask(client, "semantic"))
 
