@@ -279,8 +279,9 @@ class Router:
             more = await self._calls(
                 target, replace(request, n=missing, seed=seed), deadline, on_retry=on_retry
             )
-        except ProviderError:
-            return response  # the answers it has
+        except ProviderError as err:
+            note = f"candidates: the {missing} answer(s) asked for apart failed ({err.code})"
+            return replace(response, warnings=(*response.warnings, note))
         return _together([response, more])
 
     async def _calls(
@@ -292,8 +293,8 @@ class Router:
         on_retry: OnRetry | None = None,
     ) -> LLMResponse:
         """Several answers from a wire without ``n``: that many calls at once, as one. The
-        calls that failed are left out (a half-open circuit lets one through); when all
-        failed, the first failure is raised."""
+        calls that failed are left out (a half-open circuit lets one through) and a warning
+        says so; when all failed, the first failure is raised."""
         # A seed each: the same seed would sample the same answer n times.
         singles = [
             replace(request, n=1, seed=None if request.seed is None else request.seed + k)
@@ -311,7 +312,22 @@ class Router:
             failure = results[0]
             assert isinstance(failure, Exception)
             raise failure
-        return _together(answers)
+        together = _together(answers)
+        failed = [r for r in results if isinstance(r, Exception)]
+        if not failed:
+            return together
+        kinds = ", ".join(dict.fromkeys(getattr(f, "code", type(f).__name__) for f in failed))
+        note = (
+            f"candidates: {len(failed)} of {request.n} calls failed ({kinds}); "
+            f"kept the {len(answers)} answer(s) that came"
+        )
+        logger.warning("%s", note)
+        return replace(
+            together,
+            warnings=(*together.warnings, note),
+            transport_retries=together.transport_retries
+            + sum(getattr(f, "transport_retries", 0) for f in failed),
+        )
 
     async def _one(
         self,

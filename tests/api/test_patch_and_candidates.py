@@ -32,11 +32,13 @@ def http(start_api: StartApi, own_sim: str) -> Iterator[httpx.Client]:
         providers={
             "sim": ProviderConfig(kind="openai", base_url=f"{own_sim}/v1"),
             "claude": ProviderConfig(kind="anthropic", base_url=own_sim),
+            "claude-once": ProviderConfig(kind="anthropic", base_url=own_sim, max_attempts=1),
         },
         models={
             "sim-schema": ModelConfig(provider="sim", structured="json_schema"),
             "sim-prompt": ModelConfig(provider="sim", structured="prompt"),
             "sim-claude": ModelConfig(provider="claude", structured="prompt"),
+            "sim-claude-once": ModelConfig(provider="claude-once", structured="prompt"),
         },
     )
     url = start_api(embedded_worker=True, providers_config=config, api_keys=api_keys())
@@ -144,6 +146,22 @@ def test_without_n_on_the_wire_best_of_n_is_n_calls_in_parallel(
     one = single["result"]["execution"]["inputTokens"]
     assert done["result"]["execution"]["inputTokens"] >= 3 * one - 30
     assert [r["api"] for r in journal(own_sim)] == ["anthropic"] * 4
+
+
+def test_a_failed_call_among_parallel_candidates_is_named_in_a_warning(
+    http: httpx.Client, own_sim: str
+) -> None:
+    # No transport retries: the first of the three requests to arrive gets a 500 (the sim
+    # serves a step's faults to the first requests of a conversation) and stays failed.
+    done = run(http, job(["server_error", "ok"], model="sim-claude-once", candidates=3))
+
+    assert done["status"] == "succeeded", done
+    (turn,) = done["turns"]
+    assert turn["candidates"] == 2
+    (warning,) = [w for w in done["result"]["warnings"] if w.startswith("candidates:")]
+    assert "1 of 3 calls failed" in warning
+    assert "kept the 2 answer(s)" in warning
+    assert len(journal(own_sim)) == 3
 
 
 def test_candidates_on_final_ask_for_several_answers_on_the_simplified_last_call(
