@@ -10,6 +10,7 @@ POST /v1/generate?waitMs=     200 with the finished job, or 202 + Location
 
 from __future__ import annotations
 
+import contextlib
 from typing import Annotated, Final, Literal
 from urllib.parse import urlencode
 
@@ -290,13 +291,11 @@ async def generate(
     idempotency_key: IdempotencyKey = None,
 ) -> Response:
     """For simple clients: the same job as ``POST /v1/jobs``, answered when it ends."""
-    job, _ = await _submit(res, tenant, spec, idempotency_key, _trace(request))
-    if not job.terminal:
-        with res.fairness.waiting(tenant):
-            waited = await res.store.wait(
-                job.id, tenant=tenant, wait_ms=clamp_wait(wait_ms, res.settings)
-            )
-        job = waited or job
+    wait = clamp_wait(wait_ms, res.settings)
+    # The store waits as part of the submit (the new job watched from before it is queued:
+    # one read for the answer), so a caller at its cap of open waits gets its 429 first.
+    with res.fairness.waiting(tenant) if wait else contextlib.nullcontext():
+        job, _ = await _submit(res, tenant, spec, idempotency_key, _trace(request), wait)
     if job.terminal:
         return _job(job, 200)
     return _job(job, 202, {"Location": _location(job), "Retry-After": POLL_AFTER_S})
@@ -314,6 +313,7 @@ async def _submit(
     spec: JobSpec,
     idempotency_key: str | None,
     trace: TraceContext | None = None,
+    wait_ms: int = 0,
 ) -> tuple[JobView, bool]:
     router = res.require_router()
     check_job(spec, res.settings)
@@ -348,6 +348,7 @@ async def _submit(
         metadata=dict(spec.metadata),
         model=spec.model or router.default,
         trace=trace,
+        wait_ms=wait_ms,
     )
     if created:
         metrics.JOBS_SUBMITTED.inc()

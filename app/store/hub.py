@@ -36,15 +36,23 @@ _POLL_S: Final = 10.0
 class Watch:
     """One waiter: set when a message for its key (or any, for ``ANY``) arrives."""
 
-    __slots__ = ("_event", "messages")
+    __slots__ = ("_event", "_keep", "messages")
 
-    def __init__(self) -> None:
+    def __init__(self, keep: int | None = None) -> None:
         self._event = asyncio.Event()
+        self._keep = keep  # the most messages held (None: all until drained)
         self.messages: list[str] = []
 
     def _notify(self, data: str) -> None:
         self.messages.append(data)
+        if self._keep is not None and len(self.messages) > self._keep:
+            del self.messages[: -self._keep]
         self._event.set()
+
+    def reset(self) -> None:
+        """Forget what arrived so far: the next ``wait`` waits for a new message."""
+        self._event.clear()
+        self.messages.clear()
 
     async def wait(self, timeout_s: float) -> bool:
         """True when notified (since the last wait), False after ``timeout_s``."""
@@ -102,6 +110,15 @@ class Hub:
                 watchers.discard(watcher)
                 if not watchers:
                     del self._watchers[entry]
+
+    def standing(self, channel: str, key: str = ANY, *, keep: int = 64) -> Watch:
+        """A watcher that stays registered (not a context): for one caller that waits again
+        and again and must not miss a message that arrives between two waits. It holds at
+        most ``keep`` messages. It does not subscribe: ``start()`` before waiting on it (the
+        subscription wakes every watcher when it goes live)."""
+        watcher = Watch(keep)
+        self._watchers[(channel, key)].add(watcher)
+        return watcher
 
     def _dispatch(self, channel: str, data: str) -> None:
         for entry in ((channel, data), (channel, ANY)):

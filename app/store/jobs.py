@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import functools
 import hashlib
 import itertools
 import json
@@ -52,6 +53,13 @@ _MAX_LIST_LIMIT: Final = 1000
 _STATS_TENANTS: Final = 1000
 _EVENTS_POLL_S: Final = 1.0
 _QUEUED_EVENT: Final = '{"name":"job_queued","data":{"status":"queued"}}'
+# A tenant's index expires at the end of the window its last submit fell in, plus as long
+# as a job can live: the first submit of a window moves the expiry (lua/submit.lua), the
+# others add their id only. The window's mark is a member of the index that sorts below
+# every job id (ids of jobs created since 2004 begin "job_01"), and reads skip the marks.
+_INDEX_WINDOW_MS: Final = 3_600_000
+_INDEX_MARK: Final = "job_00"
+_INDEX_IDS: Final = "(" + _INDEX_MARK + "~"  # above every mark ("~" sorts after [0-9a-z])
 
 
 def body_digest(spec: Mapping[str, Any], metadata: Mapping[str, str], model: str | None) -> str:
@@ -80,24 +88,77 @@ class JobStore(Role):
         metadata: dict[str, str] | None = None,
         model: str | None = None,
         trace: TraceContext | None = None,
+        wait_ms: int = 0,
     ) -> tuple[JobView, bool]:
         """Queue a job; ``(job, created)``. A replayed Idempotency-Key gives the first job.
 
         ``trace`` is the client's trace context: kept with the job (not part of its
         identity for Idempotency-Key), handed to the worker with each claim.
 
+        With ``wait_ms`` > 0 (``POST /v1/generate``) it then waits up to that long for the
+        job to end or need tool outputs, as ``wait`` does. A job it creates is watched from
+        before it is queued, so there is nothing to read until the job ends: one read for
+        the answer, where a ``wait`` after the submit needs two.
+
         Raises ``QueueFull`` when the tenant has ``max_queued`` jobs waiting on the shard,
         ``TenantQuota`` when it has submitted ``max_tenant_bytes`` within the window.
         """
+        index = self.keys.shard_for(tenant, idempotency_key, next(self._spread))
+        job_id = new_job_id(shard=index)
+        queue = functools.partial(
+            self._queue,
+            job_id,
+            index,
+            tenant=tenant,
+            spec=spec,
+            idempotency_key=idempotency_key,
+            metadata=metadata,
+            model=model,
+            trace=trace,
+        )
+        if wait_ms <= 0:
+            return await queue()
+        deadline = time.monotonic() + wait_ms / 1000
+        async with self.hub.watch(self.channels["done"], job_id) as watch:
+            view, created = await queue()
+            while created:
+                await watch.wait(deadline - time.monotonic())
+                now = await self.get(job_id, tenant=tenant)
+                if now is None:  # gone (expired) while it was waited for: as it was
+                    return view, created
+                view = now
+                if view.terminal or view.status == "requires_action":
+                    return view, created
+                if deadline - time.monotonic() <= 0:
+                    return view, created
+        # An Idempotency-Key replay: the first job, which may have ended long ago.
+        if view.terminal or view.status == "requires_action":
+            return view, created
+        left_ms = int((deadline - time.monotonic()) * 1000)
+        return (await self.wait(view.id, tenant=tenant, wait_ms=left_ms) or view), created
+
+    async def _queue(
+        self,
+        job_id: str,
+        index: int,
+        *,
+        tenant: str,
+        spec: dict[str, Any],
+        idempotency_key: str | None,
+        metadata: dict[str, str] | None,
+        model: str | None,
+        trace: TraceContext | None,
+    ) -> tuple[JobView, bool]:
+        """The submit script for a new job ``job_id`` on shard ``index``."""
         metadata = dict(metadata or {})
         options = self.options
-        index = self.keys.shard_for(tenant, idempotency_key, next(self._spread))
         shard = self.keys.shard(index)
-        job_id = new_job_id(shard=index)
         spec_json = dumps(spec)
         callback = _callback(spec.get("callback"))
         now_ms = int(time.time() * 1000)
         window = now_ms // (options.retention_s * 1000)
+        index_window = now_ms // _INDEX_WINDOW_MS
+        lifetime_ms = (options.retention_s + options.max_job_s) * 1000
         keys = [
             shard.job(job_id),
             shard.tenant_queue(tenant),
@@ -129,10 +190,11 @@ class JobStore(Role):
                 now_ms,
                 shard.job_prefix,
                 _QUEUED_EVENT,
-                options.retention_s + options.max_job_s,
-                id_floor(now_ms - (options.retention_s + options.max_job_s) * 1000),
+                (index_window + 1) * _INDEX_WINDOW_MS + lifetime_ms,
+                id_floor(now_ms - lifetime_ms),
                 "" if callback is None else dumps(callback),
                 "" if trace is None else trace.dumps(),
+                f"{_INDEX_MARK}{index_window:012d}",
             ],
         )
         outcome, found = text(reply[0]), text(reply[1])
@@ -146,8 +208,11 @@ class JobStore(Role):
             existing = await self.get(found, tenant=tenant)
             if existing is not None:
                 return existing, False
-            # Expired in the instant between the script and the read: submit afresh.
-            return await self.submit(
+            # Expired in the instant between the script and the read: submit afresh (the id
+            # is still unused, and the key's shard the same).
+            return await self._queue(
+                job_id,
+                index,
                 tenant=tenant,
                 spec=spec,
                 idempotency_key=idempotency_key,
@@ -354,7 +419,9 @@ class JobStore(Role):
         top = "+" if below is None else "(" + below
         found: list[str] = []
         for shard in self.keys.all_shards():
-            raw = await self._redis.zrevrangebylex(shard.tenant_index(tenant), top, "-", 0, count)
+            raw = await self._redis.zrevrangebylex(
+                shard.tenant_index(tenant), top, _INDEX_IDS, 0, count
+            )
             found.extend(text(job_id) for job_id in raw)
         return sorted(found, reverse=True)[:count]
 

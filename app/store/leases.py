@@ -34,7 +34,7 @@ from app.core.turn import Rejection, Spend, TurnRecord
 from app.core.wire import Wire
 from app.store.connection import RedisClient, Role, StoreOptions, dumps
 from app.store.errors import edge
-from app.store.hub import ANY
+from app.store.hub import ANY, Watch
 from app.store.ids import is_job_id, shard_of
 from app.store.records import Claim, JobView, ReapResult, checkpoint, outputs, spend, text
 from app.tracecontext import TraceContext
@@ -77,6 +77,14 @@ class Leases(Role):
         worker holding thousands of jobs sends in bursts larger than its pool."""
         super().__init__(redis, options, **fields)
         self._lane = redis if lane is None else lane
+        self._work: Watch | None = None
+        self._listening = False
+
+    def _work_watch(self) -> Watch:
+        """The role's standing watch of the ``work`` channel (made on first use)."""
+        if self._work is None:
+            self._work = self.hub.standing(self.channels["work"])
+        return self._work
 
     async def _control(
         self, name: str, keys: Sequence[str], args: Sequence[str | int | float]
@@ -92,6 +100,9 @@ class Leases(Role):
         ``first`` is the shard to look at first (a wake-up names where work was queued).
         """
         n = min(n, MAX_CLAIM)
+        # Wake-ups from here on may be for jobs this claim does not find: the next
+        # ``wait_for_work`` returns at once for them, however soon they arrive.
+        self._work_watch().reset()
         shards = self.keys.shards
         start = next(self._turn) if first is None else first
         claims: list[Claim] = []
@@ -134,11 +145,21 @@ class Leases(Role):
 
     async def wait_for_work(self, timeout_s: float) -> int | None:
         """Wait until a job is queued or requeued (a message on the ``work`` channel), or
-        ``timeout_s`` passes; the shard the work is on, when known."""
-        async with self.hub.watch(self.channels["work"], ANY) as watch:
-            if await watch.wait(timeout_s):
-                shards = [m for m in watch.drain() if m.isdigit()]
-                return int(shards[-1]) if shards else None
+        ``timeout_s`` passes; the shard the work is on, when known.
+
+        Returns at once when such a message came since the last ``claim`` began: a submit
+        publishes only when its tenant's queue was empty (lua/submit.lua), so a wake-up
+        that arrives between a claim that found nothing and this wait must not be lost.
+        """
+        watch = self._work_watch()
+        if not self._listening:
+            await self.hub.start()
+            self._listening = True
+            if not any(watch.messages):  # only the wake-up of the first subscription
+                watch.reset()
+        if await watch.wait(timeout_s):
+            shards = [m for m in watch.drain() if m.isdigit()]
+            return int(shards[-1]) if shards else None
         return None
 
     @edge

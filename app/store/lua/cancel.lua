@@ -12,7 +12,10 @@ if status ~= 'queued' and status ~= 'in_progress' and status ~= 'requires_action
   return 'unchanged'
 end
 if status == 'queued' then
-  redis.call('LREM', KEYS[2], 1, ARGV[1])  -- an emptied queue leaves the ring at a claim
+  redis.call('LREM', KEYS[2], 1, ARGV[1])
+  if redis.call('EXISTS', KEYS[2]) == 0 then
+    redis.call('LREM', KEYS[3], 0, ARGV[2])  -- the ring holds tenants with queued jobs only
+  end
 elseif status == 'requires_action' then
   redis.call('ZREM', KEYS[6], ARGV[1])
   redis.call('HDEL', KEYS[1], 'action')

@@ -9,67 +9,149 @@
 --   id, attempt, spec, tenant, created_ms, model or '', spent by earlier attempts or '',
 --   checkpoint or '' (a paused job resumes from it), outputs or '' (the client's answer,
 --   or 'timeout'), the client's trace context or ''
+--
+-- The ring holds exactly the tenants whose queue is not empty, each once (submit and
+-- requeue_front add a tenant when its queue goes from empty to one job, cancel drops it
+-- when it empties its queue). A claim pops the tenants it serves off the ring's front and
+-- puts those that still have jobs back at its end, so the next claim starts with the
+-- tenants this one did not reach: one job per tenant per round, across claims too.
+-- A tenant found with an empty queue, or twice (a ring written before the invariant
+-- held), is dropped, so the ring heals.
 local ring = KEYS[1]
--- The first two tenants say whether there are none, one or several (LLEN only then).
-local head = redis.call('LRANGE', ring, 0, 1)
-if #head == 0 then
-  return {}
-end
-local tenants = #head
-if tenants > 1 then
-  tenants = redis.call('LLEN', ring)
-end
-local budget = tonumber(ARGV[5])
+local queues = ARGV[2]
+local left = tonumber(ARGV[5])
 local cap = tonumber(ARGV[6])
-local picked = {}  -- job ids, in the order they are taken
 
--- How many more jobs the tenant may start (nil: no cap).
-local function room(tenant)
-  if cap <= 0 then
-    return nil
+local order = {}   -- tenants popped off the ring, in ring order
+local seen = {}    -- tenant → {ids = taken, room = jobs it may still start or nil, open}
+local exhausted = false
+
+-- Take up to want jobs of a tenant (one LPOP). A short answer means its queue is empty.
+local function take(tenant, want)
+  local t = seen[tenant]
+  if t.room then
+    want = math.min(want, t.room)
   end
-  return cap - (tonumber(redis.call('HGET', KEYS[3], tenant)) or 0)
+  local ids = redis.call('LPOP', queues .. tenant, want) or {}
+  for _, id in ipairs(ids) do
+    table.insert(t.ids, id)
+  end
+  left = left - #ids
+  if t.room then
+    t.room = t.room - #ids
+  end
+  if #ids < want then
+    t.open = false  -- its queue is empty: it stays off the ring
+  end
 end
 
-if tenants == 1 then
-  -- One tenant waiting: take its jobs in one go.
-  local tenant = head[1]
-  local take = budget
-  local left = room(tenant)
-  if left then
-    take = math.min(take, left)
-  end
-  if take > 0 then
-    local ids = redis.call('LPOP', ARGV[2] .. tenant, take) or {}
-    if #ids < take then
-      redis.call('DEL', ring)  -- its queue is empty now
+while left > 0 do
+  if not exhausted then
+    -- The next tenants of this round: as many as jobs still wanted.
+    local popped = redis.call('LPOP', ring, left)
+    if not popped then
+      popped = {}
     end
-    picked = ids
-  end
-else
-  -- Several: one job per tenant per round. A tenant found with an empty queue (drained,
-  -- or emptied by cancels) leaves the ring; one at its cap is passed over. Every pass
-  -- takes a job, drops a tenant or passes one over, and passing every tenant over in a
-  -- row ends the claim, so this ends.
-  local passed = 0
-  local taken = {}  -- per tenant, in this claim
-  while budget > #picked and tenants > 0 and passed < tenants do
-    local tenant = redis.call('LMOVE', ring, ring, 'LEFT', 'RIGHT')
-    local left = room(tenant)
-    if left and left - (taken[tenant] or 0) <= 0 then
-      passed = passed + 1
-    else
-      local id = redis.call('LPOP', ARGV[2] .. tenant)
-      if id then
-        table.insert(picked, id)
-        taken[tenant] = (taken[tenant] or 0) + 1
-        passed = 0
-      else
-        redis.call('RPOP', ring)  -- the tenant LMOVE just moved to the end
-        tenants = tenants - 1
+    if #popped < left then
+      exhausted = true  -- every tenant with queued jobs is in hand now
+    end
+    for _, tenant in ipairs(popped) do
+      if not seen[tenant] then
+        local room = nil
+        if cap > 0 then
+          room = cap - (tonumber(redis.call('HGET', KEYS[3], tenant)) or 0)
+        end
+        seen[tenant] = {ids = {}, room = room, open = true}
+        table.insert(order, tenant)
       end
     end
   end
+  -- Fill level by level: the tenants with the fewest jobs taken in this claim get more
+  -- first (one per round, several rounds in one LPOP when the budget allows).
+  local active = {}  -- tenants that may give more jobs now, in ring order
+  local low, high = nil, nil
+  for _, tenant in ipairs(order) do
+    local t = seen[tenant]
+    if t.open and (not t.room or t.room > 0) then
+      table.insert(active, tenant)
+      local n = #t.ids
+      if not low or n < low then
+        high, low = low, n
+      elseif n > low and (not high or n < high) then
+        high = n
+      end
+    end
+  end
+  if #active == 0 or (not exhausted and low > 0) then
+    -- Nobody to take from in this round: the next tenants of the ring, or done.
+    if exhausted then
+      break
+    end
+  else
+    local level = {}
+    for _, tenant in ipairs(active) do
+      if #seen[tenant].ids == low then
+        table.insert(level, tenant)
+      end
+    end
+    local rounds = math.floor(left / #level)
+    if high then
+      rounds = math.min(rounds, high - low)
+    end
+    if not exhausted then
+      rounds = math.min(rounds, 1)  -- the tenants still on the ring come next, not round 2
+    end
+    if rounds >= 1 then
+      for _, tenant in ipairs(level) do
+        take(tenant, rounds)
+      end
+    else  -- fewer jobs wanted than tenants at this level: the first ones get one each
+      for _, tenant in ipairs(level) do
+        if left == 0 then
+          break
+        end
+        take(tenant, 1)
+      end
+    end
+  end
+end
+
+-- Back to the ring's end, those that may still have jobs, in the order a job-by-job round
+-- robin would leave them: served fewest times first, then in ring order.
+local back = {}
+for i, tenant in ipairs(order) do
+  local t = seen[tenant]
+  if t.open and redis.call('LLEN', queues .. tenant) > 0 then
+    table.insert(back, {#t.ids, i, tenant})
+  end
+end
+if #back > 0 then
+  table.sort(back, function(a, b)
+    return a[1] < b[1] or (a[1] == b[1] and a[2] < b[2])
+  end)
+  local names = {}
+  for _, entry in ipairs(back) do
+    table.insert(names, entry[3])
+  end
+  redis.call('RPUSH', ring, unpack(names))
+end
+
+-- The jobs, round by round: each tenant's first, then each one's second, and so on.
+local picked = {}
+local round = 1
+repeat
+  local any = false
+  for _, tenant in ipairs(order) do
+    local id = seen[tenant].ids[round]
+    if id then
+      table.insert(picked, id)
+      any = true
+    end
+  end
+  round = round + 1
+until not any
+if #picked == 0 then
+  return {}
 end
 
 local now = now_ms()

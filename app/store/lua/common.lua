@@ -30,11 +30,11 @@ local function fenced(f, token)
   return f[1] == 'in_progress' and f[2] == token
 end
 
--- Put a job back at the front of its tenant's queue, the tenant at the front of the ring
--- when it is not there (a tenant is in the ring at most once; claims drop it lazily once
--- its queue is empty).
+-- Put a job back at the front of its tenant's queue, and the tenant at the front of the
+-- ring when its queue was empty: the ring holds exactly the tenants with queued jobs, each
+-- once (lua/claim.lua).
 local function requeue_front(queue, ring, tenant, id)
-  if redis.call('LPUSH', queue, id) == 1 and not redis.call('LPOS', ring, tenant) then
+  if redis.call('LPUSH', queue, id) == 1 then
     redis.call('LPUSH', ring, tenant)
   end
 end

@@ -5,9 +5,11 @@
 --       7 idempotency key ('' = none)  8 queued result json  9 max queued (tenant, shard)
 --       10 idempotency ttl s  11 job bytes  12 max bytes (tenant, shard, window; 0 = none)
 --       13 window ttl s  14 work channel  15 shard  16 created ms  17 job key prefix
---       18 queued event json  19 tenant index ttl s  20 the smallest id a job created
---       one tenant-index ttl ago can have  21 callback json ('' = none; lua/outbox.lua)
---       22 the client's trace context json ('' = none; app/tracecontext.py)
+--       18 queued event json  19 when the tenant index expires (ms; covers a job created
+--       in this index window)  20 the smallest id a job can have that is still stored
+--       21 callback json ('' = none; lua/outbox.lua)  22 the client's trace context json
+--       ('' = none; app/tracecontext.py)  23 this index window's mark (a member below every
+--       id: app/store/jobs.py)
 -- Returns {'created', id} | {'existing', id} | {'conflict', id} | {'full', depth}
 --       | {'quota', bytes}
 local idem = KEYS[6]
@@ -47,9 +49,8 @@ if depth > tonumber(ARGV[9]) then
   end
   return {'full', depth - 1}
 end
--- The ring holds each tenant with queued jobs once; a claim drops a tenant lazily, when it
--- finds its queue empty, so it may still be there.
-if depth == 1 and not redis.call('LPOS', KEYS[3], tenant) then
+-- The ring holds exactly the tenants with queued jobs, each once (lua/claim.lua).
+if depth == 1 then
   redis.call('RPUSH', KEYS[3], tenant)
 end
 
@@ -77,15 +78,21 @@ if idem then
   redis.call('SET', idem, id .. ' ' .. ARGV[3], 'EX', ARGV[10])
 end
 redis.call('HSET', KEYS[1], unpack(fields))
-redis.call('ZADD', KEYS[4], 0, id)
--- Not on every submit: the index lives as long as a job submitted now can (refreshed when
--- the tenant's queue was empty, which under load is rare), and now and then its entries
--- older than any job can live are dropped.
-if depth == 1 then
-  redis.call('EXPIRE', KEYS[4], ARGV[19])
+-- The index lives as long as any job it holds can. Not an EXPIRE per submit: with the id
+-- goes the mark of the current index window, and only the first submit of a window (the
+-- mark is new) moves the expiry, to one that covers every job of the window, and drops the
+-- older marks. Now and then the entries older than any job can live are dropped.
+if redis.call('ZADD', KEYS[4], 0, id, 0, ARGV[23]) == 2 then
+  redis.call('PEXPIREAT', KEYS[4], ARGV[19])
+  redis.call('ZREMRANGEBYLEX', KEYS[4], '-', '(' .. ARGV[23])
 end
 if tonumber(created) % 64 == 0 then
-  redis.call('ZREMRANGEBYLEX', KEYS[4], '-', '(' .. ARGV[20])
+  redis.call('ZREMRANGEBYLEX', KEYS[4], '(' .. ARGV[23], '(' .. ARGV[20])
 end
-redis.call('PUBLISH', ARGV[14], ARGV[15])
+-- Wake the workers when the queue was empty. A job queued behind others needs no wake-up:
+-- the claim that takes the jobs before it was woken by the first one, and a worker whose
+-- claim got all it asked for claims again as soon as it has a free slot.
+if depth == 1 then
+  redis.call('PUBLISH', ARGV[14], ARGV[15])
+end
 return {'created', id}
