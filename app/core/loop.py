@@ -186,6 +186,8 @@ class _Run:
         self.repeats = 0
         # The next re-ask asks for only these parts of the last candidate (None: whole).
         self.patch: Patch | None = None
+        # The compact profile's re-ask: one fresh user turn sent alone (None: the conversation).
+        self.fresh: Message | None = None
         self.failed_validator: int | None = None  # which validator rejected the last answer
         deadline_ms = spec.budget.deadline_ms
         started = self.ledger.started
@@ -399,6 +401,10 @@ class _Run:
         tools = self.tools.specs if self.budget.tools_available and patch is None else ()
         if simplified:
             messages = self.prompts.simplified(model, self.last_failure)
+        elif self.fresh is not None and self.prompts.compact(model):
+            note = self.prompts.note(self.budget, turn_type)
+            text = self.fresh.content if note is None else f"{self.fresh.content}\n\n{note}"
+            messages = (Message("user", text),)
         else:
             if escalate:
                 conversation.system = self.prompts.system(model)
@@ -610,6 +616,11 @@ class _Run:
             conversation.transcript.append(Message("assistant", content[:RECORDED_ANSWER_CHARS]))
             return
         self.patch = self._next_patch(call, rejected)
+        self.fresh = self.prompts.reask(call.request.model, failure, self.patch)
+        if self.fresh is not None:
+            # Asked afresh: the rejected answer is in the transcript, not in the next prompt.
+            conversation.add_failure(None, self.fresh, recorded=content[:RECORDED_ANSWER_CHARS])
+            return
         if self.patch is not None:
             text = self.prompts.patch_feedback(
                 call.request.model, failure, self.patch
