@@ -115,3 +115,42 @@ def test_a_wrong_field_is_asked_again_afresh_and_the_small_model_fixes_it(
     assert second["patch"] == ["/name"]
     # The re-ask is one fresh user turn: the rejected answer is not sent again.
     assert second["messageCount"] == 1
+
+
+def test_a_looping_answer_is_not_asked_again_with_more_room(tmp_path: Path) -> None:
+    # gemma 3 270M counts (1, 2, 3, ...) instead of copying the readings, to the token
+    # limit. Twice the room would buy twice the count: the re-ask keeps the room, says the
+    # answer looped, and bounds the list in the grammar by the input's length in words.
+    job = tmp_path / "job.json"
+    job.write_text(
+        json.dumps(
+            {
+                "task": "List the readings as integers, their count and their total.",
+                "input": "Readings: 2, 42, 5.",
+                "schema": {
+                    "type": "object",
+                    "properties": {
+                        "values": {"type": "array", "items": {"type": "integer"}},
+                        "count": {"type": "integer"},
+                        "total": {"type": "integer"},
+                    },
+                    "required": ["values", "count", "total"],
+                    "additionalProperties": False,
+                },
+                "budget": {"maxTurns": 1, "returnRetries": 1},
+                "maxOutputTokens": 64,
+                "maxOutputTokensCap": 128,
+                "temperature": 0,
+            }
+        )
+    )
+    proc = reprompt_cli("run", str(job), "--full", env={"REPROMPT_DATA_DIR": str(tmp_path)})
+    out = output(proc)
+    first, second = out["turns"]
+    assert first["outcome"] == "truncated", first
+    assert "repeated the same part" in first["diagnosis"]
+    assert second["maxOutputTokens"] == 64
+    # The bounded list closes: a whole JSON object this time (4 words: at most 4 values).
+    assert second["finishReason"] == "stop", second
+    assert out["result"]["status"] == "success", (out["result"], proc.stderr)
+    assert 1 <= len(out["result"]["data"]["values"]) <= 4
