@@ -123,7 +123,8 @@ ROWS: dict[str, Row] = {
             "reprompt",
             _AUTO + "; the local model's default prompt profile, `compact` (the fields as "
             "`name (string), ...`, a text input as plain text, no delimiter tag, no `$fail` "
-            "instruction, one-line re-asks)",
+            "instruction; a re-ask is the question asked afresh, the rejection first, without "
+            "the rejected answer)",
         ),
         Row(
             "reprompt whole",

@@ -270,8 +270,15 @@ def serve_in_background(
         yield url
 
 
+# A compact re-ask is one fresh user turn that opens with the rejection, then the task.
+_FRESH_REASK = "The last answer was rejected:"
+
+
 def _stable_task(task: str) -> str:
-    """The task up to the end of its directive: clients append turn notes after it."""
+    """The task up to the end of its directive: clients append turn notes after it, and a
+    fresh re-ask puts the rejection before it (the same task all the same)."""
+    if task.startswith(_FRESH_REASK) and "\n\n" in task:
+        task = task.split("\n\n", 1)[1]
     start = task.find(OPENER)
     end = task.find("]]", start) if start != -1 else -1
     return task[: end + 2] if end != -1 else task

@@ -52,6 +52,8 @@ from app.core.ledger import Ledger
 from app.core.model import LLMRequest, LLMResponse, Message, ModelClient, ToolCall, ToolSpec
 from app.core.patch import Patch, merge, plan
 from app.core.prompting import Prompting
+from app.core.prompts import render
+from app.core.runaway import looping
 from app.core.spec import JobSpec, RetryMode, ToolChoiceName, ValidatorSpec
 from app.core.tools import Handled, Tool, Toolbox, answered, handle_calls, work_messages
 from app.core.turn import Outcome, Rejection, TokenUsage, ToolCallRecord, TurnRecord, TurnType
@@ -186,6 +188,10 @@ class _Run:
         self.repeats = 0
         # The next re-ask asks for only these parts of the last candidate (None: whole).
         self.patch: Patch | None = None
+        # The compact profile's re-ask: one fresh user turn sent alone (None: the conversation).
+        self.fresh: Message | None = None
+        # Once an answer ran away in a loop: the arrays a schema grammar allows (None: any).
+        self.max_items: int | None = None
         self.failed_validator: int | None = None  # which validator rejected the last answer
         deadline_ms = spec.budget.deadline_ms
         started = self.ledger.started
@@ -399,6 +405,10 @@ class _Run:
         tools = self.tools.specs if self.budget.tools_available and patch is None else ()
         if simplified:
             messages = self.prompts.simplified(model, self.last_failure)
+        elif self.fresh is not None and self.prompts.compact(model):
+            note = self.prompts.note(self.budget, turn_type)
+            text = self.fresh.content if note is None else f"{self.fresh.content}\n\n{note}"
+            messages = (Message("user", text),)
         else:
             if escalate:
                 conversation.system = self.prompts.system(model)
@@ -430,6 +440,7 @@ class _Run:
                 if simplified or (self.budget.calls_left == 1 and not self.ledger.turns)
                 else conversation.stable(),
                 cache_key=conversation.cache_key,
+                max_items=self.max_items,
             ),
             index=len(self.ledger.turns) + 1,
             type=turn_type,
@@ -567,9 +578,22 @@ class _Run:
         field-level re-ask's merged value)."""
         failure = rejected.failure
         # A cut-off answer is asked again with room to finish (up to the cap), and then its
-        # fragment is not fed back: the same request, bigger.
+        # fragment is not fed back: the same request, bigger. Not one that was looping when
+        # it was cut (the same part over and over, or counting): more room buys more loop.
+        # It is asked again differently, at the same size: told so, and (where a grammar
+        # compiles the schema) with its lists bounded by the input's length in words.
         feed = True
-        if failure.outcome == "truncated" and self.max_out < self.spec.output_cap:
+        if failure.outcome == "truncated" and looping(content):
+            failure = replace(
+                failure,
+                diagnosis=render(
+                    "looping_feedback", {"max_output_tokens": call.request.max_output_tokens}
+                ),
+            )
+            rejected = replace(rejected, failure=failure)
+            shown = self.prompts.shown_input(call.request.model)
+            self.max_items = max(1, len(shown.split()))
+        elif failure.outcome == "truncated" and self.max_out < self.spec.output_cap:
             self.max_out = min(self.max_out * 2, self.spec.output_cap)
             feed = False
         self.budget.consume()
@@ -610,6 +634,11 @@ class _Run:
             conversation.transcript.append(Message("assistant", content[:RECORDED_ANSWER_CHARS]))
             return
         self.patch = self._next_patch(call, rejected)
+        self.fresh = self.prompts.reask(call.request.model, failure, self.patch)
+        if self.fresh is not None:
+            # Asked afresh: the rejected answer is in the transcript, not in the next prompt.
+            conversation.add_failure(None, self.fresh, recorded=content[:RECORDED_ANSWER_CHARS])
+            return
         if self.patch is not None:
             text = self.prompts.patch_feedback(
                 call.request.model, failure, self.patch

@@ -102,6 +102,10 @@ class LLMRequest:
     n: int = 1
     cache_prefix: int = 0
     cache_key: str | None = None
+    # After an answer ran away in a list (``app.core.runaway``): a grammar that compiles the
+    # schema (llama.cpp's) bounds its unbounded arrays to this many items. The answer is
+    # still checked against the job's schema; other mechanisms ignore it.
+    max_items: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

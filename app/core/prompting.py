@@ -16,8 +16,9 @@ Two profiles, per model (the providers file's ``prompt``, ``ModelConfig.prompt``
 - ``compact``, for small models that copy a long prompt's scaffolding into their answers:
   the fields as a short list (``name (string), age (integer)``) when the provider
   constrains decoding to the schema, an input that is a string or one text field as plain
-  text, no ``$fail`` instruction, one-line re-ask feedback. Measured on the embedded
-  gemma-3 270M in docs/benchmarks/real-model.md.
+  text, no ``$fail`` instruction; a re-ask is the question asked afresh (the rejection,
+  then the task, the input and the fields asked for) without the rejected answer
+  (``reask``). Measured on the embedded gemma-3 270M in docs/benchmarks/real-model.md.
 """
 
 from __future__ import annotations
@@ -131,11 +132,36 @@ class Prompting:
             },
         )
 
-    def _compact_task(self, model: str | None, last_error: str | None = None) -> str:
+    def reask(self, model: str | None, failure: Failure, patch: Patch | None) -> Message | None:
+        """The compact profile's re-ask: one fresh user turn, the rejection first, then the
+        task, the input and the fields asked for (the failing parts when ``patch``), without
+        the rejected answer. A small model copies the nearest text: shown its wrong answer
+        (or a diagnosis quoting it) right before the format line, it writes it again; asked
+        the question again with the rejection ahead of the input, it reads the input
+        (docs/benchmarks/real-model.md). ``None`` where the re-ask keeps the conversation:
+        the full profile, a job with tools (their work stays in view), the client's own
+        ``retryPrompt``, ``feedback: "full"``."""
+        if (
+            not self.compact(model)
+            or self.has_tools
+            or self.spec.retry_prompt is not None
+            or self.spec.feedback == "full"
+        ):
+            return None
+        return Message("user", self._compact_task(model, rejected=failure.diagnosis, part=patch))
+
+    def _compact_task(
+        self,
+        model: str | None,
+        last_error: str | None = None,
+        *,
+        rejected: str | None = None,
+        part: Patch | None = None,
+    ) -> str:
         # Constrained decoding already holds the answer to the schema; a short field list
         # says what goes where. Without it the model needs the schema itself.
         style = self.style(model)
-        schema = self.contract.output_schema
+        schema = self.contract.output_schema if part is None else part.schema
         fields = field_list(schema) if style.schema_enforced and not self.has_tools else None
         shown_schema = schema_text(schema)
         return render(
@@ -149,6 +175,7 @@ class Prompting:
                 "has_plan": bool(self.spec.plan),
                 "plan": self.spec.plan or [],
                 "last_error": last_error,
+                "rejected": rejected,
                 "fields": fields,
                 "show_schema": fields is None,
                 "schema": shown_schema,

@@ -29,6 +29,7 @@ from app.providers.structured import (
     OUTPUT_TOOL,
     OUTPUT_TOOL_DESCRIPTION,
     Capability,
+    bound_arrays,
     seam_mode,
     tool_parameters,
     unwrap,
@@ -70,6 +71,8 @@ def request_body(
         elif request.forced_tool is None:
             choice = "required"
     elif schema is not None and mechanism != "prompt":
+        if mechanism == "json_object_schema" and request.max_items is not None:
+            schema = bound_arrays(schema, request.max_items)
         body["response_format"] = _response_format(schema, mechanism, strict=spec.strict)
     if tools:
         body["tools"] = tools

@@ -97,3 +97,27 @@ def unwrap(arguments: Any, wrapped: bool) -> Any:
     if wrapped and isinstance(arguments, dict) and WRAPPED_KEY in arguments:
         return arguments[WRAPPED_KEY]
     return arguments
+
+
+def bound_arrays(schema: Mapping[str, Any], max_items: int) -> dict[str, Any]:
+    """A copy of ``schema`` in which every array without a ``maxItems`` gets ``max_items``
+    (at least its ``minItems``): what a grammar-constrained request sends after an answer
+    ran away in a list. Only the grammar is bounded: the answer is still checked against
+    the job's own schema. Other keywords and nesting are kept as they are."""
+
+    def walk(node: Any) -> Any:
+        if isinstance(node, list):
+            return [walk(item) for item in node]
+        if not isinstance(node, Mapping):
+            return node
+        out = {key: walk(value) for key, value in node.items()}
+        kind = out.get("type")
+        is_array = kind == "array" or (isinstance(kind, list) and "array" in kind)
+        if is_array and "maxItems" not in out:
+            floor = out.get("minItems")
+            floor = floor if isinstance(floor, int) and not isinstance(floor, bool) else 0
+            out["maxItems"] = max(max_items, floor)
+        return out
+
+    bounded: dict[str, Any] = walk(schema)
+    return bounded

@@ -75,14 +75,19 @@ def test_a_compact_model_gets_no_schema_dump_and_its_text_input_as_plain_text(
         assert scaffolding not in prompt, scaffolding
     feedback = [m["content"] for m in sent(small)[1:] if m["role"] == "user"]
     assert len(feedback) == 1
-    # A field-level re-ask of the one wrong part, named in one line (the grammar holds the
-    # answer to its sub-schema): no quoted excerpt, no example, no schema.
-    # (The simulator picks which field gets the wrong type.)
-    assert feedback[0].splitlines()[-1] in (
-        "Answer with a JSON object of the corrected parts only: /name (string).",
-        "Answer with a JSON object of the corrected parts only: /colour (string).",
+    # A field-level re-ask of the one wrong part, asked afresh: the rejection first, then the
+    # task and the text again, and the part by name (the grammar holds the answer to its
+    # sub-schema): no quoted excerpt, no example, no schema. The rejected answer stays in
+    # the transcript but is not sent again. (The simulator picks which field gets the wrong
+    # type.)
+    reask = feedback[0]
+    assert reask.startswith("The last answer was rejected: The answer does not match")
+    assert f"\n\n{SENTENCE}\n\n" in reask
+    assert reask.splitlines()[-1] in (
+        "Answer with a JSON object: /name (string).",
+        "Answer with a JSON object: /colour (string).",
     )
-    assert "```" not in feedback[0]
+    assert "```" not in reask
 
     assert big["status"] == "succeeded", big
     system, task = sent(big)[:2]

@@ -76,3 +76,81 @@ def test_the_compact_prompt_gets_a_one_sentence_extraction_in_a_short_call(
     assert result["data"]["item"] == "bicycle"
     # The full profile adds the JSON Schema, the input as JSON in a tag and the $fail rule.
     assert result["execution"]["inputTokens"] < 80
+
+
+def test_a_wrong_field_is_asked_again_afresh_and_the_small_model_fixes_it(
+    tmp_path: Path,
+) -> None:
+    # gemma 3 270M's first answer cuts the name short ("Alice"). Shown that answer again,
+    # or a diagnosis quoting it right before the format line, it writes "Alice" again; the
+    # compact re-ask asks for just the name afresh, the rejection first, then the task and
+    # the text: one more call, and it reads "Alice Moreau" from the text.
+    expect = {"name": "Alice Moreau", "age": 87, "email": "alice49@example.com"}
+    job = tmp_path / "job.json"
+    job.write_text(
+        json.dumps(
+            {
+                "task": "Extract the contact: name, age, email and whether they are subscribed.",
+                "input": "Alice Moreau, 87 years old, email alice49@example.com, subscribed "
+                "to the newsletter.",
+                "signature": "{name :string, age :int, email :string, subscribed :bool}",
+                "validators": [
+                    {"kind": "compare", "left": f"$.{k}", "op": "==", "right": json.dumps(v)}
+                    for k, v in expect.items()
+                ],
+                "budget": {"maxTurns": 1, "returnRetries": 2},
+                "maxOutputTokens": 128,
+                "temperature": 0,
+            }
+        )
+    )
+    proc = reprompt_cli("run", str(job), "--full", env={"REPROMPT_DATA_DIR": str(tmp_path)})
+    out = output(proc)
+    result = out["result"]
+    assert result["status"] == "success", (result, proc.stderr)
+    assert result["data"] == {**expect, "subscribed": True}
+    first, second = out["turns"]
+    assert first["outcome"] == "rejected"
+    assert '"Alice"' in first["answer"]
+    assert second["patch"] == ["/name"]
+    # The re-ask is one fresh user turn: the rejected answer is not sent again.
+    assert second["messageCount"] == 1
+
+
+def test_a_looping_answer_is_not_asked_again_with_more_room(tmp_path: Path) -> None:
+    # gemma 3 270M counts (1, 2, 3, ...) instead of copying the readings, to the token
+    # limit. Twice the room would buy twice the count: the re-ask keeps the room, says the
+    # answer looped, and bounds the list in the grammar by the input's length in words.
+    job = tmp_path / "job.json"
+    job.write_text(
+        json.dumps(
+            {
+                "task": "List the readings as integers, their count and their total.",
+                "input": "Readings: 2, 42, 5.",
+                "schema": {
+                    "type": "object",
+                    "properties": {
+                        "values": {"type": "array", "items": {"type": "integer"}},
+                        "count": {"type": "integer"},
+                        "total": {"type": "integer"},
+                    },
+                    "required": ["values", "count", "total"],
+                    "additionalProperties": False,
+                },
+                "budget": {"maxTurns": 1, "returnRetries": 1},
+                "maxOutputTokens": 64,
+                "maxOutputTokensCap": 128,
+                "temperature": 0,
+            }
+        )
+    )
+    proc = reprompt_cli("run", str(job), "--full", env={"REPROMPT_DATA_DIR": str(tmp_path)})
+    out = output(proc)
+    first, second = out["turns"]
+    assert first["outcome"] == "truncated", first
+    assert "repeated the same part" in first["diagnosis"]
+    assert second["maxOutputTokens"] == 64
+    # The bounded list closes: a whole JSON object this time (4 words: at most 4 values).
+    assert second["finishReason"] == "stop", second
+    assert out["result"]["status"] == "success", (out["result"], proc.stderr)
+    assert 1 <= len(out["result"]["data"]["values"]) <= 4

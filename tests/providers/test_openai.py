@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import socket
 from typing import Any
@@ -104,6 +105,25 @@ async def test_response_format_follows_the_model_capability(
 
     assert upstream.seen[0].body.get("response_format") == expected
     assert response.structured_mode == {"prompt": "prompt"}.get(structured, "json_object")
+
+
+@pytest.mark.parametrize(
+    ("structured", "bounded"),
+    [("json_object_schema", True), ("json_schema", False), ("json_object", False)],
+)
+async def test_max_items_bounds_the_lists_of_a_grammar_compiled_schema_only(
+    upstream: Upstream, http: httpx.AsyncClient, structured: str, bounded: bool
+) -> None:
+    # After an answer ran away in a list, llama.cpp's grammar gets the lists bounded; a
+    # provider that enforces the schema on its own terms gets the job's schema as it is.
+    upstream.script(recorded("openai_success"))
+    router = build_router(one_model(upstream.url, structured=structured), http)
+    schema = {"type": "object", "properties": {"v": {"type": "array"}}, "required": ["v"]}
+
+    await router.complete(ask(output_schema=schema, max_items=4))
+
+    sent = json.dumps(upstream.seen[0].body.get("response_format"))
+    assert ('"maxItems": 4' in sent) is bounded
 
 
 async def test_structured_output_prompt_sends_no_response_format(
