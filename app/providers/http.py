@@ -33,8 +33,11 @@ DEFAULT_MAX_CONNECTIONS: Final = 100
 # Connections per pool. httpcore's cost per request grows with its pool (linearly, and
 # with the square of its idle connections): 2,000 requests at once through one client cost
 # 4.8 ms of CPU each with one pool, 3.2 with pools of 64, 2.4 with 32, 1.4 with 8 and 1.2
-# with 1 (a pool per connection, and an object per pool).
-POOL_SIZE: Final = 8
+# with 1 (a pool per connection, and an object per pool). On asyncio sockets, 16 and 64
+# callers cost 680 and 815 us a call with pools of 8, 620 and 735 with 4, about 590 with
+# 2 or 1. Not fewer than 4: a pool holds connections to any provider, and one with fewer
+# slots than the providers a worker calls in turn would close one to open another.
+POOL_SIZE: Final = 4
 USER_AGENT: Final = "reprompt"
 
 
