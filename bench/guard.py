@@ -2,6 +2,11 @@
 
     .venv/bin/python bench/guard.py            # measure, compare, exit 1 on a regression
     .venv/bin/python bench/guard.py --update   # measure and check the figures in
+    .venv/bin/python bench/guard.py --before /tmp/old   # this tree against another, interleaved
+
+``--before DIR`` (an export of an earlier commit: ``git archive REV | tar -x -C DIR``)
+runs both trees' deployments side by side on one simulator and alternates them round by
+round, so a busy machine slows both alike; it prints both and judges nothing.
 
 One zero-latency simulator, the split deployment of bench/overhead.py (a redis-server, one
 ``reprompt api``, two ``reprompt worker``), single-turn jobs by ``POST /v1/jobs`` and a
@@ -34,7 +39,7 @@ from typing import Any, Final
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import Stack, raise_fd_limit
+from bench.common import ROOT, Stack, raise_fd_limit
 from bench.overhead import capture_messages, deploy, measure
 
 FIGURES: Final = Path(__file__).with_name("guard.json")
@@ -45,27 +50,45 @@ CPU_SLACK: Final = 1.25  # a CPU ratio 25 % over the checked-in one fails
 COMMANDS_SLACK: Final = 1.10  # commands/job 10 % over fail
 
 
-def measure_all() -> dict[str, dict[str, float]]:
-    cells: dict[str, dict[str, list[float]]] = {}
+def measure_all(
+    trees: dict[str, Path] | None = None, rounds: int = ROUNDS
+) -> dict[str, dict[str, dict[str, float]]]:
+    """Per tree (default: this one, as ``"now"``) and cell, the medians over the rounds;
+    ``cpu_ms`` is CPU ms per job, the one figure not divided by the simulator's."""
+    trees = trees or {"now": ROOT}
+    cells: dict[str, dict[str, dict[str, list[float]]]] = {name: {} for name in trees}
     with Stack() as stack:
         sim = stack.sim(latency_ms=0, jitter_ms=0, seed=1)
-        url, _procs, pids, redis_url = deploy(stack, "split", sim.url)
-        messages = capture_messages(url)
-        for _ in range(ROUNDS):
+        deployed = {}
+        for name, code in trees.items():
+            stack.code = code
+            url, _procs, pids, redis_url = deploy(stack, "split", sim.url)
+            deployed[name] = (url, pids, redis_url)
+        messages = capture_messages(deployed[next(iter(trees))][0])
+        for _ in range(rounds):
             for c in CALLERS:
                 direct = asyncio.run(measure("direct", sim.url, messages, JOBS, c, [], sim.pid))
-                jobs = asyncio.run(
-                    measure("jobs", url, messages, JOBS, c, pids, sim.pid, redis_url)
-                )
-                if jobs["fails"] or direct["fails"]:
-                    raise SystemExit(f"failed calls at c={c}: {jobs['fails']}, {direct['fails']}")
-                cell = cells.setdefault(f"c{c}", {"cpu": [], "commands": [], "direct": []})
-                cell["cpu"].append(jobs["cpu_ms_job"] / direct["sim_cpu_ms_job"])
-                cell["commands"].append(jobs["redis_cmds_job"])
-                cell["direct"].append(jobs["rps"] / direct["rps"])
+                for name, (url, pids, redis_url) in deployed.items():
+                    jobs = asyncio.run(
+                        measure("jobs", url, messages, JOBS, c, pids, sim.pid, redis_url)
+                    )
+                    if jobs["fails"] or direct["fails"]:
+                        raise SystemExit(
+                            f"failed calls at c={c}: {jobs['fails']}, {direct['fails']}"
+                        )
+                    cell = cells[name].setdefault(
+                        f"c{c}", {"cpu": [], "commands": [], "direct": [], "cpu_ms": []}
+                    )
+                    cell["cpu"].append(jobs["cpu_ms_job"] / direct["sim_cpu_ms_job"])
+                    cell["commands"].append(jobs["redis_cmds_job"])
+                    cell["direct"].append(jobs["rps"] / direct["rps"])
+                    cell["cpu_ms"].append(jobs["cpu_ms_job"])
     return {
-        name: {k: round(statistics.median(v), 2) for k, v in cell.items()}
-        for name, cell in cells.items()
+        tree: {
+            name: {k: round(statistics.median(v), 2) for k, v in cell.items()}
+            for name, cell in tree_cells.items()
+        }
+        for tree, tree_cells in cells.items()
     }
 
 
@@ -86,9 +109,26 @@ def compare(now: dict[str, dict[str, float]], then: dict[str, dict[str, float]])
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--update", action="store_true", help="check these figures in")
+    parser.add_argument(
+        "--before", type=Path, help="another source tree to measure against, interleaved"
+    )
+    parser.add_argument("--rounds", type=int, default=ROUNDS, help=f"default {ROUNDS}")
     ns = parser.parse_args()
     raise_fd_limit()
-    now = measure_all()
+    if ns.before is not None:
+        both = measure_all({"before": ns.before.resolve(), "now": ROOT}, ns.rounds)
+        print("tree    cell  CPU ms/job  CPU/job ÷ sim call  Redis cmds/job  × direct")
+        for tree, measured in both.items():
+            for name, cell in measured.items():
+                print(
+                    f"{tree:<7} {name:<5} {cell['cpu_ms']:>10.2f}  {cell['cpu']:>17.2f}"
+                    f"  {cell['commands']:>14.1f}  {cell['direct']:>8.2f}"
+                )
+        return 0
+    now = {
+        name: {k: v for k, v in cell.items() if k != "cpu_ms"}
+        for name, cell in measure_all(rounds=ns.rounds)["now"].items()
+    }
     then: dict[str, Any] = json.loads(FIGURES.read_text()) if FIGURES.exists() else {}
     print("cell  CPU/job ÷ sim call  Redis cmds/job  × direct   (checked in)")
     for name, cell in now.items():

@@ -23,7 +23,7 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 
 from app.core.model import StructuredOutput
-from app.core.unicode import escaped, surrogate_path
+from app.core.unicode import escaped, surrogate_at, surrogate_path
 from app.core.validation import json_path
 
 FeedbackMode = Literal["collapsed", "full"]
@@ -37,6 +37,12 @@ MAX_CANDIDATES = 16
 def valid_unicode(value: Any) -> Any:
     """``value``, or a ``ValueError`` saying where it holds an unpaired surrogate: JSON's
     "\ud800" escape gives Python text that no UTF-8 store or engine takes."""
+    # Every field of every model comes through here: numbers, flags and clean text (most of
+    # them) leave at once, without the walk.
+    if value is None or isinstance(value, bool | int | float):
+        return value
+    if isinstance(value, str) and surrogate_at(value) is None:
+        return value
     path = surrogate_path(value)
     if path is not None:
         where = f" at {escaped(json_path(path))}" if path else ""

@@ -144,8 +144,32 @@ class Retrier:
         """Await ``call(per_attempt_timeout_s)`` until it succeeds, fails for good, runs out
         of attempts, or the next wait would pass ``deadline``. ``on_retry`` observes this
         call's retries (after the process-wide hook): the router's trace span."""
+        # The first attempt outside tenacity: most calls succeed at once, and building the
+        # retry machinery for them cost more than the rest of this function. A transient
+        # failure is handed to tenacity as its own first attempt, so waits, counts, hooks
+        # and logs are what they would have been.
+        try:
+            return await call(deadline.cap(timeout_s)), Tally()
+        except ProviderError as err:
+            if not _is_transient(err):
+                err.transport_retries = 0
+                err.transport_wait_ms = 0
+                raise
+            return await self._retry(err, call, policy, deadline, timeout_s, on_retry)
+
+    async def _retry(
+        self,
+        failed: ProviderError,
+        call: Callable[[float], Awaitable[T]],
+        policy: RetryPolicy,
+        deadline: Deadline,
+        timeout_s: float,
+        on_retry: OnRetry | None,
+    ) -> tuple[T, Tally]:
+        """``run`` after a first attempt that ``failed`` for a transient reason."""
         tally = Tally()
         hooks = self._hooks if on_retry is None else (*self._hooks, on_retry)
+        first: ProviderError | None = failed
 
         def wait(state: tenacity.RetryCallState) -> float:
             err = _error_of(state)
@@ -184,6 +208,10 @@ class Retrier:
                 await self._sleep(seconds)
 
         async def attempt() -> T:
+            nonlocal first
+            if first is not None:
+                error, first = first, None
+                raise error
             return await call(deadline.cap(timeout_s))
 
         retrying = tenacity.AsyncRetrying(

@@ -1,0 +1,206 @@
+"""The provider client's sockets (``app.providers.netio``) against real loopback servers:
+one send per request, TLS, timeouts, and connections the server closed while idle."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import ssl
+import subprocess
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import httpcore
+import httpx
+import pytest
+
+from app.providers.http import make_client
+from app.providers.netio import AsyncioBackend
+
+REPLY = (
+    b'HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 11\r\n\r\n{"ok":true}'
+)
+
+
+class Recorder:
+    """Answers every request on a connection with ``REPLY``; records what each ``read()``
+    of the socket returned, and closes connections when told to."""
+
+    def __init__(self, *, tls: ssl.SSLContext | None = None, delay_s: float = 0.0) -> None:
+        self.reads: list[bytes] = []
+        self.connections = 0
+        self.delay_s = delay_s
+        self.tls = tls
+        self.port = 0
+        self._writers: set[asyncio.StreamWriter] = set()
+        self._server: asyncio.Server | None = None
+
+    async def start(self) -> None:
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0, ssl=self.tls)
+        self.port = self._server.sockets[0].getsockname()[1]
+
+    def drop_idle(self) -> None:
+        for writer in self._writers:
+            writer.close()
+
+    async def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            self.drop_idle()
+            await self._server.wait_closed()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        self._writers.add(writer)
+        buffer = b""
+        try:
+            while True:
+                chunk = await reader.read(65536)
+                if not chunk:
+                    return
+                self.reads.append(chunk)
+                buffer += chunk
+                head, sep, rest = buffer.partition(b"\r\n\r\n")
+                if not sep:
+                    continue
+                length = 0
+                for line in head.split(b"\r\n"):
+                    name, _, value = line.partition(b":")
+                    if name.strip().lower() == b"content-length":
+                        length = int(value)
+                if len(rest) < length:
+                    continue
+                buffer = rest[length:]
+                if self.delay_s:
+                    await asyncio.sleep(self.delay_s)
+                writer.write(REPLY)
+                await writer.drain()
+        except (ConnectionError, ssl.SSLError):
+            return
+        finally:
+            self._writers.discard(writer)
+            writer.close()
+
+
+@pytest.fixture
+async def recorder() -> AsyncIterator[Recorder]:
+    server = Recorder()
+    await server.start()
+    yield server
+    await server.close()
+
+
+async def test_writes_wait_for_the_next_read_and_go_out_as_one_send(
+    recorder: Recorder,
+) -> None:
+    stream = await AsyncioBackend().connect_tcp("127.0.0.1", recorder.port, timeout=5.0)
+    try:
+        head = b"POST /v1/x HTTP/1.1\r\nhost: x\r\ncontent-length: 2\r\n\r\n"
+        await stream.write(head, timeout=5.0)
+        await stream.write(b"{}", timeout=5.0)
+        await asyncio.sleep(0.2)
+        assert recorder.reads == []  # nothing sent before the connection reads
+        reply = b""
+        while not reply.endswith(b'{"ok":true}'):
+            reply += await stream.read(65536, timeout=5.0)
+    finally:
+        await stream.aclose()
+    assert recorder.reads == [head + b"{}"]  # head and body in one send
+    assert reply == REPLY
+
+
+async def test_requests_through_the_client_are_answered_on_a_kept_alive_connection(
+    recorder: Recorder,
+) -> None:
+    body = {"messages": [{"role": "user", "content": "x" * 2000}]}
+    async with make_client(trust_env=False) as http:
+        for _ in range(5):
+            reply = await http.post(f"http://127.0.0.1:{recorder.port}/v1/x", json=body)
+            assert reply.json() == {"ok": True}
+    assert b"".join(recorder.reads).count(b"x" * 2000) == 5
+    assert recorder.connections == 1
+
+
+async def test_a_connection_the_server_closed_while_idle_is_not_reused(
+    recorder: Recorder,
+) -> None:
+    async with make_client(trust_env=False) as http:
+        url = f"http://127.0.0.1:{recorder.port}/v1/x"
+        assert (await http.post(url, json={})).status_code == 200
+        recorder.drop_idle()
+        await asyncio.sleep(0.2)  # the FIN arrives
+        assert (await http.post(url, json={})).status_code == 200
+    assert recorder.connections == 2
+
+
+async def test_a_server_slower_than_the_read_timeout_is_a_read_timeout() -> None:
+    server = Recorder(delay_s=5.0)
+    await server.start()
+    try:
+        async with make_client(trust_env=False) as http:
+            with pytest.raises(httpx.ReadTimeout):
+                await http.post(
+                    f"http://127.0.0.1:{server.port}/v1/x",
+                    json={},
+                    timeout=httpx.Timeout(5.0, read=0.2),
+                )
+    finally:
+        await server.close()
+
+
+async def test_nothing_listening_is_a_connect_error() -> None:
+    probe = Recorder()
+    await probe.start()
+    port = probe.port
+    await probe.close()
+    async with make_client(trust_env=False) as http:
+        with pytest.raises(httpx.ConnectError):
+            await http.post(f"http://127.0.0.1:{port}/v1/x", json={})
+
+
+@pytest.fixture(scope="module")
+def certificate(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    if shutil.which("openssl") is None:
+        pytest.skip("needs the openssl command to make a test certificate")
+    folder = tmp_path_factory.mktemp("tls")
+    cert, key = folder / "cert.pem", folder / "key.pem"
+    subprocess.run(
+        [
+            "openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
+            "ec_paramgen_curve:prime256v1", "-nodes", "-days", "2",
+            "-keyout", str(key), "-out", str(cert), "-subj", "/CN=localhost",
+            "-addext", "subjectAltName=DNS:localhost",
+        ],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )  # fmt: skip
+    return cert, key
+
+
+async def test_https_works_and_a_wrong_certificate_is_a_connect_error(
+    certificate: tuple[Path, Path],
+) -> None:
+    cert, key = certificate
+    served = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    served.load_cert_chain(cert, key)
+    server = Recorder(tls=served)
+    await server.start()
+    url = f"https://localhost:{server.port}/v1/x"
+    try:
+        trusting = ssl.create_default_context(cafile=str(cert))
+        async with httpcore.AsyncConnectionPool(
+            ssl_context=trusting, network_backend=AsyncioBackend()
+        ) as pool:
+            for _ in range(3):
+                reply = await pool.request("POST", url, content=b"{}")
+                assert reply.status == 200
+                assert reply.content == b'{"ok":true}'
+        assert server.connections == 1
+        async with httpcore.AsyncConnectionPool(
+            ssl_context=ssl.create_default_context(), network_backend=AsyncioBackend()
+        ) as pool:
+            with pytest.raises(httpcore.ConnectError):
+                await pool.request("POST", url, content=b"{}")
+    finally:
+        await server.close()
