@@ -60,9 +60,15 @@ class _Partials:
 _STRICT = pystache.Renderer(escape=_identity, partials=_Partials(), missing_tags="strict")
 
 
+@cache
+def _parsed(name: str) -> Any:
+    # Parsed once per process: pystache would parse the text again on every render.
+    return pystache.parse(template(name))
+
+
 def render(name: str, context: Mapping[str, Any]) -> str:
     """Render a shipped template; a key it names but ``context`` lacks is a bug, so it raises."""
-    return _tidy(_STRICT.render(template(name), dict(context)))
+    return _tidy(_STRICT.render(_parsed(name), dict(context)))
 
 
 def render_custom(source: str, context: Mapping[str, Any]) -> str:
