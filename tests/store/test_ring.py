@@ -12,7 +12,7 @@ import asyncio
 import random
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from redis.asyncio import Redis
@@ -35,7 +35,8 @@ from tests.worker.harness import (
 
 
 async def ring_of(redis: Redis, store: Store) -> list[str]:
-    return [t.decode() for t in await redis.lrange(store.keys.shard(0).ring, 0, -1)]
+    members = await redis.lrange(store.keys.shard(0).ring, 0, -1)
+    return [t.decode() if isinstance(t, bytes) else t for t in members]
 
 
 async def queued_tenants(redis: Redis, store: Store, tenants: list[str]) -> set[str]:
@@ -59,7 +60,7 @@ class RoundRobin:
             self.ring.append(tenant)
 
     def claim(self, n: int) -> list[str]:
-        picked = []
+        picked: list[str] = []
         while len(picked) < n and self.ring:
             tenant = self.ring.pop(0)
             picked.append(self.queues[tenant].pop(0))
@@ -149,7 +150,7 @@ async def test_a_submit_behind_queued_jobs_wakes_no_worker(redis: Redis, store: 
 
         wakes = await messages(pubsub)
     finally:
-        await pubsub.aclose()
+        await cast(Any, pubsub).aclose()  # untyped in redis-py
 
     assert wakes == ["0", "0", "0"]  # a's first job, b's first job, a's after the claims
 
@@ -199,7 +200,8 @@ async def test_the_tenant_index_expiry_moves_once_per_window_not_per_submit(
     second = await submit(store)
 
     assert await redis.ttl(index) == -1  # not touched by a submit in the same window
-    (mark,) = [m for m in await redis.zrange(index, 0, -1) if not m.startswith(b"job_01")]
+    members = cast(list[bytes], await redis.zrange(index, 0, -1))
+    (mark,) = [m for m in members if not m.startswith(b"job_01")]
     await redis.zrem(index, mark)  # as when a new window begins
     third = await submit(store)
     assert await redis.ttl(index) > 3600 + 600
