@@ -141,6 +141,10 @@ class AsyncioStream(httpcore.AsyncNetworkStream):
     async def aclose(self) -> None:
         self._pending = []
         self._transport.close()
+        # The socket itself closes in a callback the loop runs next: let it run now, so a
+        # peer still sending (a reply abandoned over its size cap) sees the hang-up even
+        # if the caller goes on without yielding.
+        await asyncio.sleep(0)
 
     async def start_tls(
         self,

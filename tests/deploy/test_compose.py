@@ -418,7 +418,7 @@ def live_names(api: str) -> Iterator[set[str]]:
     job that needed a re-ask: tests/service.py's ``api``."""
     headers = {"authorization": f"Bearer {KEYS['alice']}"}
     with httpx.Client(base_url=api, timeout=30, headers=headers) as http:
-        job = http.post("/v1/jobs", json=scripted("Deploy drift", ["wrong_type", "ok"]))
+        job = http.post("/v1/jobs", json=scripted("Deploy drift", ["missing_field", "ok"]))
         assert job.status_code == 202, job.text
         assert finished(http, job.json()["id"])["status"] == "succeeded"
         response = http.get("/metrics")
