@@ -250,9 +250,9 @@ class Leases(Role):
         if status == "in_progress":
             raise ValueError("complete() needs a final envelope")
         shard = self.shard_of(claim.job_id)
-        ended = JobEnded(status=status, result=envelope).model_dump_json()
+        # The job_end event ({"status", "result"}: ``JobEnded``) is made by the script from
+        # the result it stores: the envelope is serialised and sent once.
         appended = [_event(name, data.model_dump_json()) for name, data in events]
-        appended.append(_event("job_end", ended))
         reply = await self._run(
             "complete",
             [shard.job(claim.job_id), shard.leases, shard.running],
