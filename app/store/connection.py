@@ -66,7 +66,6 @@ VIEW_FIELDS: Final = (
     "metadata",
     "model",
     "idem",
-    "events",
     "action",
     "pauses",
     "callback",

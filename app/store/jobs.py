@@ -236,7 +236,6 @@ class JobStore(Role):
                 metadata=metadata,
                 model=model,
                 idempotency_key=idempotency_key,
-                events=1,
                 callback=callback_status(callback),
             ),
             True,
