@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
-from typing import Any, Final
+from typing import Any, ClassVar, Final
 
 from redis.asyncio import BlockingConnectionPool, Redis
 from redis.asyncio.cluster import RedisCluster
@@ -50,7 +50,12 @@ SCRIPTS: Final = (
     "delivery_redeliver",
 )
 CHANNELS: Final = ("work", "done", "events", "cancel", "outbox")
-# The job hash's fields a view is built from (``app.store.records.job_view``).
+# Each publish wakes every process subscribed to its channel: a role subscribes only to the
+# channels it waits on (``Role.HEARS``), so a job's end does not wake the workers nor its
+# queueing the API. ``done``/``events``: long-polls and event streams (``JobStore``);
+# ``work``/``cancel``/``outbox``: idle workers, cancelled runs, callbacks (``Leases``).
+# The job hash's fields a view is built from (``app.store.records.job_view``): not the
+# spec, nor the events (read by ``JobStore.events`` alone; a long job has many).
 VIEW_FIELDS: Final = (
     "id",
     "tenant",
@@ -145,8 +150,14 @@ class Role:
         self._scripts = {name: redis.register_script(_script_source(name)) for name in SCRIPTS}
         self._queued_result = Envelope.in_progress().model_dump_json()
         self.channels = {name: self.keys.channel(name) for name in CHANNELS}
-        self.hub = Hub(_pubsub_client(redis), list(self.channels.values()))
+        self.hub = Hub(_pubsub_client(redis), [self.channels[name] for name in self.hears()])
         self.outbox = Outbox(self)
+
+    @classmethod
+    def hears(cls) -> tuple[str, ...]:
+        """``HEARS`` of every class of the role, in ``CHANNELS`` order."""
+        wanted = {name for klass in cls.__mro__ for name in vars(klass).get("HEARS", ())}
+        return tuple(name for name in CHANNELS if name in wanted)
 
     async def aclose(self) -> None:
         await self.hub.close()
@@ -201,7 +212,7 @@ def _pubsub_client(redis: RedisClient) -> Redis:
         node = redis.get_default_node() or (redis.get_nodes() or redis.startup_nodes)[0]
         kwargs = dict(getattr(redis, "connection_kwargs", {}))
         kwargs.pop("max_connections", None)
-        return Redis(host=node.host, port=int(node.port), **_plain(kwargs))
+        return use_hiredis(Redis(host=node.host, port=int(node.port), **_plain(kwargs)))
     return redis
 
 

@@ -3,7 +3,7 @@
 Long-polls, event streams, idle workers and cancellations all wait on the same small set
 of channels instead of each holding a Redis connection in a blocking read::
 
-    hub = Hub(redis, channels=["rp:done", "rp:events"])
+    hub = Hub(redis, channels=["rp:done", "rp:events"])   # only what this process waits on
     async with hub.watch("rp:done", job_id) as watch:   # register before reading
         view = await read()
         if not view.terminal:
@@ -95,9 +95,19 @@ class Hub:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
 
+    @property
+    def channels(self) -> tuple[str, ...]:
+        return self._channels
+
+    def _check(self, channel: str) -> None:
+        if channel not in self._channels:
+            # A watcher of a channel the hub does not subscribe to would never wake.
+            raise ValueError(f"this hub does not subscribe to {channel!r}: {self._channels}")
+
     @asynccontextmanager
     async def watch(self, channel: str, key: str = ANY) -> AsyncIterator[Watch]:
         """Register a watcher for messages on ``channel`` about ``key``."""
+        self._check(channel)
         await self.start()
         watcher = Watch()
         entry = (channel, key)
@@ -116,6 +126,7 @@ class Hub:
         and again and must not miss a message that arrives between two waits. It holds at
         most ``keep`` messages. It does not subscribe: ``start()`` before waiting on it (the
         subscription wakes every watcher when it goes live)."""
+        self._check(channel)
         watcher = Watch(keep)
         self._watchers[(channel, key)].add(watcher)
         return watcher

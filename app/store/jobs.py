@@ -76,6 +76,7 @@ def body_digest(spec: Mapping[str, Any], metadata: Mapping[str, str], model: str
 class JobStore(Role):
     """Jobs as the API sees them. A job of another tenant does not exist for the caller."""
 
+    HEARS = ("done", "events")  # long-polls (``wait``, ``submit(wait_ms=)``), ``events``
     _spread = itertools.count()
 
     @edge

@@ -62,6 +62,8 @@ class Written(Enum):
 class Leases(Role):
     """Jobs as workers see them: leased, written under a fencing token, committed once."""
 
+    HEARS = ("work", "cancel", "outbox")  # ``wait_for_work``, ``cancellations``, deliveries
+
     _turn = itertools.count()
 
     def __init__(
