@@ -29,6 +29,7 @@ from app.store.hub import Hub
 from app.store.ids import is_job_id, shard_of
 from app.store.keys import Keys, ShardKeys
 from app.store.outbox import Outbox
+from app.store.packing import use_hiredis
 from app.store.records import JobView, job_view
 
 SCRIPTS: Final = (
@@ -119,6 +120,7 @@ def connect(
     finds every connection busy fails at once (``StoreUnavailable``), or with ``queue_s``
     waits up to that long for one: a worker holding thousands of jobs sends bursts of
     writes and commits far larger than any pool (not on a cluster: its pools cannot wait).
+    Commands are encoded by hiredis (``app.store.packing``).
     """
     options: dict[str, Any] = {
         "socket_timeout": socket_timeout_s,
@@ -128,10 +130,11 @@ def connect(
         "max_connections": max_connections,
     }
     if cluster:
-        return RedisCluster.from_url(url, **options)
+        return use_hiredis(RedisCluster.from_url(url, **options))
     if queue_s is not None:
-        return Redis.from_pool(BlockingConnectionPool.from_url(url, timeout=queue_s, **options))
-    return Redis.from_url(url, **options)
+        pool = BlockingConnectionPool.from_url(url, timeout=queue_s, **options)
+        return use_hiredis(Redis.from_pool(pool))
+    return use_hiredis(Redis.from_url(url, **options))
 
 
 class Role:
@@ -140,6 +143,10 @@ class Role:
     ``redis`` is injected and owned by the caller (who closes it); the role owns its pub/sub
     subscription (``aclose()``).
     """
+
+    # The channels (of ``CHANNELS``) this role waits on; a class with several roles (tests'
+    # ``Store``) hears them all.
+    HEARS: ClassVar[tuple[str, ...]] = ()
 
     def __init__(
         self, redis: RedisClient, options: StoreOptions | None = None, **fields: Any
