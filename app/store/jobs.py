@@ -175,7 +175,8 @@ class JobStore(Role):
             [
                 job_id,
                 tenant,
-                body_digest(spec, metadata, model),
+                # Only an Idempotency-Key is checked against it (lua/submit.lua).
+                "" if idempotency_key is None else body_digest(spec, metadata, model),
                 spec_json,
                 dumps(metadata),
                 model or "",
