@@ -1,4 +1,4 @@
-"""Notifications through Redis pub/sub: one subscription per process, waiters by key.
+"""Notifications through Redis pub/sub: one subscription per store role, waiters by key.
 
 Long-polls, event streams, idle workers and cancellations all wait on the same small set
 of channels instead of each holding a Redis connection in a blocking read::
@@ -9,7 +9,8 @@ of channels instead of each holding a Redis connection in a blocking read::
         if not view.terminal:
             await watch.wait(timeout_s=30)               # a message for job_id, or timeout
 
-A message's data is the key it is about (a job id; for ``work``, a shard). While the
+A hub subscribes only to the channels it is given (a role's ``HEARS``) and refuses a
+watcher of any other, which would never wake. A message's data is the key it is about (a job id; for ``work``, a shard). While the
 subscription is down (Redis restarting) every waiter is woken each time it reconnects, so
 nobody sleeps through a message that was lost: callers re-read what they wait for.
 """
