@@ -3,16 +3,17 @@
 Long-polls, event streams, idle workers and cancellations all wait on the same small set
 of channels instead of each holding a Redis connection in a blocking read::
 
-    hub = Hub(redis, channels=["rp:done", "rp:events"])   # only what this process waits on
+    hub = Hub(redis, channels=["rp:done", "rp:events"])  # only what the role waits on
     async with hub.watch("rp:done", job_id) as watch:   # register before reading
         view = await read()
         if not view.terminal:
             await watch.wait(timeout_s=30)               # a message for job_id, or timeout
 
 A hub subscribes only to the channels it is given (a role's ``HEARS``) and refuses a
-watcher of any other, which would never wake. A message's data is the key it is about (a job id; for ``work``, a shard). While the
-subscription is down (Redis restarting) every waiter is woken each time it reconnects, so
-nobody sleeps through a message that was lost: callers re-read what they wait for.
+watcher of any other, which would never wake. A message's data is the key it is about (a
+job id; for ``work``, a shard). While the subscription is down (Redis restarting) every
+waiter is woken each time it reconnects, so nobody sleeps through a message that was lost:
+callers re-read what they wait for.
 """
 
 from __future__ import annotations
