@@ -16,7 +16,8 @@ never lose or duplicate a job. Guarantees:
 * Terminal states never change. On the terminal transition the job gets ``retention_s``
   to live; ``job_end`` is always its last event.
 * Nothing waits on a Redis connection: long-polls, event streams, idle workers and
-  cancellations watch one pub/sub subscription per process (``hub.py``).
+  cancellations watch one pub/sub subscription per role (``hub.py``), to the channels
+  that role waits on only (``Role.HEARS``): a publish wakes only the processes that use it.
 * Completion callbacks: the script that moves a job to an event its callback asks for
   writes the delivery too (``outbox.py``, ``lua/outbox.lua``), so none is lost in a crash.
 * Time is the Redis server's clock (``TIME`` inside the scripts), so leases do not depend on

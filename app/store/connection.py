@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
-from typing import Any, Final
+from typing import Any, ClassVar, Final
 
 from redis.asyncio import BlockingConnectionPool, Redis
 from redis.asyncio.cluster import RedisCluster
@@ -29,6 +29,7 @@ from app.store.hub import Hub
 from app.store.ids import is_job_id, shard_of
 from app.store.keys import Keys, ShardKeys
 from app.store.outbox import Outbox
+from app.store.packing import use_hiredis
 from app.store.records import JobView, job_view
 
 SCRIPTS: Final = (
@@ -50,7 +51,12 @@ SCRIPTS: Final = (
     "delivery_redeliver",
 )
 CHANNELS: Final = ("work", "done", "events", "cancel", "outbox")
-# The job hash's fields a view is built from (``app.store.records.job_view``).
+# Each publish wakes every process subscribed to its channel: a role subscribes only to the
+# channels it waits on (``Role.HEARS``), so a job's end does not wake the workers nor its
+# queueing the API. ``done``/``events``: long-polls and event streams (``JobStore``);
+# ``work``/``cancel``/``outbox``: idle workers, cancelled runs, callbacks (``Leases``).
+# The job hash's fields a view is built from (``app.store.records.job_view``): not the
+# spec, nor the events (read by ``JobStore.events`` alone; a long job has many).
 VIEW_FIELDS: Final = (
     "id",
     "tenant",
@@ -66,7 +72,6 @@ VIEW_FIELDS: Final = (
     "metadata",
     "model",
     "idem",
-    "events",
     "action",
     "pauses",
     "callback",
@@ -115,6 +120,7 @@ def connect(
     finds every connection busy fails at once (``StoreUnavailable``), or with ``queue_s``
     waits up to that long for one: a worker holding thousands of jobs sends bursts of
     writes and commits far larger than any pool (not on a cluster: its pools cannot wait).
+    Commands are encoded by hiredis (``app.store.packing``).
     """
     options: dict[str, Any] = {
         "socket_timeout": socket_timeout_s,
@@ -124,10 +130,11 @@ def connect(
         "max_connections": max_connections,
     }
     if cluster:
-        return RedisCluster.from_url(url, **options)
+        return use_hiredis(RedisCluster.from_url(url, **options))
     if queue_s is not None:
-        return Redis.from_pool(BlockingConnectionPool.from_url(url, timeout=queue_s, **options))
-    return Redis.from_url(url, **options)
+        pool = BlockingConnectionPool.from_url(url, timeout=queue_s, **options)
+        return use_hiredis(Redis.from_pool(pool))
+    return use_hiredis(Redis.from_url(url, **options))
 
 
 class Role:
@@ -136,6 +143,10 @@ class Role:
     ``redis`` is injected and owned by the caller (who closes it); the role owns its pub/sub
     subscription (``aclose()``).
     """
+
+    # The channels (of ``CHANNELS``) this role waits on; a class with several roles (tests'
+    # ``Store``) hears them all.
+    HEARS: ClassVar[tuple[str, ...]] = ()
 
     def __init__(
         self, redis: RedisClient, options: StoreOptions | None = None, **fields: Any
@@ -146,8 +157,14 @@ class Role:
         self._scripts = {name: redis.register_script(_script_source(name)) for name in SCRIPTS}
         self._queued_result = Envelope.in_progress().model_dump_json()
         self.channels = {name: self.keys.channel(name) for name in CHANNELS}
-        self.hub = Hub(_pubsub_client(redis), list(self.channels.values()))
+        self.hub = Hub(_pubsub_client(redis), [self.channels[name] for name in self.hears()])
         self.outbox = Outbox(self)
+
+    @classmethod
+    def hears(cls) -> tuple[str, ...]:
+        """``HEARS`` of every class of the role, in ``CHANNELS`` order."""
+        wanted = {name for klass in cls.__mro__ for name in vars(klass).get("HEARS", ())}
+        return tuple(name for name in CHANNELS if name in wanted)
 
     async def aclose(self) -> None:
         await self.hub.close()
@@ -202,7 +219,7 @@ def _pubsub_client(redis: RedisClient) -> Redis:
         node = redis.get_default_node() or (redis.get_nodes() or redis.startup_nodes)[0]
         kwargs = dict(getattr(redis, "connection_kwargs", {}))
         kwargs.pop("max_connections", None)
-        return Redis(host=node.host, port=int(node.port), **_plain(kwargs))
+        return use_hiredis(Redis(host=node.host, port=int(node.port), **_plain(kwargs)))
     return redis
 
 

@@ -1,17 +1,19 @@
-"""Notifications through Redis pub/sub: one subscription per process, waiters by key.
+"""Notifications through Redis pub/sub: one subscription per store role, waiters by key.
 
 Long-polls, event streams, idle workers and cancellations all wait on the same small set
 of channels instead of each holding a Redis connection in a blocking read::
 
-    hub = Hub(redis, channels=["rp:done", "rp:events"])
+    hub = Hub(redis, channels=["rp:done", "rp:events"])  # only what the role waits on
     async with hub.watch("rp:done", job_id) as watch:   # register before reading
         view = await read()
         if not view.terminal:
             await watch.wait(timeout_s=30)               # a message for job_id, or timeout
 
-A message's data is the key it is about (a job id; for ``work``, a shard). While the
-subscription is down (Redis restarting) every waiter is woken each time it reconnects, so
-nobody sleeps through a message that was lost: callers re-read what they wait for.
+A hub subscribes only to the channels it is given (a role's ``HEARS``) and refuses a
+watcher of any other, which would never wake. A message's data is the key it is about (a
+job id; for ``work``, a shard). While the subscription is down (Redis restarting) every
+waiter is woken each time it reconnects, so nobody sleeps through a message that was lost:
+callers re-read what they wait for.
 """
 
 from __future__ import annotations
@@ -95,9 +97,19 @@ class Hub:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
 
+    @property
+    def channels(self) -> tuple[str, ...]:
+        return self._channels
+
+    def _check(self, channel: str) -> None:
+        if channel not in self._channels:
+            # A watcher of a channel the hub does not subscribe to would never wake.
+            raise ValueError(f"this hub does not subscribe to {channel!r}: {self._channels}")
+
     @asynccontextmanager
     async def watch(self, channel: str, key: str = ANY) -> AsyncIterator[Watch]:
         """Register a watcher for messages on ``channel`` about ``key``."""
+        self._check(channel)
         await self.start()
         watcher = Watch()
         entry = (channel, key)
@@ -116,6 +128,7 @@ class Hub:
         and again and must not miss a message that arrives between two waits. It holds at
         most ``keep`` messages. It does not subscribe: ``start()`` before waiting on it (the
         subscription wakes every watcher when it goes live)."""
+        self._check(channel)
         watcher = Watch(keep)
         self._watchers[(channel, key)].add(watcher)
         return watcher

@@ -76,6 +76,7 @@ def body_digest(spec: Mapping[str, Any], metadata: Mapping[str, str], model: str
 class JobStore(Role):
     """Jobs as the API sees them. A job of another tenant does not exist for the caller."""
 
+    HEARS = ("done", "events")  # long-polls (``wait``, ``submit(wait_ms=)``), ``events``
     _spread = itertools.count()
 
     @edge
@@ -174,7 +175,8 @@ class JobStore(Role):
             [
                 job_id,
                 tenant,
-                body_digest(spec, metadata, model),
+                # Only an Idempotency-Key is checked against it (lua/submit.lua).
+                "" if idempotency_key is None else body_digest(spec, metadata, model),
                 spec_json,
                 dumps(metadata),
                 model or "",
@@ -236,7 +238,6 @@ class JobStore(Role):
                 metadata=metadata,
                 model=model,
                 idempotency_key=idempotency_key,
-                events=1,
                 callback=callback_status(callback),
             ),
             True,

@@ -62,6 +62,8 @@ class Written(Enum):
 class Leases(Role):
     """Jobs as workers see them: leased, written under a fencing token, committed once."""
 
+    HEARS = ("work", "cancel", "outbox")  # ``wait_for_work``, ``cancellations``, deliveries
+
     _turn = itertools.count()
 
     def __init__(
@@ -250,9 +252,9 @@ class Leases(Role):
         if status == "in_progress":
             raise ValueError("complete() needs a final envelope")
         shard = self.shard_of(claim.job_id)
-        ended = JobEnded(status=status, result=envelope).model_dump_json()
+        # The job_end event ({"status", "result"}: ``JobEnded``) is made by the script from
+        # the result it stores: the envelope is serialised and sent once.
         appended = [_event(name, data.model_dump_json()) for name, data in events]
-        appended.append(_event("job_end", ended))
         reply = await self._run(
             "complete",
             [shard.job(claim.job_id), shard.leases, shard.running],

@@ -12,6 +12,7 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from functools import lru_cache
 from typing import Any, Final, cast
 
 from pydantic import TypeAdapter
@@ -46,7 +47,6 @@ class JobView:
     metadata: dict[str, str]
     model: str | None
     idempotency_key: str | None
-    events: int  # how many events the job has (the id of the newest)
     # While requires_action: the calls the client must answer, and until when.
     required_action: RequiredAction | None = None
     pauses: int = 0  # how many times the job waited for tool outputs (names the current one)
@@ -116,13 +116,24 @@ def text(value: object) -> str:
 
 
 def iso(ms: int) -> str:
-    moment = datetime.fromtimestamp(ms / 1000, tz=UTC)
-    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{ms % 1000:03d}Z"
+    """An epoch-ms moment as ``2026-11-22T05:39:58.790Z``."""
+    seconds, millis = divmod(ms, 1000)
+    return f"{_second(seconds)}.{millis:03d}Z"
+
+
+@lru_cache(maxsize=256)
+def _second(seconds: int) -> str:
+    # A job's moments (and a page of jobs') share their seconds: formatted once each.
+    return datetime.fromtimestamp(seconds, tz=UTC).strftime("%Y-%m-%dT%H:%M:%S")
 
 
 def job_view(raw: Mapping[Any, Any]) -> JobView | None:
     """A job from its hash's fields (missing ones are None); None if it is gone."""
-    fields = {text(k): text(v) for k, v in raw.items() if v is not None}
+    fields = {
+        k if type(k) is str else text(k): v.decode() if type(v) is bytes else text(v)
+        for k, v in raw.items()
+        if v is not None
+    }
     if "id" not in fields:
         return None
 
@@ -145,7 +156,6 @@ def job_view(raw: Mapping[Any, Any]) -> JobView | None:
         metadata=json.loads(fields.get("metadata", "{}")),
         model=fields.get("model"),
         idempotency_key=fields.get("idem"),
-        events=_count(fields.get("events")),
         required_action=(
             RequiredAction.model_validate_json(fields["action"]) if fields.get("action") else None
         ),
@@ -254,12 +264,6 @@ def outputs(raw: str | bytes | None) -> Outputs | None:
 class StoredOutputs(Wire):
     outputs: tuple[ToolOutput, ...]
     received_ms: int
-
-
-def _count(raw: str | None) -> int:
-    # Events are JSON objects in an array; counting their tops without parsing is not worth
-    # the risk: parse (a job has tens of events, not thousands).
-    return 0 if not raw else len(json.loads(raw))
 
 
 def _dumps(value: Any) -> str:

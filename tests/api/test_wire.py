@@ -96,7 +96,6 @@ def test_a_stored_record_goes_through_the_response_model_unchanged() -> None:
         metadata={"k": "v"},
         model=None,
         idempotency_key=None,
-        events=3,
     )
     body = json.loads(public_job(view).model_dump_json())
     conforms(body, "Job")

@@ -42,6 +42,7 @@ from app.store import (
 from app.store.connection import RedisClient
 from app.store.eviction import EvictingRedis, eviction_policy, judge
 from app.store.keys import Keys
+from app.store.packing import HiredisConnection
 from app.worker import Worker
 from reprompt_sim.server import SimConfig, serve_in_background
 from tests.both import Store
@@ -190,6 +191,10 @@ async def test_a_worker_runs_every_job_to_success_and_long_polls_return_when_the
         await worker_redis.aclose()
 
     assert [v.status if v else None for v in views] == ["succeeded"] * len(ids)
+    # Every node's connections (the startup node's and those discovered) pack with hiredis.
+    nodes = worker_redis.get_nodes()
+    assert len(nodes) == len(cluster.ports)
+    assert {node.connection_class for node in nodes} == {HiredisConnection}
     keys = Keys(options.prefix, shards=SHARDS)
     masters = {master_of(cluster, keys.shard(shard_of(i)).job(i)) for i in ids}
     assert masters == set(cluster.ports)

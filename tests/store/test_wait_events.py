@@ -6,11 +6,13 @@ import asyncio
 import time
 
 import pytest
+from redis.asyncio import Redis
 
-from app.core.envelope import Progress
+from app.core.envelope import Envelope, Progress
 from app.core.errors import InvalidInput
+from app.core.events import JobEnded
 from tests.both import Store
-from tests.store.helpers import all_events, claim, complete, submit, turn
+from tests.store.helpers import all_events, claim, complete, names, submit, turn
 
 
 async def test_wait_returns_as_soon_as_another_task_completes_the_job(store: Store) -> None:
@@ -121,3 +123,27 @@ async def test_a_malformed_last_event_id_is_a_422_naming_it(store: Store) -> Non
         await store.events(job.id, after="yesterday", block_ms=0)
 
     assert caught.value.field == "Last-Event-ID"
+
+
+async def test_job_end_holds_the_stored_result_as_jobended_serialises_it(
+    redis: Redis, store: Store
+) -> None:
+    # The commit script makes job_end from the result it stores (the envelope is sent once).
+    job = await submit(store)
+    lease = await claim(store)
+    envelope = Envelope.success({"greeting": 'héllo "you"\n☃', "n": [1, 2.5, None]})
+    await store.complete(
+        lease,
+        envelope=envelope,
+        history=(),
+        transcript=(),
+        events=[("turn_end", turn(1, outcome="success"))],
+    )
+
+    raw = (await redis.hget(store.shard_of(job.id).job(job.id), "events") or b"").decode()
+    ended = JobEnded(status="succeeded", result=envelope).model_dump_json()
+    assert raw.endswith(',{"name":"job_end","data":' + ended + "}]")
+    assert await names(store, job.id) == ["job_queued", "job_start", "turn_end", "job_end"]
+    view = await store.get(job.id, tenant="acme")
+    assert view is not None
+    assert view.result == envelope

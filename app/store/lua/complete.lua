@@ -3,7 +3,7 @@
 -- KEYS: 1 job  2 leases  3 running counts
 -- ARGV: 1 id  2 token  3 status  4 result json  5 history json  6 transcript json
 --       7 last turn record json ('' = none)  8 its spend json ('' = none)
---       9 events to append (json, comma-separated, ending with job_end)  10 retention s
+--       9 events to append before job_end (json, comma-separated; '' = none)  10 retention s
 --       11 done channel  12 finished ms
 -- Returns 1 (committed), 0 (not ours), -1 (the job had already ended)
 local f = redis.call('HMGET', KEYS[1], 'status', 'attempts', 'turns', 'events', 'spent',
@@ -38,6 +38,11 @@ if f[8] then
 end
 table.insert(fields, 'counted')
 table.insert(fields, '0')
-finish(KEYS[1], ARGV[1], ARGV[3], ARGV[4], append(f[4], ARGV[9]), ARGV[12], ARGV[10],
+-- job_end's data is app.core.events.JobEnded: the status and the result stored with it.
+local appended = event('job_end', '{"status":"' .. ARGV[3] .. '","result":' .. ARGV[4] .. '}')
+if ARGV[9] ~= '' then
+  appended = ARGV[9] .. ',' .. appended
+end
+finish(KEYS[1], ARGV[1], ARGV[3], ARGV[4], append(f[4], appended), ARGV[12], ARGV[10],
   ARGV[11], fields, {f[9], f[8]})
 return 1

@@ -1,0 +1,91 @@
+"""Each role subscribes only to the channels it waits on (``Role.HEARS``): the API's
+(``JobStore``) to job ends and events, the worker's (``Leases``) to work, cancels and
+callbacks; and every wait still wakes with the roles apart, as in the processes."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from redis.asyncio import Redis
+
+from app.core.envelope import Progress
+from app.store import JobStore, Leases
+from app.store.connection import CHANNELS
+from tests.both import Store
+from tests.store.helpers import SPEC, SUCCESS, subscribed, turn
+
+
+async def listeners(redis: Redis, role: JobStore | Leases) -> dict[str, int]:
+    counts = await redis.pubsub_numsub(*(role.channels[name] for name in CHANNELS))
+    return {name: int(n) for name, (_, n) in zip(CHANNELS, counts, strict=True)}
+
+
+@pytest.mark.parametrize(
+    ("role", "heard"),
+    [
+        (JobStore, {"done", "events"}),
+        (Leases, {"work", "cancel", "outbox"}),
+        (Store, set(CHANNELS)),  # both roles in one object: both sets
+    ],
+)
+async def test_a_role_subscribes_only_to_what_it_waits_on(
+    redis: Redis, prefix: str, role: type[JobStore], heard: set[str]
+) -> None:
+    store = role(redis, prefix=prefix)
+    try:
+        await store.hub.start()
+        assert await listeners(redis, store) == {n: int(n in heard) for n in CHANNELS}
+    finally:
+        await store.aclose()
+
+
+async def test_watching_a_channel_the_role_does_not_hear_is_refused(
+    redis: Redis, prefix: str
+) -> None:
+    jobs, leases = JobStore(redis, prefix=prefix), Leases(redis, prefix=prefix)
+    try:
+        with pytest.raises(ValueError, match="does not subscribe"):
+            async with jobs.hub.watch(jobs.channels["work"]):
+                pass
+        with pytest.raises(ValueError, match="does not subscribe"):
+            leases.hub.standing(leases.channels["done"])
+    finally:
+        await jobs.aclose()
+        await leases.aclose()
+
+
+async def test_with_the_roles_apart_every_wait_wakes(redis: Redis, prefix: str) -> None:
+    jobs, leases = JobStore(redis, prefix=prefix), Leases(redis, prefix=prefix)
+    try:
+        # An idle worker wakes for a submit.
+        assert await leases.wait_for_work(0.05) is None
+        idle = asyncio.ensure_future(leases.wait_for_work(10))
+        await subscribed(redis, leases.channels["work"])
+        job, _ = await jobs.submit(tenant="acme", spec=SPEC)
+        assert await asyncio.wait_for(idle, 5) == 0
+        [lease] = await leases.claim("w1")
+
+        # A long-poll wakes for an event (events stream) and for the end.
+        stream = asyncio.ensure_future(jobs.events(job.id, after="2", block_ms=10_000))
+        poll = asyncio.ensure_future(jobs.wait(job.id, tenant="acme", wait_ms=10_000))
+        await subscribed(redis, jobs.channels["events"])
+        await leases.write(lease, progress=Progress(), events=[("turn_start", turn(1))])
+        assert [e.name for e in await asyncio.wait_for(stream, 5)] == ["turn_start"]
+        await leases.complete(lease, envelope=SUCCESS, history=(), transcript=())
+        view = await asyncio.wait_for(poll, 5)
+        assert view is not None
+        assert view.status == "succeeded"
+
+        # A running job's cancel reaches the worker.
+        other, _ = await jobs.submit(tenant="acme", spec=SPEC)
+        await leases.claim("w1")
+        cancels = leases.cancellations()
+        first = asyncio.ensure_future(anext(cancels))
+        await subscribed(redis, leases.channels["cancel"])
+        await jobs.cancel(other.id, tenant="acme")
+        assert await asyncio.wait_for(first, 5) == other.id
+        await cancels.aclose()
+    finally:
+        await jobs.aclose()
+        await leases.aclose()
