@@ -18,7 +18,7 @@ import json
 import re
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any, Final
+from typing import Any, ClassVar, Final
 
 from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import RedisClusterException, RedisError
@@ -76,7 +76,8 @@ def body_digest(spec: Mapping[str, Any], metadata: Mapping[str, str], model: str
 class JobStore(Role):
     """Jobs as the API sees them. A job of another tenant does not exist for the caller."""
 
-    HEARS = ("done", "events")  # long-polls (``wait``, ``submit(wait_ms=)``), ``events``
+    # long-polls (``wait``, ``submit(wait_ms=)``), ``events``
+    HEARS: ClassVar[tuple[str, ...]] = ("done", "events")
     _spread = itertools.count()
 
     @edge

@@ -23,7 +23,7 @@ import json
 import time
 from collections.abc import AsyncGenerator, Sequence
 from enum import Enum
-from typing import Any, Final
+from typing import Any, ClassVar, Final
 
 from app.core import codes
 from app.core.checkpoint import Checkpoint, RequiredAction
@@ -62,7 +62,8 @@ class Written(Enum):
 class Leases(Role):
     """Jobs as workers see them: leased, written under a fencing token, committed once."""
 
-    HEARS = ("work", "cancel", "outbox")  # ``wait_for_work``, ``cancellations``, deliveries
+    # ``wait_for_work``, ``cancellations``, deliveries
+    HEARS: ClassVar[tuple[str, ...]] = ("work", "cancel", "outbox")
 
     _turn = itertools.count()
 

@@ -17,10 +17,11 @@ import time
 from collections import Counter
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from redis.asyncio import Redis
+from redis.asyncio.cluster import RedisCluster
 from redis.crc import key_slot
 from redis.exceptions import MovedError
 
@@ -192,7 +193,7 @@ async def test_a_worker_runs_every_job_to_success_and_long_polls_return_when_the
 
     assert [v.status if v else None for v in views] == ["succeeded"] * len(ids)
     # Every node's connections (the startup node's and those discovered) pack with hiredis.
-    nodes = worker_redis.get_nodes()
+    nodes = cast(RedisCluster, worker_redis).get_nodes()
     assert len(nodes) == len(cluster.ports)
     assert {node.connection_class for node in nodes} == {HiredisConnection}
     keys = Keys(options.prefix, shards=SHARDS)

@@ -5,9 +5,10 @@ uses it, against the real redis-server."""
 from __future__ import annotations
 
 import enum
-from typing import Any
+from typing import Any, cast
 
 import pytest
+from redis.asyncio import Redis
 from redis.asyncio.connection import Connection, UnixDomainSocketConnection
 from redis.exceptions import DataError
 
@@ -68,25 +69,26 @@ def test_only_redis_pys_own_classes_are_replaced() -> None:
 async def test_every_client_connect_makes_packs_with_hiredis_and_round_trips(
     redis_server: EmbeddedRedis, prefix: str
 ) -> None:
-    plain, queued = connect(redis_server.url), connect(redis_server.url, queue_s=1.0)
+    plain = cast(Redis, connect(redis_server.url))
+    queued = cast(Redis, connect(redis_server.url, queue_s=1.0))
     try:
         for client in (plain, queued):
             assert client.connection_pool.connection_class is HiredisConnection
             value = "é☃\U0001f600" + "x" * 100_000
             await client.set(f"{prefix}:k", value)
-            assert (await client.get(f"{prefix}:k")).decode() == value
+            assert cast(bytes, await client.get(f"{prefix}:k")).decode() == value
             assert await client.incrbyfloat(f"{prefix}:f", 0.1) == pytest.approx(0.1)
             async with client.pipeline(transaction=True) as pipe:
-                pipe.incr(f"{prefix}:n").incr(f"{prefix}:n", 2).hset(
-                    f"{prefix}:h", mapping={"a": 1, "b": b"\x00\xff"}
-                )
+                pipe.incr(f"{prefix}:n")
+                pipe.incr(f"{prefix}:n", 2)
+                pipe.hset(f"{prefix}:h", mapping={"a": 1, "b": b"\x00\xff"})
                 assert await pipe.execute() == [1, 3, 2]
             assert await client.hgetall(f"{prefix}:h") == {b"a": b"1", b"b": b"\x00\xff"}
             script = client.register_script("return ARGV[1] .. ARGV[2]")
             assert await script(keys=[f"{prefix}:k"], args=["é", 7]) == "é7".encode()
             await client.delete(f"{prefix}:k", f"{prefix}:f", f"{prefix}:n", f"{prefix}:h")
             # The pool's connections are the class that was put in before any opened.
-            connection = await client.connection_pool.get_connection()
+            connection = await cast(Any, client.connection_pool).get_connection()
             assert isinstance(connection, HiredisConnection)
             await client.connection_pool.release(connection)
         # Both roles over a hiredis client: the store's scripts and pub/sub work.

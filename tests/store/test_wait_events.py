@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from typing import cast
 
 import pytest
 from redis.asyncio import Redis
@@ -140,7 +141,8 @@ async def test_job_end_holds_the_stored_result_as_jobended_serialises_it(
         events=[("turn_end", turn(1, outcome="success"))],
     )
 
-    raw = (await redis.hget(store.shard_of(job.id).job(job.id), "events") or b"").decode()
+    stored = await redis.hget(store.shard_of(job.id).job(job.id), "events")
+    raw = cast(bytes, stored or b"").decode()
     ended = JobEnded(status="succeeded", result=envelope).model_dump_json()
     assert raw.endswith(',{"name":"job_end","data":' + ended + "}]")
     assert await names(store, job.id) == ["job_queued", "job_start", "turn_end", "job_end"]
