@@ -170,59 +170,52 @@ class JobStore(Role):
         ]
         if idempotency_key is not None:
             keys.append(shard.idempotency(tenant, idempotency_key))
-        reply = await self._run(
-            "submit",
-            keys,
-            [
-                job_id,
-                tenant,
-                # Only an Idempotency-Key is checked against it (lua/submit.lua).
-                "" if idempotency_key is None else body_digest(spec, metadata, model),
-                spec_json,
-                dumps(metadata),
-                model or "",
-                idempotency_key or "",
-                self._queued_result,
-                options.max_queued,
-                options.idempotency_ttl_s,
-                len(spec_json.encode()),
-                options.max_tenant_bytes,
-                2 * options.retention_s,
-                self.channels["work"],
-                index,
-                now_ms,
-                shard.job_prefix,
-                _QUEUED_EVENT,
-                (index_window + 1) * _INDEX_WINDOW_MS + lifetime_ms,
-                id_floor(now_ms - lifetime_ms),
-                "" if callback is None else dumps(callback),
-                "" if trace is None else trace.dumps(),
-                f"{_INDEX_MARK}{index_window:012d}",
-            ],
-        )
-        outcome, found = text(reply[0]), text(reply[1])
-        if outcome == "full":
-            raise QueueFull(int(found))
-        if outcome == "quota":
-            raise TenantQuota(int(found), options.max_tenant_bytes)
-        if outcome == "conflict":
-            raise IdempotencyConflict()
-        if outcome == "existing":
-            existing = await self.get(found, tenant=tenant)
-            if existing is not None:
-                return existing, False
-            # Expired in the instant between the script and the read: submit afresh (the id
-            # is still unused, and the key's shard the same).
-            return await self._queue(
-                job_id,
-                index,
-                tenant=tenant,
-                spec=spec,
-                idempotency_key=idempotency_key,
-                metadata=metadata,
-                model=model,
-                trace=trace,
+        while True:
+            reply = await self._run(
+                "submit",
+                keys,
+                [
+                    job_id,
+                    tenant,
+                    # Only an Idempotency-Key is checked against it (lua/submit.lua).
+                    "" if idempotency_key is None else body_digest(spec, metadata, model),
+                    spec_json,
+                    dumps(metadata),
+                    model or "",
+                    idempotency_key or "",
+                    self._queued_result,
+                    options.max_queued,
+                    options.idempotency_ttl_s,
+                    len(spec_json.encode()),
+                    options.max_tenant_bytes,
+                    2 * options.retention_s,
+                    self.channels["work"],
+                    index,
+                    now_ms,
+                    shard.job_prefix,
+                    _QUEUED_EVENT,
+                    (index_window + 1) * _INDEX_WINDOW_MS + lifetime_ms,
+                    id_floor(now_ms - lifetime_ms),
+                    "" if callback is None else dumps(callback),
+                    "" if trace is None else trace.dumps(),
+                    f"{_INDEX_MARK}{index_window:012d}",
+                ],
             )
+            outcome, found = text(reply[0]), text(reply[1])
+            if outcome == "full":
+                raise QueueFull(int(found))
+            if outcome == "quota":
+                raise TenantQuota(int(found), options.max_tenant_bytes)
+            if outcome == "conflict":
+                raise IdempotencyConflict()
+            if outcome == "existing":
+                existing = await self.get(found, tenant=tenant)
+                if existing is not None:
+                    return existing, False
+                # Expired in the instant between the script and the read: submit afresh (the id
+                # is still unused, and the key's shard the same).
+                continue
+            break
         return (
             JobView(
                 id=job_id,

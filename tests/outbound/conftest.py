@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import shutil
 import ssl
-import subprocess
 from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,6 +12,7 @@ import pytest
 from app.outbound.client import OutboundClient
 from app.outbound.guard import Allowlist, Guard, OutboundPolicy
 from tests.outbound.receiver import Receiver
+from tests.tls import make_certificate
 
 # Loopback receivers are reachable only because the operator setting says so.
 LOOPBACK = Allowlist.parse(["127.0.0.1/32"])
@@ -73,19 +72,4 @@ class Certificate:
 
 @pytest.fixture(scope="session")
 def certificate(tmp_path_factory: pytest.TempPathFactory) -> Certificate:
-    if shutil.which("openssl") is None:
-        pytest.skip("needs the openssl command to make a test certificate")
-    folder = tmp_path_factory.mktemp("tls")
-    cert, key = folder / "cert.pem", folder / "key.pem"
-    subprocess.run(
-        [
-            "openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
-            "ec_paramgen_curve:prime256v1", "-nodes", "-days", "2",
-            "-keyout", str(key), "-out", str(cert), "-subj", "/CN=receiver.test",
-            "-addext", "subjectAltName=DNS:receiver.test",
-        ],
-        check=True,
-        capture_output=True,
-        timeout=60,
-    )  # fmt: skip
-    return Certificate(cert, key)
+    return Certificate(*make_certificate(tmp_path_factory.mktemp("tls"), "receiver.test"))
