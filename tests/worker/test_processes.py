@@ -57,7 +57,7 @@ async def test_a_job_whose_worker_is_killed_finishes_on_another_worker(
     assert len(view.turns) == 1
     assert await job_ends(store, job_id) == 1
     assert second.logged(rf"job {job_id} started: attempt 2\b")
-    assert second.logged(rf"job {job_id} succeeded")
+    await second.wait_log(rf"job {job_id} succeeded")  # logged after the commit
     # The second worker reaped the dead one's lease, and says so on its /metrics.
     assert scrape(port, "reprompt_leases_expired_total") == 1
     assert scrape(port, "reprompt_jobs_finished_total", status="succeeded", error="") == 1
@@ -77,7 +77,8 @@ async def test_a_paused_worker_resumed_after_its_lease_expired_cannot_commit(
     assert won.attempts == 2
     assert won.result.execution is not None
     assert won.result.execution.model == "gpt-4o-mini"  # the healthy worker's model
-    assert healthy.logged(rf"job {job_id} succeeded")
+    # Its log line comes after the commit the store already shows: wait for it.
+    await healthy.wait_log(rf"job {job_id} succeeded")
 
     # Let the zombie's slow answer arrive, then wake it up: it finds the lease gone.
     await asyncio.sleep(SLOW_MS / 1000)
@@ -244,7 +245,7 @@ async def test_a_worker_killed_right_after_a_pause_loses_nothing(
     assert done.status == "succeeded", done.result
     assert [t.type for t in done.turns] == ["normal", "normal"]
     assert done.attempts == 1  # the pause gave its attempt back; nothing was lost
-    assert second.logged(rf"job {job_id} succeeded")
+    await second.wait_log(rf"job {job_id} succeeded")  # logged after the commit
     assert await job_ends(store, job_id) == 1
 
 
