@@ -99,6 +99,9 @@ def unwrap(arguments: Any, wrapped: bool) -> Any:
     return arguments
 
 
+_VALUE_KEYS = frozenset({"const", "enum", "default", "examples"})
+
+
 def bound_arrays(schema: Mapping[str, Any], max_items: int) -> dict[str, Any]:
     """A copy of ``schema`` in which every array without a ``maxItems`` gets ``max_items``
     (at least its ``minItems``): what a grammar-constrained request sends after an answer
@@ -110,7 +113,8 @@ def bound_arrays(schema: Mapping[str, Any], max_items: int) -> dict[str, Any]:
             return [walk(item) for item in node]
         if not isinstance(node, Mapping):
             return node
-        out = {key: walk(value) for key, value in node.items()}
+        # Values (``const``, ``enum``, ...) are data, not schemas: left as they are.
+        out = {key: v if key in _VALUE_KEYS else walk(v) for key, v in node.items()}
         kind = out.get("type")
         is_array = kind == "array" or (isinstance(kind, list) and "array" in kind)
         if is_array and "maxItems" not in out:

@@ -67,6 +67,19 @@ def test_bound_arrays_bounds_every_unbounded_list_and_keeps_the_rest() -> None:
     assert "maxItems" not in schema["properties"]["a"]  # a copy
 
 
+def test_bound_arrays_leaves_values_alone() -> None:
+    # const/enum/default/examples hold data that happens to look like a schema
+    shaped = {"type": "array"}
+    schema: dict[str, Any] = {
+        "anyOf": [{"const": shaped}, {"enum": [shaped]}, {"type": "array", "default": shaped}]
+    }
+    bounded = bound_arrays(schema, 3)
+    const, enum, array = bounded["anyOf"]
+    assert const == {"const": shaped}
+    assert enum == {"enum": [shaped]}
+    assert array == {"type": "array", "default": shaped, "maxItems": 3}
+
+
 STATS = {
     "type": "object",
     "properties": {"values": {"type": "array", "items": {"type": "integer"}}},
