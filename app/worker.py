@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
 import logging
 import os
 import secrets
@@ -50,6 +49,7 @@ from app.core.turn import Rejection, Spend, TurnRecord
 from app.core.validators import Verdict
 from app.core.wire import Wire
 from app.delivery import CallbackSender
+from app.gcsettle import settle_gc
 from app.outbound.kit import Outbound
 from app.settings import Settings
 from app.store import MAX_CLAIM, Claim, Leases, StoreUnavailable, Written
@@ -826,22 +826,6 @@ async def _wait(event: asyncio.Event, timeout_s: float) -> None:
     """Sleep ``timeout_s`` or until ``event`` is set."""
     with contextlib.suppress(TimeoutError):
         await asyncio.wait_for(event.wait(), timeout_s)
-
-
-# Young objects the collector lets pile up before it looks (CPython's default is 700). A
-# job allocates thousands of short-lived containers (parsed JSON, models, HTTP objects) that
-# reference counting frees anyway; at 700 the collector ran several times per job.
-GC_YOUNG_THRESHOLD: Final = 20_000
-
-
-def settle_gc() -> None:
-    """Tune the cyclic collector for a long-running service once it has started: what
-    start-up built (modules, settings, clients, compiled schemas) lives as long as the
-    process, so it is frozen out of every later collection, and young collections run less
-    often. Idempotent; ``reprompt serve`` calls it from the API and the worker."""
-    gc.freeze()
-    young, older, oldest = gc.get_threshold()
-    gc.set_threshold(max(GC_YOUNG_THRESHOLD, young), older, oldest)
 
 
 def default_worker_id() -> str:

@@ -9,7 +9,6 @@ until shutdown. This package never builds those itself and never imports the wor
 
 from __future__ import annotations
 
-import gc
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any
@@ -22,6 +21,7 @@ from app.api import callbacks, events, jobs, problems, system
 from app.api.events import SSE_EVENTS
 from app.api.limits import BodyLimit
 from app.api.resources import Resources
+from app.gcsettle import settle_gc
 from app.settings import Settings
 
 DESCRIPTION = """\
@@ -46,7 +46,7 @@ def create_app(
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         async with resources() as built:
             app.state.resources = built
-            _settle_gc()
+            settle_gc()
             yield
 
     app = FastAPI(
@@ -78,19 +78,6 @@ def create_app(
 
     app.openapi = openapi  # type: ignore[method-assign]
     return app
-
-
-# Young objects the collector lets pile up before it looks (CPython's default is 700): a
-# request allocates hundreds of short-lived containers that reference counting frees anyway.
-GC_YOUNG_THRESHOLD = 20_000
-
-
-def _settle_gc() -> None:
-    """What start-up built lives as long as the process: freeze it out of every later
-    collection, and let young collections run less often (as ``app.worker.settle_gc``)."""
-    gc.freeze()
-    young, older, oldest = gc.get_threshold()
-    gc.set_threshold(max(GC_YOUNG_THRESHOLD, young), older, oldest)
 
 
 PROBLEM_REF = {"$ref": "#/components/schemas/Problem"}

@@ -48,15 +48,21 @@ class Prompting:
         self.contract = contract
         self.client = client
         self.has_tools = has_tools
+        self._styles: dict[str | None, PromptStyle] = {}
 
     def _native(self, model: str | None) -> bool:
         return self.client.structured_mode(model, self.spec.structured_output) in _NATIVE
 
     def style(self, model: str | None) -> PromptStyle:
-        """The model's prompt style; clients that do not say get the full profile."""
-        if isinstance(self.client, StyledClient):
-            return self.client.prompt_style(model, self.spec.structured_output)
-        return PromptStyle()
+        """The model's prompt style; clients that do not say get the full profile. Asked
+        once per model: every message of every turn consults it."""
+        style = self._styles.get(model)
+        if style is None:
+            style = PromptStyle()
+            if isinstance(self.client, StyledClient):
+                style = self.client.prompt_style(model, self.spec.structured_output)
+            self._styles[model] = style
+        return style
 
     def compact(self, model: str | None) -> bool:
         return self.style(model).profile == "compact"

@@ -31,6 +31,7 @@ from app.core.events import JobEnded, ToolOutputsEvent
 from app.core.spec import CallbackSpec
 from app.store.connection import Role, dumps
 from app.store.errors import IdempotencyConflict, NotWaiting, QueueFull, TenantQuota, edge
+from app.store.hub import Watch
 from app.store.ids import id_floor, is_job_id, new_job_id
 from app.store.records import (
     Event,
@@ -123,18 +124,11 @@ class JobStore(Role):
         deadline = time.monotonic() + wait_ms / 1000
         async with self.hub.watch(self.channels["done"], job_id) as watch:
             view, created = await queue()
-            while created:
-                await watch.wait(deadline - time.monotonic())
-                now = await self.get(job_id, tenant=tenant)
-                if now is None:  # gone (expired) while it was waited for: as it was
-                    return view, created
-                view = now
-                if view.terminal or view.status == "requires_action":
-                    return view, created
-                if deadline - time.monotonic() <= 0:
-                    return view, created
+            if created:  # queued just now: nothing to read before a message says it moved
+                # (gone, expired while it was waited for: as it was)
+                return (await self._settled(watch, view, tenant, deadline) or view), created
         # An Idempotency-Key replay: the first job, which may have ended long ago.
-        if view.terminal or view.status == "requires_action":
+        if _settled_now(view):
             return view, created
         left_ms = int((deadline - time.monotonic()) * 1000)
         return (await self.wait(view.id, tenant=tenant, wait_ms=left_ms) or view), created
@@ -259,12 +253,22 @@ class JobStore(Role):
             return None
         deadline = time.monotonic() + max(wait_ms, 0) / 1000
         async with self.hub.watch(self.channels["done"], job_id) as watch:
-            while True:
-                view = await self.get(job_id, tenant=tenant)
-                left = deadline - time.monotonic()
-                if view is None or view.terminal or view.status == "requires_action" or left <= 0:
-                    return view
-                await watch.wait(left)
+            return await self._settled(
+                watch, await self.get(job_id, tenant=tenant), tenant, deadline
+            )
+
+    async def _settled(
+        self, watch: Watch, view: JobView | None, tenant: str, deadline: float
+    ) -> JobView | None:
+        """``view`` once it is terminal or waits for tool outputs, read again after each
+        message on ``watch`` (the job's ``done``), or as it is at ``deadline``."""
+        while view is not None and not _settled_now(view):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            await watch.wait(left)
+            view = await self.get(view.id, tenant=tenant)
+        return view
 
     @edge
     async def events(
@@ -540,3 +544,8 @@ def _decode_cursor(cursor: str) -> str:
     if not is_job_id(job_id):
         raise InvalidInput("not a cursor returned by this API", field="cursor")
     return job_id
+
+
+def _settled_now(view: JobView) -> bool:
+    """Whether a waiter has its answer: the job ended or waits for tool outputs."""
+    return view.terminal or view.status == "requires_action"
