@@ -3,7 +3,8 @@
 --       [6 idempotency key]
 -- ARGV: 1 id  2 tenant  3 body sha256 ('' without KEYS[6])  4 spec json  5 metadata json
 --       6 model ('' = none)  7 idempotency key ('' = none)  8 queued result json
---       9 max queued (tenant, shard)  10 idempotency ttl s  11 job bytes  12 max bytes (tenant, shard, window; 0 = none)
+--       9 max queued (tenant, shard)  10 idempotency ttl s  11 job bytes
+--       12 max bytes (tenant, shard, window; 0 = none)
 --       13 window ttl s  14 work channel  15 shard  16 created ms  17 job key prefix
 --       18 queued event json  19 when the tenant index expires (ms; covers a job created
 --       in this index window)  20 the smallest id a job can have that is still stored
