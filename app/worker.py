@@ -63,10 +63,14 @@ log = logging.getLogger("app.worker")
 IDLE_WAIT_S: Final = 1.0
 # Progress writes that fail for a transport reason are tried this many times in all.
 WRITE_TRIES: Final = 3
-# A job's progress (turn started, turn done, its record) waits this long before it is
-# written, and goes with the next write or the commit if that comes first: a fast call
-# costs one Redis round trip, not three.
-FLUSH_AFTER_S: Final = 0.1
+# A job's progress (turn started, turn done, its record, tool outputs) is written once the
+# job has stayed this long in one phase (a model call, a tool call, the work between two
+# events) with something unwritten; until then it waits for the next write or the commit.
+# So a watcher (GET /v1/jobs/{id}, the event stream) sees a call in flight within this
+# much of its start (plus the event loop's lag and one round trip), and a job whose every
+# phase is shorter (a fast single-turn job, even on a loaded worker) costs no progress
+# write at all: its turn and events go with the commit.
+FLUSH_AFTER_S: Final = 1.0
 # The most jobs one claim asks for (at most the store's MAX_CLAIM): a claim's jobs are all
 # started in one turn of the event loop, and a worker with thousands of free slots should
 # not keep its heartbeats and running jobs waiting for that long.
@@ -103,6 +107,7 @@ class _Job:
     turn: TurnRecord | None = None
     progress: Progress | None = None
     flush: asyncio.TimerHandle | None = None
+    flush_at: float = 0.0  # loop time: written then unless another event comes first
     flushing: asyncio.Task[None] | None = None
     span: JobSpan | None = None  # with traces on: this claim's span
 
@@ -404,7 +409,8 @@ class Worker:
 
     async def _trace(self, job: _Job, event: LoopEvent) -> None:
         """Mirror the loop's events into the job's outbox, the metrics and the trace; the
-        outbox is written after ``FLUSH_AFTER_S``, with the next write, or with the commit."""
+        outbox is written once a phase lasts ``FLUSH_AFTER_S``, with the next write, or with
+        the commit."""
         if job.span is not None:
             job.span.on_event(event)
         if isinstance(event, ToolsAnswered):
@@ -441,12 +447,20 @@ class Worker:
                 remaining=event.remaining,
                 model=event.model,
             )
+        # Every event starts a new phase: the outbox is due once this one has lasted
+        # FLUSH_AFTER_S. One timer per job, moved on lazily when it fires early.
+        loop = asyncio.get_running_loop()
+        job.flush_at = loop.time() + FLUSH_AFTER_S
         if job.flush is None:
-            job.flush = asyncio.get_running_loop().call_later(FLUSH_AFTER_S, self._flush_soon, job)
+            job.flush = loop.call_at(job.flush_at, self._flush_soon, job)
         if job.stopped is not None:
             raise _LeaseLost(job.id)
 
     def _flush_soon(self, job: _Job) -> None:
+        loop = asyncio.get_running_loop()
+        if loop.time() < job.flush_at:  # an event came since: its phase has not lasted
+            job.flush = loop.call_at(job.flush_at, self._flush_soon, job)
+            return
         job.flush = None
         if job.pending and not job.committing and job.flushing is None:
             job.flushing = asyncio.create_task(self._flush_in_background(job))

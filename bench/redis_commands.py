@@ -14,9 +14,9 @@ Client commands are round trips (a script is one: its ``EVALSHA``); "all" counts
 scripts' commands too, as ``INFO`` total_commands_processed does. A worker with nothing
 to do looks at the queue once a second (an empty claim: ``EVALSHA`` + ``LPOP``), and a
 pool that grows under load opens connections (``HELLO``): both are counted apart, not as
-the jobs'. Under load a job whose model call waits longer than the worker's flush delay
-(0.1 s) also costs a progress write (the ``write`` script: ``HMGET``, ``HSET``,
-``PUBLISH``), so the figures at N move with how busy the machine is.
+the jobs'. A job that stays in one phase (its model call, say) longer than the worker's
+flush delay (1 s, ``app.worker.FLUSH_AFTER_S``) also costs a progress write (the ``write``
+script: ``HMGET``, ``HSET``, ``PUBLISH``); a fast job's progress goes with its commit.
 
 .venv/bin/python bench/redis_commands.py            # SHOW=1 prints every command
 .venv/bin/python bench/redis_commands.py --jobs 100 --rounds 3   # the defaults

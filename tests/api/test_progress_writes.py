@@ -1,0 +1,147 @@
+"""When a running job's progress reaches Redis: a slow call shows within the worker's flush
+bound, a fast job writes its progress only with the commit (no ``write`` script).
+
+Through the HTTP API with an embedded worker, a real redis-server whose ``MONITOR`` counts
+the scripts, and a simulator that takes 300 ms per call (3 s for a scripted ``slow`` one).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import time
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import httpx
+import pytest
+from redis.asyncio import Redis
+
+from app.providers.config import ModelConfig, ProviderConfig, ProvidersConfig
+from app.store.connection import _script_source
+from app.worker import FLUSH_AFTER_S
+from reprompt_sim.server import SimConfig, serve_in_background
+from tests.api.conftest import KEYS, StartApi, scripted
+from tests.service import api_keys
+
+LATENCY_MS = 300  # every call: well past the old 0.1 s flush, well within FLUSH_AFTER_S
+SLOW_S = 3.0  # a scripted "slow" call: long enough to be seen while it runs
+WRITE_SHA = hashlib.sha1(_script_source("write").encode()).hexdigest()
+COMPLETE_SHA = hashlib.sha1(_script_source("complete").encode()).hexdigest()
+
+
+@pytest.fixture(scope="module")
+def latent_providers() -> Iterator[ProvidersConfig]:
+    config = SimConfig(seed=5, latency_ms=LATENCY_MS, slow_ms=SLOW_S * 1000 - LATENCY_MS)
+    with serve_in_background(config) as url:
+        yield ProvidersConfig(
+            default="sim-model",
+            providers={"sim": ProviderConfig(kind="openai", base_url=f"{url}/v1")},
+            models={"sim-model": ModelConfig(provider="sim", structured="prompt")},
+        )
+
+
+class Monitor:
+    """Every command Redis runs while the block runs (``MONITOR``), as redis-cli prints it."""
+
+    MARK = "progress-test-monitor-end"
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.lines: list[str] = []
+
+    async def __aenter__(self) -> Monitor:
+        self._marker = Redis.from_url(self.url)
+        self._client = Redis.from_url(self.url)
+        self._conn = await self._client.connection_pool.get_connection()  # type: ignore[no-untyped-call]
+        await self._conn.send_command("MONITOR")
+        await self._conn.read_response()
+        self._reader = asyncio.create_task(self._read())
+        return self
+
+    async def _read(self) -> None:
+        while True:
+            raw = await self._conn.read_response()
+            line = raw.decode(errors="replace") if isinstance(raw, bytes) else str(raw)
+            if self.MARK in line:
+                return
+            self.lines.append(line)
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self._marker.echo(self.MARK)  # everything before it has been read then
+        await asyncio.wait_for(self._reader, 30)
+        await self._conn.disconnect()
+        await self._client.connection_pool.release(self._conn)
+        await self._client.aclose()
+        await self._marker.aclose()
+
+    def scripts(self, sha: str, job_id: str) -> int:
+        """How many times the script ``sha`` ran on this job: an ``EVALSHA`` followed by
+        its script's commands (one refused with NOSCRIPT, then loaded, is not a run)."""
+        return sum(
+            1
+            for line, after in zip(self.lines, self.lines[1:], strict=False)
+            if f'"{sha}"' in line and job_id in line and "[0 lua]" in after
+        )
+
+
+@pytest.fixture
+async def http(start_api: StartApi, latent_providers: ProvidersConfig) -> AsyncIterator[Any]:
+    url = start_api(embedded_worker=True, providers_config=latent_providers, api_keys=api_keys())
+    headers = {"authorization": f"Bearer {KEYS['alice']}"}
+    async with httpx.AsyncClient(base_url=url, headers=headers, timeout=30.0) as client:
+        yield client
+
+
+async def test_a_fast_job_writes_no_progress_only_its_commit(
+    http: httpx.AsyncClient, redis_url: str
+) -> None:
+    async with Monitor(redis_url) as monitor:
+        created = await http.post("/v1/jobs", json=scripted("Capital of Peru", ["ok"]))
+        job_id = created.json()["id"]
+        job = (await http.get(f"/v1/jobs/{job_id}", params={"waitMs": 10_000})).json()
+    assert job["status"] == "succeeded"
+    # the turn record and its events went with the commit
+    assert len(job["turns"]) == 1
+    assert monitor.scripts(COMPLETE_SHA, job_id) == 1
+    assert monitor.scripts(WRITE_SHA, job_id) == 0
+
+
+async def test_a_slow_call_shows_its_progress_within_the_flush_bound(
+    http: httpx.AsyncClient, redis_url: str
+) -> None:
+    async with Monitor(redis_url) as monitor:
+        created = await http.post("/v1/jobs", json=scripted("Capital of Chile", ["slow", "ok"]))
+        submitted = time.monotonic()
+        job_id = created.json()["id"]
+        progress: dict[str, Any] | None = None
+        while time.monotonic() - submitted < SLOW_S + 5:
+            job = (await http.get(f"/v1/jobs/{job_id}")).json()
+            progress = job["result"].get("progress")
+            # the submit shows phase "queued" until the worker writes
+            if job["status"] not in ("queued", "in_progress") or progress["phase"] != "queued":
+                break
+            await asyncio.sleep(0.05)
+        seen_after_s = time.monotonic() - submitted
+        # seen while the call is still in flight, not with the commit
+        assert job["status"] == "in_progress", job["status"]
+        assert progress is not None
+        assert progress["phase"] == "model-call"
+        assert progress["turn"] == 1
+        assert job["turns"] == []  # no call has ended yet
+        # within the bound: FLUSH_AFTER_S after the call began (the claim came first),
+        # with room for a loaded machine, and well before the call ends
+        assert seen_after_s < FLUSH_AFTER_S + 1.5 < SLOW_S
+        # the event stream has the call's turn_start while it runs, too
+        async with http.stream("GET", f"/v1/jobs/{job_id}/events") as stream:
+            async for line in stream.aiter_lines():
+                if line.startswith("event:"):
+                    name = line.removeprefix("event:").strip()
+                    if name == "turn_start":
+                        break
+        assert time.monotonic() - submitted < SLOW_S
+        job = (await http.get(f"/v1/jobs/{job_id}", params={"waitMs": 10_000})).json()
+    assert job["status"] == "succeeded"
+    assert [t["outcome"] for t in job["turns"]] == ["success"]
+    assert monitor.scripts(WRITE_SHA, job_id) == 1  # the call in flight, once
+    assert monitor.scripts(COMPLETE_SHA, job_id) == 1
