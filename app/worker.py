@@ -39,7 +39,7 @@ from app.core.checkpoint import Checkpoint, RequiredAction, Resume
 from app.core.clock import iso
 from app.core.conversation import TranscriptEntry, stored_transcript
 from app.core.envelope import Envelope, Progress
-from app.core.events import LoopEvent, ToolsAnswered, TurnEnded
+from app.core.events import LoopEvent, ToolsAnswered, TurnEnded, TurnStarted
 from app.core.loop import Runtime, WebhookCheck, run_job
 from app.core.model import ModelClient, ToolCall, ToolSpec
 from app.core.prompting import show_input, show_input_plain
@@ -105,7 +105,9 @@ class _Job:
     # What is not written yet: events, the last turn's record, the latest progress.
     events: list[tuple[str, Wire]] = field(default_factory=list)
     turn: TurnRecord | None = None
-    progress: Progress | None = None
+    # The event the in-progress envelope's progress comes from: made into a Progress only
+    # when written, since most jobs' progress goes with the commit and is never shown.
+    progress: TurnStarted | TurnEnded | None = None
     flush: asyncio.TimerHandle | None = None
     flush_at: float = 0.0  # loop time: written then unless another event comes first
     flushing: asyncio.Task[None] | None = None
@@ -427,26 +429,10 @@ class Worker:
                 await self._flush(job)
             job.turn = record.model_copy(update={"job_attempt": job.claim.attempt})
             job.events.append((event.name, event.summary()))
-            job.progress = Progress(
-                phase="turn-done",
-                turn=record.index,
-                type=record.type,
-                attempt=record.attempt,
-                remaining=event.remaining,
-                calls_left=event.calls_left,
-                last_outcome=record.outcome,
-                last_error=record.error_code,
-            )
+            job.progress = event
         else:
             job.events.append((event.name, event))
-            job.progress = Progress(
-                phase="model-call",
-                turn=event.turn,
-                type=event.type,
-                attempt=event.attempt,
-                remaining=event.remaining,
-                model=event.model,
-            )
+            job.progress = event
         # Every event starts a new phase: the outbox is due once this one has lasted
         # FLUSH_AFTER_S. One timer per job, moved on lazily when it fires early.
         loop = asyncio.get_running_loop()
@@ -478,7 +464,7 @@ class Worker:
             job.flush = None
         if not job.pending or job.progress is None:
             return
-        turn, events, progress = job.turn, job.events, job.progress
+        turn, events, progress = job.turn, job.events, _progress(job.progress)
         job.turn, job.events = None, []
         claim = job.claim
         written, _ = await self._retrying(
@@ -800,6 +786,30 @@ class Paused:
 
     spec: JobSpec
     checkpoint: Checkpoint
+
+
+def _progress(event: TurnStarted | TurnEnded) -> Progress:
+    """What the in-progress envelope shows after ``event``."""
+    if isinstance(event, TurnEnded):
+        record = event.record
+        return Progress(
+            phase="turn-done",
+            turn=record.index,
+            type=record.type,
+            attempt=record.attempt,
+            remaining=event.remaining,
+            calls_left=event.calls_left,
+            last_outcome=record.outcome,
+            last_error=record.error_code,
+        )
+    return Progress(
+        phase="model-call",
+        turn=event.turn,
+        type=event.type,
+        attempt=event.attempt,
+        remaining=event.remaining,
+        model=event.model,
+    )
 
 
 def _earlier(claim: Claim) -> Spend | None:
