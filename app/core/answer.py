@@ -30,6 +30,7 @@ from app.core.extract import Candidate, find_candidates
 from app.core.repair import coerce, line_column, repair_syntax, tokens
 from app.core.unicode import surrogate_path
 from app.core.validation import Schema, cap_errors
+from app.core.validation import compiled as compiled_schema
 from app.core.work import TooMuchWork, steps_for, work_budget
 
 DiagnosisKind = Literal["empty", "syntax", "schema", "limit"]
@@ -123,7 +124,7 @@ def _check_answer(
 ) -> Checked:
     if not text.strip():
         return Checked(False, None, (), "empty", (EMPTY_ANSWER,), None, None)
-    compiled = Schema(schema)
+    compiled = compiled_schema(schema)
     attempts: dict[str, _Attempt] = {}
 
     def attempt(candidate: Candidate) -> _Attempt:

@@ -58,7 +58,7 @@ from app.core.spec import JobSpec, RetryMode, ToolChoiceName, ValidatorSpec
 from app.core.tools import Handled, Tool, Toolbox, answered, handle_calls, work_messages
 from app.core.turn import Outcome, Rejection, TokenUsage, ToolCallRecord, TurnRecord, TurnType
 from app.core.unicode import scrub
-from app.core.validation import Schema
+from app.core.validation import compiled
 from app.core.validators import Validator, Verdict, first_failing, read_paths
 from app.core.verdict import (
     ANSWER_CHARS_PER_TOKEN,
@@ -690,7 +690,7 @@ class _Run:
                 else None
             )
         else:
-            paths = Schema(self.contract.output_schema).failing_paths(value)
+            paths = compiled(self.contract.output_schema).failing_paths(value)
         return plan(value, paths, self.contract.output_schema, mode=mode)
 
     async def _record(

@@ -18,6 +18,7 @@ cannot run and a ``$ref``/``allOf``/... loop that never reaches a value.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import re
@@ -257,9 +258,30 @@ class Schema:
         return found
 
 
+# Distinct schemas kept compiled (each holds a copy of its schema, at most
+# ``max_schema_bytes`` of JSON): most jobs share a few schemas.
+_COMPILED_MAX = 128
+
+
+def compiled(schema: Mapping[str, Any] | bool) -> Schema:
+    """``Schema(schema)``, compiled once per distinct schema (its JSON text is the key) and
+    kept for the jobs after: compiling costs more than checking a small answer. The
+    cached one is built from a copy, so no caller's dict is shared or kept."""
+    try:
+        key = json.dumps(schema, ensure_ascii=False, allow_nan=False)
+    except (TypeError, ValueError):  # not plain JSON data: compiled as it is, not kept
+        return Schema(schema)
+    return _compiled(key)
+
+
+@functools.lru_cache(maxsize=_COMPILED_MAX)
+def _compiled(key: str) -> Schema:
+    return Schema(json.loads(key))
+
+
 def schema_errors(value: Any, schema: Mapping[str, Any], *, max_errors: int = 8) -> list[str]:
     """Path-precise, deduplicated error lines for ``value``; empty when it is valid."""
-    lines, complete = Schema(schema).error_lines(value)
+    lines, complete = compiled(schema).error_lines(value)
     return cap_errors(lines, max_errors, complete=complete)
 
 

@@ -306,3 +306,15 @@ def test_a_flood_of_errors_is_bounded_and_says_so() -> None:
         '$[1]: expected integer, got string "x"',
     ]
     assert found[2] == "... and at least 998 more errors"
+
+
+def test_a_schema_is_compiled_once_and_keeps_no_callers_dict() -> None:
+    from app.core.validation import compiled
+
+    schema: dict[str, Any] = {"type": "object", "properties": {"n": {"type": "integer"}}}
+    first = compiled(schema)
+    assert compiled({"type": "object", "properties": {"n": {"type": "integer"}}}) is first
+    schema["properties"]["n"]["type"] = "string"  # the caller's dict changes afterwards
+    assert first.errors({"n": 1}) == []
+    assert compiled(schema) is not first
+    assert compiled(schema).errors({"n": 1}) != []
