@@ -23,6 +23,7 @@ Two profiles, per model (the providers file's ``prompt``, ``ModelConfig.prompt``
 
 from __future__ import annotations
 
+import functools
 import json
 from typing import Any
 
@@ -38,6 +39,22 @@ from app.core.turn import TurnType
 
 # Structured-output modes in which the provider enforces the schema itself.
 _NATIVE = ("json_schema", "tool")
+
+
+@functools.lru_cache(maxsize=64)
+def _system_text(has_tools: bool, native: bool, schema: str) -> str:
+    """The full profile's system prompt, rendered once per schema (``schema``: its text, at
+    most ``max_schema_bytes``): every job of a kind sends the same one."""
+    return render(
+        "system",
+        {
+            "has_tools": has_tools,
+            "show_schema": not native,
+            "schema": schema,
+            "schema_fence": fence(schema),
+            "can_fail": not native,
+        },
+    )
 
 
 class Prompting:
@@ -79,20 +96,9 @@ class Prompting:
             # there, and a chat template without a system role loses nothing.
             return Message("system", "")
         native = self._native(model)
-        schema = schema_text(self.contract.output_schema)
-        return Message(
-            "system",
-            render(
-                "system",
-                {
-                    "has_tools": self.has_tools and self.spec.budget.max_turns > 1,
-                    "show_schema": not native,
-                    "schema": schema,
-                    "schema_fence": fence(schema),
-                    "can_fail": not native,
-                },
-            ),
-        )
+        schema = schema_text(self.contract.output_schema) if not native else ""
+        tools = self.has_tools and self.spec.budget.max_turns > 1
+        return Message("system", _system_text(tools, native, schema))
 
     def conversation(self, model: str | None) -> Conversation:
         if self.compact(model):
