@@ -31,6 +31,4 @@ class SystemClock:
 
 def iso(moment: datetime) -> str:
     """ISO 8601 with milliseconds and a Z, as in the envelope spec."""
-    return (
-        moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
-    )
+    return moment.astimezone(UTC).isoformat(timespec="milliseconds")[:-6] + "Z"  # not +00:00
