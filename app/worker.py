@@ -71,6 +71,11 @@ WRITE_TRIES: Final = 3
 # phase is shorter (a fast single-turn job, even on a loaded worker) costs no progress
 # write at all: its turn and events go with the commit.
 FLUSH_AFTER_S: Final = 1.0
+# Progress writes in flight at once, for all jobs together: a burst (hundreds of jobs
+# claimed together, their calls all outlasting FLUSH_AFTER_S) must not take the pool's
+# connections from the heartbeats and commits; the rest wait their turn, or go with the
+# commit if it comes first.
+FLUSHES_AT_ONCE: Final = 16
 # The most jobs one claim asks for (at most the store's MAX_CLAIM): a claim's jobs are all
 # started in one turn of the event loop, and a worker with thousands of free slots should
 # not keep its heartbeats and running jobs waiting for that long.
@@ -111,6 +116,7 @@ class _Job:
     flush: asyncio.TimerHandle | None = None
     flush_at: float = 0.0  # loop time: written then unless another event comes first
     flushing: asyncio.Task[None] | None = None
+    writing: bool = False  # the background flush has its turn and is writing
     span: JobSpan | None = None  # with traces on: this claim's span
 
     @property
@@ -149,6 +155,7 @@ class Worker:
         self._capacity = settings.worker_concurrency
         self._slots = asyncio.Semaphore(self._capacity)
         self._hurry = asyncio.Event()
+        self._flushes = asyncio.Semaphore(FLUSHES_AT_ONCE)
         # Completion callbacks (#13): this worker sends its share of every shard's outbox.
         self.sender = (
             CallbackSender(store, outbound, settings)
@@ -453,9 +460,12 @@ class Worker:
 
     async def _flush_in_background(self, job: _Job) -> None:
         try:
-            await self._flush(job)
+            async with self._flushes:
+                job.writing = True
+                await self._flush(job)
         finally:
             job.flushing = None
+            job.writing = False
 
     async def _flush(self, job: _Job) -> None:
         """Write the outbox: the pending turn record, events and progress, in one script."""
@@ -610,6 +620,8 @@ class Worker:
             job.flush.cancel()
             job.flush = None
         if job.flushing is not None:
+            if not job.writing:  # still waiting for its turn: the last write carries it
+                job.flushing.cancel()
             await asyncio.gather(job.flushing, return_exceptions=True)
         turn, events = job.turn, job.events
         job.turn, job.events = None, []
