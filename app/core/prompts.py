@@ -17,6 +17,7 @@ submitted; nothing in the context is callable, so there are no lambdas::
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 import secrets
@@ -68,7 +69,19 @@ def _parsed(name: str) -> Any:
 
 def render(name: str, context: Mapping[str, Any]) -> str:
     """Render a shipped template; a key it names but ``context`` lacks is a bug, so it raises."""
+    if all(type(value) in _SCALARS for value in context.values()):
+        # Counts and flags only (a turn's budget note): few distinct texts, each kept.
+        return _render_scalars(name, tuple((k, type(v), v) for k, v in context.items()))
     return _tidy(_STRICT.render(_parsed(name), dict(context)))
+
+
+_SCALARS: Final = (bool, int, type(None))
+
+
+@functools.lru_cache(maxsize=512)
+def _render_scalars(name: str, items: tuple[tuple[str, type, Any], ...]) -> str:
+    # The type is in the key: True == 1, but a flag and a count render differently.
+    return _tidy(_STRICT.render(_parsed(name), {key: value for key, _, value in items}))
 
 
 def render_custom(source: str, context: Mapping[str, Any]) -> str:
