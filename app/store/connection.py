@@ -55,6 +55,9 @@ CHANNELS: Final = ("work", "done", "events", "cancel", "outbox")
 # channels it waits on (``Role.HEARS``), so a job's end does not wake the workers nor its
 # queueing the API. ``done``/``events``: long-polls and event streams (``JobStore``);
 # ``work``/``cancel``/``outbox``: idle workers, cancelled runs, callbacks (``Leases``).
+# A finished job's view travels in its ``done`` message (a long-poll answers without a
+# read) when its parts add up to at most this many bytes: every API process hears it.
+DONE_VIEW_MAX_BYTES: Final = 16_384
 # The job hash's fields a view is built from (``app.store.records.job_view``): not the
 # spec, nor the events (read by ``JobStore.events`` alone; a long job has many).
 VIEW_FIELDS: Final = (

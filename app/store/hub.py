@@ -11,9 +11,10 @@ of channels instead of each holding a Redis connection in a blocking read::
 
 A hub subscribes only to the channels it is given (a role's ``HEARS``) and refuses a
 watcher of any other, which would never wake. A message's data is the key it is about (a
-job id; for ``work``, a shard). While the subscription is down (Redis restarting) every
-waiter is woken each time it reconnects, so nobody sleeps through a message that was lost:
-callers re-read what they wait for.
+job id; for ``work``, a shard), optionally followed by a newline and a payload (a finished
+job's view, on ``done``): a watcher keeps the last payload it heard. While the
+subscription is down (Redis restarting) every waiter is woken each time it reconnects, so
+nobody sleeps through a message that was lost: callers re-read what they wait for.
 """
 
 from __future__ import annotations
@@ -38,14 +39,16 @@ _POLL_S: Final = 10.0
 class Watch:
     """One waiter: set when a message for its key (or any, for ``ANY``) arrives."""
 
-    __slots__ = ("_event", "_keep", "messages")
+    __slots__ = ("_event", "_keep", "messages", "payload")
 
     def __init__(self, keep: int | None = None) -> None:
         self._event = asyncio.Event()
         self._keep = keep  # the most messages held (None: all until drained)
         self.messages: list[str] = []
+        self.payload: str | None = None  # what the last message carried after its key
 
-    def _notify(self, data: str) -> None:
+    def _notify(self, data: str, payload: str | None = None) -> None:
+        self.payload = payload
         self.messages.append(data)
         if self._keep is not None and len(self.messages) > self._keep:
             del self.messages[: -self._keep]
@@ -134,9 +137,10 @@ class Hub:
         return watcher
 
     def _dispatch(self, channel: str, data: str) -> None:
-        for entry in ((channel, data), (channel, ANY)):
+        key, newline, payload = data.partition("\n")
+        for entry in ((channel, key), (channel, ANY)):
             for watcher in tuple(self._watchers.get(entry, ())):
-                watcher._notify(data)
+                watcher._notify(key, payload if newline else None)
 
     def _wake_all(self) -> None:
         for watchers in tuple(self._watchers.values()):

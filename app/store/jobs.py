@@ -40,6 +40,7 @@ from app.store.records import (
     callback_status,
     events_of,
     iso,
+    job_view,
     text,
 )
 from app.tracecontext import TraceContext
@@ -261,13 +262,19 @@ class JobStore(Role):
         self, watch: Watch, view: JobView | None, tenant: str, deadline: float
     ) -> JobView | None:
         """``view`` once it is terminal or waits for tool outputs, read again after each
-        message on ``watch`` (the job's ``done``), or as it is at ``deadline``."""
+        message on ``watch`` (the job's ``done``), or as it is at ``deadline``. A message
+        that carries the finished job (``lua/complete.lua``) is the read."""
         while view is not None and not _settled_now(view):
             left = deadline - time.monotonic()
             if left <= 0:
                 break
             await watch.wait(left)
-            view = await self.get(view.id, tenant=tenant)
+            payload, watch.payload = watch.payload, None
+            carried = job_view(json.loads(payload)) if payload else None
+            if carried is not None and carried.id == view.id:
+                view = carried if carried.tenant == tenant else None
+            else:
+                view = await self.get(view.id, tenant=tenant)
         return view
 
     @edge
