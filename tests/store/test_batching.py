@@ -51,12 +51,13 @@ async def test_the_commands_of_one_turn_share_one_connection_and_round_trip(
 async def test_an_error_stays_with_its_command(redis: Redis, prefix: str) -> None:
     batcher = Batcher(redis)
     await redis.set(f"{prefix}:text", "x")
-    good, bad, other = await asyncio.gather(
+    replies: list[object] = await asyncio.gather(
         batcher.call("SET", f"{prefix}:a", 1),
         batcher.call("INCR", f"{prefix}:text"),  # not an integer
         batcher.call("GET", f"{prefix}:a"),
         return_exceptions=True,
     )
+    good, bad, other = replies
     assert good is True or good == b"OK"
     assert isinstance(bad, ResponseError)
     assert other == b"1"
