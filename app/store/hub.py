@@ -23,7 +23,7 @@ import asyncio
 import contextlib
 import logging
 from collections import defaultdict
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, Final
 
@@ -83,6 +83,10 @@ class Hub:
         self._watchers: dict[tuple[str, str], set[Watch]] = defaultdict(set)
         self._task: asyncio.Task[None] | None = None
         self._subscribed = asyncio.Event()
+        self._listeners: dict[str, list[Callable[[str, str | None], None]]] = defaultdict(list)
+        # Moves each time the subscription goes live or is lost: while it has not moved
+        # (and ``live``), no message published since was missed.
+        self.generation = 0
 
     async def start(self) -> None:
         """Subscribe (once); returns when the subscription is live or after 2 s."""
@@ -103,6 +107,17 @@ class Hub:
     @property
     def channels(self) -> tuple[str, ...]:
         return self._channels
+
+    @property
+    def live(self) -> bool:
+        """Subscribed now (messages published from here on are heard)."""
+        return self._subscribed.is_set()
+
+    def listen(self, channel: str, listener: Callable[[str, str | None], None]) -> None:
+        """Call ``listener(key, payload)`` for every message on ``channel`` (before its
+        watchers wake); it must be quick and must not raise."""
+        self._check(channel)
+        self._listeners[channel].append(listener)
 
     def _check(self, channel: str) -> None:
         if channel not in self._channels:
@@ -137,10 +152,13 @@ class Hub:
         return watcher
 
     def _dispatch(self, channel: str, data: str) -> None:
-        key, newline, payload = data.partition("\n")
+        key, newline, carried = data.partition("\n")
+        payload = carried if newline else None
+        for listener in self._listeners.get(channel, ()):
+            listener(key, payload)
         for entry in ((channel, key), (channel, ANY)):
             for watcher in tuple(self._watchers.get(entry, ())):
-                watcher._notify(key, payload if newline else None)
+                watcher._notify(key, payload)
 
     def _wake_all(self) -> None:
         for watchers in tuple(self._watchers.values()):
@@ -153,6 +171,7 @@ class Hub:
             pubsub = self._redis.pubsub(ignore_subscribe_messages=True)
             try:
                 await pubsub.subscribe(*self._channels)
+                self.generation += 1
                 self._subscribed.set()
                 self._wake_all()  # anything published while we were away is re-read
                 backoff = 0.1
@@ -164,9 +183,12 @@ class Hub:
                     if message is not None and message.get("type") == "message":
                         self._dispatch(_text(message["channel"]), _text(message["data"]))
             except asyncio.CancelledError:
+                self._subscribed.clear()
+                self.generation += 1
                 raise
             except (RedisError, OSError) as exc:
                 self._subscribed.clear()
+                self.generation += 1
                 log.warning("pub/sub lost (%r); resubscribing in %.1fs", exc, backoff)
                 self._wake_all()
                 await asyncio.sleep(backoff)
