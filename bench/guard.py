@@ -62,15 +62,15 @@ def measure_all(
         deployed = {}
         for name, code in trees.items():
             stack.code = code
-            url, _procs, pids, redis_url = deploy(stack, "split", sim.url)
-            deployed[name] = (url, pids, redis_url)
+            url, _procs, parts, redis_url = deploy(stack, "split", sim.url)
+            deployed[name] = (url, parts, redis_url)
         messages = capture_messages(deployed[next(iter(trees))][0])
         for _ in range(rounds):
             for c in CALLERS:
-                direct = asyncio.run(measure("direct", sim.url, messages, JOBS, c, [], sim.pid))
-                for name, (url, pids, redis_url) in deployed.items():
+                direct = asyncio.run(measure("direct", sim.url, messages, JOBS, c, {}, sim.pid))
+                for name, (url, parts, redis_url) in deployed.items():
                     jobs = asyncio.run(
-                        measure("jobs", url, messages, JOBS, c, pids, sim.pid, redis_url)
+                        measure("jobs", url, messages, JOBS, c, parts, sim.pid, redis_url)
                     )
                     if jobs["fails"] or direct["fails"]:
                         raise SystemExit(
@@ -83,6 +83,8 @@ def measure_all(
                     cell["commands"].append(jobs["redis_cmds_job"])
                     cell["direct"].append(jobs["rps"] / direct["rps"])
                     cell["cpu_ms"].append(jobs["cpu_ms_job"])
+                    for role, ms in jobs["cpu_ms_job_by_role"].items():
+                        cell.setdefault(f"{role}_ms", []).append(ms)
     return {
         tree: {
             name: {k: round(statistics.median(v), 2) for k, v in cell.items()}
@@ -117,16 +119,22 @@ def main() -> int:
     raise_fd_limit()
     if ns.before is not None:
         both = measure_all({"before": ns.before.resolve(), "now": ROOT}, ns.rounds)
-        print("tree    cell  CPU ms/job  CPU/job ÷ sim call  Redis cmds/job  × direct")
+        print(
+            "tree    cell  CPU ms/job (api / workers / redis)  CPU/job ÷ sim call"
+            "  Redis cmds/job  × direct"
+        )
         for tree, measured in both.items():
             for name, cell in measured.items():
+                roles = " / ".join(
+                    f"{cell.get(f'{role}_ms', 0):.2f}" for role in ("api", "workers", "redis")
+                )
                 print(
-                    f"{tree:<7} {name:<5} {cell['cpu_ms']:>10.2f}  {cell['cpu']:>17.2f}"
-                    f"  {cell['commands']:>14.1f}  {cell['direct']:>8.2f}"
+                    f"{tree:<7} {name:<5} {cell['cpu_ms']:>10.2f} ({roles})"
+                    f"  {cell['cpu']:>17.2f}  {cell['commands']:>14.1f}  {cell['direct']:>8.2f}"
                 )
         return 0
     now = {
-        name: {k: v for k, v in cell.items() if k != "cpu_ms"}
+        name: {k: v for k, v in cell.items() if k in ("cpu", "commands", "direct")}
         for name, cell in measure_all(rounds=ns.rounds)["now"].items()
     }
     then: dict[str, Any] = json.loads(FIGURES.read_text()) if FIGURES.exists() else {}

@@ -36,6 +36,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -129,10 +130,12 @@ async def measure(
     messages: list[dict[str, str]],
     n: int,
     c: int,
-    pids: list[int],
+    parts: Mapping[str, Sequence[int]],
     sim_pid: int,
     redis_url: str | None = None,
 ) -> dict[str, Any]:
+    """One cell: ``n`` calls by ``c`` callers; the CPU of each of ``parts`` (a role → its
+    processes: redis, api, workers, serve) per job."""
     # Several small clients rather than one with c connections: httpcore's pool costs
     # more CPU per request as it grows, and the load generator shares the two cores.
     async with contextlib.AsyncExitStack() as stack:
@@ -145,10 +148,13 @@ async def measure(
             fn = jobs_call(http, target)
         await run_closed_loop(fn, max(c, 4), c)  # warm-up: connections, caches
         cmd0 = redis_stats(redis_url)
-        cpu0, sim0, gen0 = total_cpu(pids), total_cpu([sim_pid]), time.process_time()
+        cpu0 = {role: total_cpu(pids) for role, pids in parts.items()}
+        sim0, gen0 = total_cpu([sim_pid]), time.process_time()
         wall, lat, fails = await run_closed_loop(fn, n, c)
-        cpu1, sim1, gen1 = total_cpu(pids), total_cpu([sim_pid]), time.process_time()
+        cpu1 = {role: total_cpu(pids) for role, pids in parts.items()}
+        sim1, gen1 = total_cpu([sim_pid]), time.process_time()
         cmd1 = redis_stats(redis_url)
+    by_role = {role: (cpu1[role] - cpu0[role]) / n * 1000 for role in parts}
     return {
         "n": n,
         "fails": fails,
@@ -156,7 +162,8 @@ async def measure(
         "rps": n / wall,
         "p50_ms": percentile(lat, 0.5) * 1000,
         "p99_ms": percentile(lat, 0.99) * 1000,
-        "cpu_ms_job": (cpu1 - cpu0) / n * 1000 if pids else None,
+        "cpu_ms_job": sum(by_role.values()) if parts else None,
+        "cpu_ms_job_by_role": by_role,
         "sim_cpu_ms_job": (sim1 - sim0) / n * 1000,
         "gen_cpu_ms_job": (gen1 - gen0) / n * 1000,
         "redis_cmds_job": (cmd1["total"] - cmd0["total"]) / n if redis_url else None,
@@ -168,6 +175,26 @@ async def measure(
         if redis_url
         else {},
     }
+
+
+def by_role(rows: list[dict[str, Any]]) -> list[str]:
+    """The CPU ms per job of each process of a deployment, from the same cells."""
+    roles = ("api", "workers", "serve", "redis")
+    out = [
+        "## CPU per job by process",
+        "",
+        "The `CPU ms/job` column above, split by process (`serve`: API and worker in one).",
+        "",
+        "| latency | deployment | path | c | " + " | ".join(roles) + " |",
+        "|---|---|---|---:|" + "---:|" * len(roles),
+    ]
+    for r in rows:
+        parts = r.get("cpu_ms_job_by_role") or {}
+        if not parts:
+            continue
+        cells = " | ".join(f"{parts[k]:.2f}" if k in parts else "–" for k in roles)
+        out.append(f"| {r['latency']} | {r['deployment']} | {r['path']} | {r['c']} | {cells} |")
+    return [*out, ""]
 
 
 def redis_stats(url: str | None) -> dict[str, int]:
@@ -189,19 +216,23 @@ def capture_messages(url: str) -> list[dict[str, str]]:
     return [{"role": m["role"], "content": m["content"]} for m in r.json()["transcript"]][:2]
 
 
-def deploy(stack: Stack, kind: str, sim_url: str) -> tuple[str, list[Proc], list[int], str]:
-    """Start a deployment; returns (API url, processes, pids whose CPU counts, redis url)."""
+def deploy(
+    stack: Stack, kind: str, sim_url: str
+) -> tuple[str, list[Proc], dict[str, list[int]], str]:
+    """Start a deployment; returns (API url, processes, the pids whose CPU counts by role,
+    redis url)."""
     redis_url, redis_pid = stack.redis()
     if kind == "serve":
         # The same redis-server the embedded default would start, started here so the bench
         # holds its password (the embedded one's never leaves the serve process).
         srv = stack.service("serve", stack.env(sim_url, redis_url, REPROMPT_WORKER_CONCURRENCY=64))
-        return srv.url, [srv], [redis_pid, *srv.pids()], redis_url
+        return srv.url, [srv], {"redis": [redis_pid], "serve": srv.pids()}, redis_url
     env = stack.env(sim_url, redis_url, REPROMPT_WORKER_CONCURRENCY=32)
     api = stack.service("api", env)
     workers = [stack.service("worker", env, name=f"worker{i}") for i in (1, 2)]
     procs = [api, *workers]
-    return api.url, procs, [redis_pid, *(p.pid for p in procs)], redis_url
+    parts = {"redis": [redis_pid], "api": [api.pid], "workers": [w.pid for w in workers]}
+    return api.url, procs, parts, redis_url
 
 
 # ---------------------------------------------------------------- profile
@@ -242,7 +273,9 @@ def profile_serve(
         print("py-spy failed:", proc.stderr.read().decode()[-500:] if proc.stderr else "")
         return None
     result = asyncio.run(
-        measure("generate", url, messages, n, 32, [pid, *children(pid)], sim_pid, redis_url)
+        measure(
+            "generate", url, messages, n, 32, {"serve": [pid, *children(pid)]}, sim_pid, redis_url
+        )
     )
     proc.send_signal(signal.SIGINT)
     try:
@@ -416,6 +449,7 @@ def write_report(
             )
         out.append("")
     out += ["![throughput and latency](overhead.png)", ""]
+    out += by_role(rows)
     if BEFORE.exists() and not quick:
         out += before_after(rows, json.loads(BEFORE.read_text())["rows"])
     if prof:
@@ -592,13 +626,13 @@ def main() -> int:
             messages: list[dict[str, str]] = []
             for dep in p["deployments"]:
                 with Stack() as dstack:
-                    url, procs, pids, redis_url = deploy(dstack, dep, sim.url)
+                    url, procs, parts, redis_url = deploy(dstack, dep, sim.url)
                     if not messages:
                         messages = capture_messages(url)
                     if dep == p["deployments"][0]:
                         for c in p["concurrency"]:
                             r = asyncio.run(
-                                measure("direct", sim.url, messages, p["n"](c, lat), c, [], sim.pid)
+                                measure("direct", sim.url, messages, p["n"](c, lat), c, {}, sim.pid)
                             )
                             rows.append(
                                 {"latency": label, "deployment": "–", "path": "direct", "c": c, **r}
@@ -608,7 +642,14 @@ def main() -> int:
                         for path in ("generate", "jobs"):
                             r = asyncio.run(
                                 measure(
-                                    path, url, messages, p["n"](c, lat), c, pids, sim.pid, redis_url
+                                    path,
+                                    url,
+                                    messages,
+                                    p["n"](c, lat),
+                                    c,
+                                    parts,
+                                    sim.pid,
+                                    redis_url,
                                 )
                             )
                             rows.append(

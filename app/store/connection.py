@@ -22,9 +22,11 @@ from typing import Any, ClassVar, Final
 from redis.asyncio import BlockingConnectionPool, Redis
 from redis.asyncio.cluster import RedisCluster
 from redis.commands.core import AsyncScript
+from redis.exceptions import NoScriptError
 
 from app.core.envelope import Envelope
 from app.core.spec import CALLBACK_EVENTS
+from app.store.batching import Batcher
 from app.store.hub import Hub
 from app.store.ids import is_job_id, shard_of
 from app.store.keys import Keys, ShardKeys
@@ -55,6 +57,9 @@ CHANNELS: Final = ("work", "done", "events", "cancel", "outbox")
 # channels it waits on (``Role.HEARS``), so a job's end does not wake the workers nor its
 # queueing the API. ``done``/``events``: long-polls and event streams (``JobStore``);
 # ``work``/``cancel``/``outbox``: idle workers, cancelled runs, callbacks (``Leases``).
+# A finished job's view travels in its ``done`` message (a long-poll answers without a
+# read) when its parts add up to at most this many bytes: every API process hears it.
+DONE_VIEW_MAX_BYTES: Final = 16_384
 # The job hash's fields a view is built from (``app.store.records.job_view``): not the
 # spec, nor the events (read by ``JobStore.events`` alone; a long job has many).
 VIEW_FIELDS: Final = (
@@ -155,6 +160,9 @@ class Role:
         self._redis = redis
         self.keys = Keys(self.options.prefix, shards=self.options.shards)
         self._scripts = {name: redis.register_script(_script_source(name)) for name in SCRIPTS}
+        # Script calls and job reads of one turn of the loop share a round trip (not on a
+        # cluster: a batch would span its nodes).
+        self._batcher = Batcher(redis) if isinstance(redis, Redis) else None
         self._queued_result = Envelope.in_progress().model_dump_json()
         self.channels = {name: self.keys.channel(name) for name in CHANNELS}
         self.hub = Hub(_pubsub_client(redis), [self.channels[name] for name in self.hears()])
@@ -168,13 +176,20 @@ class Role:
 
     async def aclose(self) -> None:
         await self.hub.close()
+        if self._batcher is not None:
+            await self._batcher.aclose()
 
     def shard_of(self, job_id: str) -> ShardKeys:
         return self.keys.shard(shard_of(job_id))
 
     async def _run(self, name: str, keys: Sequence[str], args: Sequence[str | int | float]) -> Any:
         script: AsyncScript = self._scripts[name]
-        return await script(keys=keys, args=args)
+        if self._batcher is None:
+            return await script(keys=keys, args=args)
+        try:
+            return await self._batcher.call("EVALSHA", script.sha, len(keys), *keys, *args)
+        except NoScriptError:  # a new or restarted Redis: the script loads, then runs
+            return await script(keys=keys, args=args)
 
     async def _read(self, job_ids: Sequence[str]) -> list[JobView | None]:
         """Each job as stored, in one round trip: every field a view shows, not the spec
@@ -183,7 +198,10 @@ class Role:
         raws: dict[str, Any] = {}
         if len(valid) == 1:
             key = self.shard_of(valid[0]).job(valid[0])
-            raws[valid[0]] = await self._redis.hmget(key, VIEW_FIELDS)
+            if self._batcher is None:
+                raws[valid[0]] = await self._redis.hmget(key, VIEW_FIELDS)
+            else:
+                raws[valid[0]] = await self._batcher.call("HMGET", key, *VIEW_FIELDS)
         elif valid:
             async with self._redis.pipeline(transaction=False) as pipe:
                 for job_id in valid:

@@ -11,9 +11,10 @@ of channels instead of each holding a Redis connection in a blocking read::
 
 A hub subscribes only to the channels it is given (a role's ``HEARS``) and refuses a
 watcher of any other, which would never wake. A message's data is the key it is about (a
-job id; for ``work``, a shard). While the subscription is down (Redis restarting) every
-waiter is woken each time it reconnects, so nobody sleeps through a message that was lost:
-callers re-read what they wait for.
+job id; for ``work``, a shard), optionally followed by a newline and a payload (a finished
+job's view, on ``done``): a watcher keeps the last payload it heard. While the
+subscription is down (Redis restarting) every waiter is woken each time it reconnects, so
+nobody sleeps through a message that was lost: callers re-read what they wait for.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import asyncio
 import contextlib
 import logging
 from collections import defaultdict
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, Final
 
@@ -38,14 +39,16 @@ _POLL_S: Final = 10.0
 class Watch:
     """One waiter: set when a message for its key (or any, for ``ANY``) arrives."""
 
-    __slots__ = ("_event", "_keep", "messages")
+    __slots__ = ("_event", "_keep", "messages", "payload")
 
     def __init__(self, keep: int | None = None) -> None:
         self._event = asyncio.Event()
         self._keep = keep  # the most messages held (None: all until drained)
         self.messages: list[str] = []
+        self.payload: str | None = None  # what the last message carried after its key
 
-    def _notify(self, data: str) -> None:
+    def _notify(self, data: str, payload: str | None = None) -> None:
+        self.payload = payload
         self.messages.append(data)
         if self._keep is not None and len(self.messages) > self._keep:
             del self.messages[: -self._keep]
@@ -80,6 +83,10 @@ class Hub:
         self._watchers: dict[tuple[str, str], set[Watch]] = defaultdict(set)
         self._task: asyncio.Task[None] | None = None
         self._subscribed = asyncio.Event()
+        self._listeners: dict[str, list[Callable[[str, str | None], None]]] = defaultdict(list)
+        # Moves each time the subscription goes live or is lost: while it has not moved
+        # (and ``live``), no message published since was missed.
+        self.generation = 0
 
     async def start(self) -> None:
         """Subscribe (once); returns when the subscription is live or after 2 s."""
@@ -100,6 +107,17 @@ class Hub:
     @property
     def channels(self) -> tuple[str, ...]:
         return self._channels
+
+    @property
+    def live(self) -> bool:
+        """Subscribed now (messages published from here on are heard)."""
+        return self._subscribed.is_set()
+
+    def listen(self, channel: str, listener: Callable[[str, str | None], None]) -> None:
+        """Call ``listener(key, payload)`` for every message on ``channel`` (before its
+        watchers wake); it must be quick and must not raise."""
+        self._check(channel)
+        self._listeners[channel].append(listener)
 
     def _check(self, channel: str) -> None:
         if channel not in self._channels:
@@ -134,9 +152,13 @@ class Hub:
         return watcher
 
     def _dispatch(self, channel: str, data: str) -> None:
-        for entry in ((channel, data), (channel, ANY)):
+        key, newline, carried = data.partition("\n")
+        payload = carried if newline else None
+        for listener in self._listeners.get(channel, ()):
+            listener(key, payload)
+        for entry in ((channel, key), (channel, ANY)):
             for watcher in tuple(self._watchers.get(entry, ())):
-                watcher._notify(data)
+                watcher._notify(key, payload)
 
     def _wake_all(self) -> None:
         for watchers in tuple(self._watchers.values()):
@@ -149,6 +171,7 @@ class Hub:
             pubsub = self._redis.pubsub(ignore_subscribe_messages=True)
             try:
                 await pubsub.subscribe(*self._channels)
+                self.generation += 1
                 self._subscribed.set()
                 self._wake_all()  # anything published while we were away is re-read
                 backoff = 0.1
@@ -160,9 +183,12 @@ class Hub:
                     if message is not None and message.get("type") == "message":
                         self._dispatch(_text(message["channel"]), _text(message["data"]))
             except asyncio.CancelledError:
+                self._subscribed.clear()
+                self.generation += 1
                 raise
             except (RedisError, OSError) as exc:
                 self._subscribed.clear()
+                self.generation += 1
                 log.warning("pub/sub lost (%r); resubscribing in %.1fs", exc, backoff)
                 self._wake_all()
                 await asyncio.sleep(backoff)

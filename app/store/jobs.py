@@ -17,7 +17,8 @@ import itertools
 import json
 import re
 import time
-from collections.abc import Mapping, Sequence
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, ClassVar, Final
 
 from redis.asyncio.cluster import RedisCluster
@@ -29,7 +30,7 @@ from app.core.envelope import Envelope
 from app.core.errors import InvalidInput
 from app.core.events import JobEnded, ToolOutputsEvent
 from app.core.spec import CallbackSpec
-from app.store.connection import Role, dumps
+from app.store.connection import RedisClient, Role, StoreOptions, dumps
 from app.store.errors import IdempotencyConflict, NotWaiting, QueueFull, TenantQuota, edge
 from app.store.hub import Watch
 from app.store.ids import id_floor, is_job_id, new_job_id
@@ -40,6 +41,7 @@ from app.store.records import (
     callback_status,
     events_of,
     iso,
+    job_view,
     text,
 )
 from app.tracecontext import TraceContext
@@ -61,6 +63,11 @@ _QUEUED_EVENT: Final = '{"name":"job_queued","data":{"status":"queued"}}'
 _INDEX_WINDOW_MS: Final = 3_600_000
 _INDEX_MARK: Final = "job_00"
 _INDEX_IDS: Final = "(" + _INDEX_MARK + "~"  # above every mark ("~" sorts after [0-9a-z])
+# What a process keeps of the jobs it made (``JobStore._made``, ``_ended``): beyond these,
+# a long-poll reads the job as for any other. An ended view is trusted this long.
+_MADE_KEPT: Final = 10_000
+_ENDED_KEPT: Final = 1_000
+_ENDED_TTL_S: Final = 60.0
 
 
 def body_digest(spec: Mapping[str, Any], metadata: Mapping[str, str], model: str | None) -> str:
@@ -80,6 +87,18 @@ class JobStore(Role):
     # long-polls (``wait``, ``submit(wait_ms=)``), ``events``
     HEARS: ClassVar[tuple[str, ...]] = ("done", "events")
     _spread = itertools.count()
+
+    def __init__(
+        self, redis: RedisClient, options: StoreOptions | None = None, **fields: Any
+    ) -> None:
+        super().__init__(redis, options, **fields)
+        # What this process knows of the jobs it made without reading them (``_unmoved``,
+        # ``_heard_end``): a job made here while the subscription was live, with no
+        # ``done`` message heard since (id → tenant, the hub's generation then), and the
+        # view the ``done`` message of such a job carried (id → tenant, view JSON, when).
+        self._made: OrderedDict[str, tuple[str, int]] = OrderedDict()
+        self._ended: OrderedDict[str, tuple[str, str, float]] = OrderedDict()
+        self.hub.listen(self.channels["done"], self._heard)
 
     @edge
     async def submit(
@@ -119,8 +138,28 @@ class JobStore(Role):
             model=model,
             trace=trace,
         )
-        if wait_ms <= 0:
-            return await queue()
+        if self.hub.live:  # before the script: its job's end cannot be heard before this
+            self._made[job_id] = (tenant, self.hub.generation)
+            if len(self._made) > _MADE_KEPT:
+                self._made.popitem(last=False)
+        created = False
+        try:
+            if wait_ms <= 0:
+                view, created = await queue()
+            else:
+                view, created = await self._submit_and_wait(queue, job_id, tenant, wait_ms)
+        finally:
+            if not created:  # a replay, or refused: no job ``job_id``
+                self._made.pop(job_id, None)
+        return view, created
+
+    async def _submit_and_wait(
+        self,
+        queue: Callable[[], Awaitable[tuple[JobView, bool]]],
+        job_id: str,
+        tenant: str,
+        wait_ms: int,
+    ) -> tuple[JobView, bool]:
         deadline = time.monotonic() + wait_ms / 1000
         async with self.hub.watch(self.channels["done"], job_id) as watch:
             view, created = await queue()
@@ -247,28 +286,82 @@ class JobStore(Role):
         as it is when ``wait_ms`` has passed.
 
         Watches the process's one subscription to job ends (registered before the read, so
-        an end in between is not missed); holds no Redis connection while it waits.
+        an end in between is not missed); holds no Redis connection while it waits. A job
+        this process made and has heard nothing of since needs no read before the wait,
+        and a job whose end it heard (the message carries the view) none at all.
         """
         if not is_job_id(job_id):
             return None
         deadline = time.monotonic() + max(wait_ms, 0) / 1000
         async with self.hub.watch(self.channels["done"], job_id) as watch:
+            heard, view = self._heard_end(job_id, tenant)
+            if heard:
+                return view
+            if self._unmoved(job_id, tenant):
+                return await self._settled(watch, None, tenant, deadline, unread=job_id)
             return await self._settled(
                 watch, await self.get(job_id, tenant=tenant), tenant, deadline
             )
 
     async def _settled(
-        self, watch: Watch, view: JobView | None, tenant: str, deadline: float
+        self,
+        watch: Watch,
+        view: JobView | None,
+        tenant: str,
+        deadline: float,
+        *,
+        unread: str | None = None,
     ) -> JobView | None:
         """``view`` once it is terminal or waits for tool outputs, read again after each
-        message on ``watch`` (the job's ``done``), or as it is at ``deadline``."""
-        while view is not None and not _settled_now(view):
+        message on ``watch`` (the job's ``done``), or as it is at ``deadline``. A message
+        that carries the finished job (``lua/complete.lua``) is the read. ``unread``: the
+        id of a job not read yet (``view`` is ``None``) that is known not to have moved."""
+        job_id = unread if view is None else view.id
+        while unread is not None or (view is not None and not _settled_now(view)):
             left = deadline - time.monotonic()
             if left <= 0:
                 break
             await watch.wait(left)
-            view = await self.get(view.id, tenant=tenant)
+            unread = None
+            payload, watch.payload = watch.payload, None
+            carried = job_view(json.loads(payload)) if payload else None
+            if carried is not None and carried.id == job_id:
+                view = carried if carried.tenant == tenant else None
+            elif job_id is not None:
+                view = await self.get(job_id, tenant=tenant)
+        if unread is not None:  # no time left to wait: the job as it is
+            view = await self.get(unread, tenant=tenant)
         return view
+
+    # -- what this process knows of the jobs it made -----------------------------------
+
+    def _heard(self, job_id: str, payload: str | None) -> None:
+        """A ``done`` message: a job made here has moved (ended, paused or cancelled)."""
+        made = self._made.pop(job_id, None)
+        if made is not None and payload is not None:
+            self._ended[job_id] = (made[0], payload, time.monotonic())
+            if len(self._ended) > _ENDED_KEPT:
+                self._ended.popitem(last=False)
+
+    def _heard_end(self, job_id: str, tenant: str) -> tuple[bool, JobView | None]:
+        """``(True, view)`` when the ``done`` message of a job made here carried its view
+        lately (``None`` for another tenant's job); ``(False, None)`` otherwise."""
+        ended = self._ended.get(job_id)
+        if ended is None or time.monotonic() - ended[2] > _ENDED_TTL_S:
+            return False, None
+        owner, payload, _ = ended
+        return True, job_view(json.loads(payload)) if owner == tenant else None
+
+    def _unmoved(self, job_id: str, tenant: str) -> bool:
+        """Made here by ``tenant``, and no ``done`` message of it since, with none missed
+        (the subscription live throughout): still queued or running."""
+        made = self._made.get(job_id)
+        return (
+            made is not None
+            and made[0] == tenant
+            and self.hub.live
+            and made[1] == self.hub.generation
+        )
 
     @edge
     async def events(

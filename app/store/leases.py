@@ -32,7 +32,7 @@ from app.core.envelope import Envelope, Progress
 from app.core.events import JobEnded, QueueEvent
 from app.core.turn import Rejection, Spend, TurnRecord
 from app.core.wire import Wire
-from app.store.connection import RedisClient, Role, StoreOptions, dumps
+from app.store.connection import DONE_VIEW_MAX_BYTES, RedisClient, Role, StoreOptions, dumps
 from app.store.errors import edge
 from app.store.hub import ANY, Watch
 from app.store.ids import is_job_id, shard_of
@@ -272,6 +272,7 @@ class Leases(Role):
                 self.options.retention_s,
                 self.channels["done"],
                 int(time.time() * 1000),
+                DONE_VIEW_MAX_BYTES,
             ],
         )
         return Written(int(reply))

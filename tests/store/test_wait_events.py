@@ -149,3 +149,43 @@ async def test_job_end_holds_the_stored_result_as_jobended_serialises_it(
     view = await store.get(job.id, tenant="acme")
     assert view is not None
     assert view.result == envelope
+
+
+async def test_a_job_made_here_is_waited_for_without_a_first_read_while_nothing_was_missed(
+    store: Store,
+) -> None:
+    await store.hub.start()
+    job = await submit(store)
+    lease = await claim(store)
+
+    async def finish_soon() -> None:
+        await asyncio.sleep(0.3)
+        await complete(store, lease)
+
+    finisher = asyncio.create_task(finish_soon())
+    done = await store.wait(job.id, tenant="acme", wait_ms=10_000)
+    await finisher
+    assert done is not None
+    assert done.status == "succeeded"
+    # Ended and heard: the view its message carried answers the next wait too.
+    again = await store.wait(job.id, tenant="acme", wait_ms=10_000)
+    assert again == done
+    assert await store.wait(job.id, tenant="other", wait_ms=100) is None
+
+
+async def test_an_end_missed_while_the_subscription_was_down_is_read_not_waited_for(
+    store: Store,
+) -> None:
+    await store.hub.start()
+    job = await submit(store)  # made here, the subscription live
+    await store.hub.close()  # down: the end below is published to nobody here
+    await complete(store, await claim(store))
+    await store.hub.start()
+
+    started = time.monotonic()
+    done = await store.wait(job.id, tenant="acme", wait_ms=5_000)
+    elapsed = time.monotonic() - started
+
+    assert done is not None
+    assert done.status == "succeeded"
+    assert elapsed < 2.5  # read at once, not found at the end of the wait

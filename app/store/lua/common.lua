@@ -62,9 +62,10 @@ local function terminal(status)
 end
 
 -- End a job: its final state, result and last event, the retention clock, the waiters told.
--- ``fields`` are extra hash fields to write in the same HSET.
+-- ``fields`` are extra hash fields to write in the same HSET; ``message`` what the done
+-- channel hears (nil: the id).
 local function finish(job, id, status, result, events, finished, retention, channel, fields,
-    known)
+    known, message)
   table.insert(fields, 'status')
   table.insert(fields, status)
   table.insert(fields, 'result')
@@ -76,7 +77,7 @@ local function finish(job, id, status, result, events, finished, retention, chan
   redis.call('HSET', job, unpack(fields))
   redis.call('EXPIRE', job, retention)
   outbox_add(job, id, status, known)  -- #13: its callback, in this same script (lua/outbox.lua)
-  redis.call('PUBLISH', channel, id)
+  redis.call('PUBLISH', channel, message or id)
 end
 
 -- A job leaves in_progress: if its claim counted it among its tenant's running jobs, it

@@ -4,10 +4,12 @@
 -- ARGV: 1 id  2 token  3 status  4 result json  5 history json  6 transcript json
 --       7 last turn record json ('' = none)  8 its spend json ('' = none)
 --       9 events to append before job_end (json, comma-separated; '' = none)  10 retention s
---       11 done channel  12 finished ms
+--       11 done channel  12 finished ms  13 the most bytes of a view the done message
+--       carries (0: only the id)
 -- Returns 1 (committed), 0 (not ours), -1 (the job had already ended)
 local f = redis.call('HMGET', KEYS[1], 'status', 'attempts', 'turns', 'events', 'spent',
-  'tenant', 'counted', 'pauses', 'callback')
+  'tenant', 'counted', 'pauses', 'callback', 'created_ms', 'started_ms', 'metadata', 'model',
+  'idem', 'action')
 if not f[1] or terminal(f[1]) then
   return -1
 end
@@ -43,6 +45,26 @@ local appended = event('job_end', '{"status":"' .. ARGV[3] .. '","result":' .. A
 if ARGV[9] ~= '' then
   appended = ARGV[9] .. ',' .. appended
 end
+-- The done message carries the job as a read right after this script would find it (the
+-- fields of app.store.connection.VIEW_FIELDS), so a long-poll answers without reading it
+-- again: not for a job with a callback (its deliveries change the view) nor a large one
+-- (every API process hears every message).
+local message = ARGV[1]
+local size = #ARGV[4] + #ARGV[5] + #ARGV[6] + #(turns or '') + #(f[12] or '')
+if not f[9] and size <= tonumber(ARGV[13]) then
+  local view = {id = ARGV[1], tenant = f[6], status = ARGV[3], created_ms = f[10],
+    finished_ms = ARGV[12], attempts = f[2], result = ARGV[4], history = ARGV[5],
+    transcript = ARGV[6]}
+  -- HMGET's false is a missing field: left out, as a read leaves it out.
+  local optional = {started_ms = f[11], turns = turns, metadata = f[12], model = f[13],
+    idem = f[14], action = f[15], pauses = f[8]}
+  for name, value in pairs(optional) do
+    if value then
+      view[name] = value
+    end
+  end
+  message = ARGV[1] .. '\n' .. cjson.encode(view)
+end
 finish(KEYS[1], ARGV[1], ARGV[3], ARGV[4], append(f[4], appended), ARGV[12], ARGV[10],
-  ARGV[11], fields, {f[9], f[8]})
+  ARGV[11], fields, {f[9], f[8]}, message)
 return 1
