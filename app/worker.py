@@ -196,7 +196,7 @@ class Worker:
             # Every free slot, in one round trip: a busy worker claims in batches.
             free = 1 + min(self._free_slots(), CLAIM_BATCH - 1)
             try:
-                claims = await self.store.claim(self.worker_id, free, first=hint)
+                claims = await self.store.claim(self.worker_id, free, first=hint, register=True)
             except Exception:
                 self._slots.release()
                 failures += 1
@@ -233,7 +233,12 @@ class Worker:
 
     async def _idle(self, stop: asyncio.Event) -> int | None:
         """Block until work may be there (a submit or requeue) or ``stop``; never spin.
-        The shard the work was queued on, when the wake-up said."""
+        The shard the work was queued on, when the wake-up said.
+
+        The short claim before put this worker on the idle list of each shard it found
+        empty, so a submit there wakes this worker alone (``Leases.claim``); it looks at
+        the queues every ``IDLE_WAIT_S`` besides, which also bounds how long a job waits
+        when its wake-up went to a worker that died while idle."""
         waiting = asyncio.ensure_future(self.store.wait_for_work(IDLE_WAIT_S))
         if not await _before_stop(waiting, stop):
             return None
@@ -241,6 +246,7 @@ class Worker:
             log.warning("waiting for work failed: %r", waiting.exception())
             await _wait(stop, IDLE_WAIT_S)
             return None
+        metrics.IDLE_WAITS.labels("woken" if self.store.woken else "timeout").inc()
         return waiting.result()
 
     def _start(self, claim: Claim) -> None:

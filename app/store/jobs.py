@@ -29,7 +29,7 @@ from app.core.envelope import Envelope
 from app.core.errors import InvalidInput
 from app.core.events import JobEnded, ToolOutputsEvent
 from app.core.spec import CallbackSpec
-from app.store.connection import Role, dumps
+from app.store.connection import WAKE_STALE_MS, Role, dumps
 from app.store.errors import IdempotencyConflict, NotWaiting, QueueFull, TenantQuota, edge
 from app.store.hub import Watch
 from app.store.ids import id_floor, is_job_id, new_job_id
@@ -161,6 +161,7 @@ class JobStore(Role):
             shard.ring,
             shard.tenant_index(tenant),
             shard.tenant_bytes(tenant, window),
+            shard.idle,
         ]
         if idempotency_key is not None:
             keys.append(shard.idempotency(tenant, idempotency_key))
@@ -193,6 +194,8 @@ class JobStore(Role):
                     "" if callback is None else dumps(callback),
                     "" if trace is None else trace.dumps(),
                     f"{_INDEX_MARK}{index_window:012d}",
+                    WAKE_STALE_MS,
+                    "1" if self.exact_publish else "",
                 ],
             )
             outcome, found = text(reply[0]), text(reply[1])
