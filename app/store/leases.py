@@ -27,7 +27,7 @@ from collections.abc import AsyncGenerator, Sequence
 from enum import Enum
 from typing import Any, ClassVar, Final
 
-from redis.exceptions import RedisError
+from redis.exceptions import RedisClusterException, RedisError
 
 from app.core import codes
 from app.core.checkpoint import Checkpoint, RequiredAction
@@ -48,6 +48,8 @@ _REAP_BATCH: Final = 100
 # Redis busy, and its reply (every spec) keeps the worker busy, in proportion; and the
 # script cannot lease more than about 4000 jobs in one ZADD.
 MAX_CLAIM: Final = 500
+# How long closing waits to take this worker off the idle lists (best effort).
+_UNLIST_S: Final = 2.0
 # The most leases one heartbeat script renews: about a millisecond of Redis per script.
 HEARTBEAT_BATCH: Final = 1000
 
@@ -215,9 +217,12 @@ class Leases(Role):
         """Leave every idle list (best effort: a submit drops a dead worker's entry anyway)
         and stop the subscription."""
         held, self._idle = self._idle, {}
-        for index, (entry, _) in held.items():
-            with contextlib.suppress(StoreUnavailable, RedisError, OSError, RuntimeError):
-                await self._lane.lrem(self.keys.shard(index).idle, 1, entry)
+        with contextlib.suppress(
+            TimeoutError, StoreUnavailable, RedisError, RedisClusterException, OSError
+        ):
+            async with asyncio.timeout(_UNLIST_S):
+                for index, (entry, _) in held.items():
+                    await self._lane.lrem(self.keys.shard(index).idle, 1, entry)
         await super().aclose()
 
     @edge
