@@ -59,7 +59,8 @@ from app.tracing import JobSpan, Tracing
 log = logging.getLogger("app.worker")
 
 # How long an idle worker blocks in ``wait_for_work`` before looking at the queue again:
-# a wake-up lost between an empty claim and the wait costs at most this much latency.
+# a wake-up lost (in a Redis blip, or taken by a worker that died while idle on a cluster,
+# where the submit cannot tell: lua/submit.lua) costs at most this much latency.
 IDLE_WAIT_S: Final = 1.0
 # Progress writes that fail for a transport reason are tried this many times in all.
 WRITE_TRIES: Final = 3

@@ -96,6 +96,11 @@ class Leases(Role):
         self.woken = False  # whether the last ``wait_for_work`` ended by a message
 
     @property
+    def wake_token(self) -> str:
+        """What this object is listed as on the idle lists (``"<token> <ms>"`` entries)."""
+        return self._token
+
+    @property
     def wake_channel(self) -> str:
         return self.keys.wake_channel(self._token)
 

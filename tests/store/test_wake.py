@@ -35,7 +35,7 @@ async def woken(*stores: Store, within_s: float = 0.5) -> list[bool]:
 
 async def idle(store: Store) -> None:
     """A worker's round: a claim that finds nothing (so it registers), then the wait."""
-    assert await store.claim(store._token, n=4, register=True) == []
+    assert await store.claim(store.wake_token, n=4, register=True) == []
 
 
 async def test_a_submit_wakes_one_of_two_idle_workers_and_the_next_submit_the_other(
@@ -44,7 +44,7 @@ async def test_a_submit_wakes_one_of_two_idle_workers_and_the_next_submit_the_ot
     a, b = make_store(), make_store()
     await idle(a)
     await idle(b)
-    assert [e.split()[0] for e in await idle_list(redis, a)] == [a._token, b._token]
+    assert [e.split()[0] for e in await idle_list(redis, a)] == [a.wake_token, b.wake_token]
 
     await submit(a)  # the queue was empty: a wake-up, for one worker
     first = await woken(a, b)
@@ -68,12 +68,12 @@ async def test_a_claim_that_fills_every_slot_leaves_the_idle_list_and_a_short_on
     await woken(a, b, within_s=0.05)
 
     assert len(await a.claim("a", n=2, register=True)) == 2  # every slot it asked for
-    assert [e.split()[0] for e in await idle_list(redis, a)] == [b._token]
+    assert [e.split()[0] for e in await idle_list(redis, a)] == [b.wake_token]
     await submit(a, tenant="y")  # y's queue was empty: the wake-up goes to b, not busy a
     assert await woken(a, b) == [False, True]
 
     assert len(await a.claim("a", n=4, register=True)) == 2  # short: back on the list
-    assert a._token in {e.split()[0] for e in await idle_list(redis, a)}
+    assert a.wake_token in {e.split()[0] for e in await idle_list(redis, a)}
 
 
 async def test_a_worker_that_died_while_idle_is_dropped_and_the_next_one_woken(
@@ -87,7 +87,7 @@ async def test_a_worker_that_died_while_idle_is_dropped_and_the_next_one_woken(
     await submit(live)
 
     assert await woken(live) == [True]
-    assert [e.split()[0] for e in await idle_list(redis, live)] == [live._token]
+    assert [e.split()[0] for e in await idle_list(redis, live)] == [live.wake_token]
 
 
 async def test_a_stale_registration_is_dropped_and_with_nobody_left_every_worker_is_told(
@@ -98,7 +98,7 @@ async def test_a_stale_registration_is_dropped_and_with_nobody_left_every_worker
     # A registration from a worker that stopped claiming long ago (still subscribed).
     old = int(time.time() * 1000) - WAKE_STALE_MS - 5000
     await stuck.wait_for_work(0.01)
-    await redis.rpush(stuck.keys.shard(0).idle, f"{stuck._token} {old}")
+    await redis.rpush(stuck.keys.shard(0).idle, f"{stuck.wake_token} {old}")
 
     await submit(other)
 
@@ -130,7 +130,7 @@ async def test_a_registration_is_renewed_after_wake_renew_s_and_left_on_close(
     await idle(store)
     [after] = await idle_list(redis, store)
     assert after != before
-    assert after.split()[0] == store._token
+    assert after.split()[0] == store.wake_token
     assert int(after.split()[1]) > int(before.split()[1])
 
     await store.aclose()
