@@ -57,6 +57,10 @@ CHANNELS: Final = ("work", "done", "events", "cancel", "outbox")
 # drops an entry older than WAKE_STALE_MS as a worker that stopped claiming.
 WAKE_RENEW_S: Final = 10.0
 WAKE_STALE_MS: Final = 30_000
+# A lone worker (the only listener on ``work``, on one Redis) does not list itself: the
+# shared channel wakes just it. An API process that found a shard's idle list empty skips
+# it (and tells every worker) for WAKE_EMPTY_S before it looks again.
+WAKE_EMPTY_S: Final = 5.0
 # Each publish wakes every process subscribed to its channel: a role subscribes only to the
 # channels it waits on (``Role.HEARS``), so a job's end does not wake the workers nor its
 # queueing the API. ``done``/``events``: long-polls and event streams (``JobStore``);

@@ -48,6 +48,8 @@ _REAP_BATCH: Final = 100
 # Redis busy, and its reply (every spec) keeps the worker busy, in proportion; and the
 # script cannot lease more than about 4000 jobs in one ZADD.
 MAX_CLAIM: Final = 500
+# How often a worker alone on ``work`` looks for another (``Leases._count_workers``).
+_ALONE_CHECK_S: Final = 1.0
 # How long closing waits to take this worker off the idle lists (best effort).
 _UNLIST_S: Final = 2.0
 # The most leases one heartbeat script renews: about a millisecond of Redis per script.
@@ -93,6 +95,12 @@ class Leases(Role):
         self._listening = False
         # Shard → (its entry on the shard's idle list, when it was written: monotonic s).
         self._idle: dict[int, tuple[str, float]] = {}
+        # Whether this is the only worker listening on ``work`` (one Redis only): then it
+        # is not listed, and a submit tells it on the shared channel, one command less.
+        # Asked after an empty claim (an idle look): every second while alone (a second
+        # worker is found at once), every WAKE_RENEW_S otherwise.
+        self._alone = False
+        self._alone_at = -WAKE_RENEW_S
         self.woken = False  # whether the last ``wait_for_work`` ended by a message
 
     @property
@@ -146,6 +154,7 @@ class Leases(Role):
         n = min(n, MAX_CLAIM)
         if register:
             await self._listen()
+        listed = register and not self._alone
         # Wake-ups from here on may be for jobs this claim does not find: the next
         # ``wait_for_work`` returns at once for them, however soon they arrive.
         self._work_watch().reset()
@@ -167,8 +176,8 @@ class Leases(Role):
                     self.options.lease_ms,
                     n - len(claims),
                     self.options.max_in_flight,
-                    self._token if register else "",
-                    held[0] if held is not None and register else "",
+                    self._token if listed else "",
+                    "" if held is None else held[0],
                     "1" if renew else "",
                 ],
             )
@@ -200,7 +209,19 @@ class Leases(Role):
                 )
             if len(claims) >= n:
                 break
+        if register and not claims and self.exact_publish:
+            await self._count_workers()
         return claims
+
+    async def _count_workers(self) -> None:
+        """Whether this worker is alone on ``work``, asked now and then (on one Redis; on a
+        cluster a node counts only its own subscribers)."""
+        now = time.monotonic()
+        if now - self._alone_at < (_ALONE_CHECK_S if self._alone else WAKE_RENEW_S):
+            return
+        self._alone_at = now
+        [(_, listeners)] = await self._lane.pubsub_numsub(self.channels["work"])
+        self._alone = int(listeners) <= 1
 
     async def wait_for_work(self, timeout_s: float) -> int | None:
         """Wait until a job is queued or requeued (a message on the ``work`` channel), or

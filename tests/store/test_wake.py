@@ -4,7 +4,9 @@ A worker whose claim comes back short registers on the shard's idle list (lua/cl
 a submit that finds its tenant's queue empty turns the list and publishes on that worker's
 channel alone (lua/submit.lua). A registration whose subscription is gone (the worker
 died), or that is older than ``WAKE_STALE_MS``, is dropped and the next worker tried; with
-nobody to wake, every worker is told on the shared channel, as before.
+nobody to wake, every worker is told on the shared channel, as before. A worker alone on
+the shared channel does not list itself (the shared channel wakes just it), and an API
+process that finds the list empty skips it for ``WAKE_EMPTY_S``: no command spent on it.
 """
 
 from __future__ import annotations
@@ -38,10 +40,17 @@ async def idle(store: Store) -> None:
     assert await store.claim(store.wake_token, n=4, register=True) == []
 
 
+async def listening(*stores: Store) -> None:
+    """Workers subscribed, so each finds the others when it counts the workers."""
+    for store in stores:
+        await store.wait_for_work(0.01)
+
+
 async def test_a_submit_wakes_one_of_two_idle_workers_and_the_next_submit_the_other(
     redis: Redis, make_store: StoreFactory
 ) -> None:
     a, b = make_store(), make_store()
+    await listening(a, b)
     await idle(a)
     await idle(b)
     assert [e.split()[0] for e in await idle_list(redis, a)] == [a.wake_token, b.wake_token]
@@ -61,6 +70,7 @@ async def test_a_claim_that_fills_every_slot_leaves_the_idle_list_and_a_short_on
     redis: Redis, make_store: StoreFactory
 ) -> None:
     a, b = make_store(), make_store()
+    await listening(a, b)
     await idle(a)
     await idle(b)
     for _ in range(3):
@@ -80,6 +90,7 @@ async def test_a_worker_that_died_while_idle_is_dropped_and_the_next_one_woken(
     redis: Redis, make_store: StoreFactory
 ) -> None:
     dead, live = make_store(), make_store()
+    await listening(dead, live)
     await idle(dead)
     await idle(live)
     await dead.hub.close()  # its subscription gone, as with a killed process; still listed
@@ -119,7 +130,8 @@ async def test_a_claim_without_register_leaves_the_idle_list_alone(
 async def test_a_registration_is_renewed_after_wake_renew_s_and_left_on_close(
     redis: Redis, make_store: StoreFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    store = make_store()
+    store, other = make_store(), make_store()
+    await listening(store, other)
     await idle(store)
     [before] = await idle_list(redis, store)
     await idle(store)
@@ -135,3 +147,37 @@ async def test_a_registration_is_renewed_after_wake_renew_s_and_left_on_close(
 
     await store.aclose()
     assert await idle_list(redis, store) == []
+
+
+async def test_a_lone_worker_is_not_listed_and_the_api_skips_the_empty_list_for_a_while(
+    redis: Redis, make_store: StoreFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    api, alone = make_store(), make_store()
+    await listening(alone)
+    await idle(alone)  # counts the workers: itself only
+    await idle(alone)
+    assert await idle_list(redis, alone) == []
+
+    await submit(api)  # an empty list: the shared channel wakes the lone worker
+    assert await woken(alone) == [True]
+    assert len(await alone.claim("w", n=4, register=True)) == 1
+    assert api._idle_empty  # found empty: the next submits skip it for WAKE_EMPTY_S
+
+    # A second worker comes: after its count the first one lists itself too.
+    monkeypatch.setattr(leases_module, "_ALONE_CHECK_S", 0.0)
+    second = make_store()
+    await listening(second)
+    await idle(second)
+    await idle(alone)  # finds the other worker (its count is due): listed from its next claim
+    await idle(alone)
+    assert {e.split()[0] for e in await idle_list(redis, api)} == {
+        alone.wake_token,
+        second.wake_token,
+    }
+    await submit(api)  # within WAKE_EMPTY_S of the empty list: still everyone
+    assert await woken(alone, second) == [True, True]
+    await alone.claim("w", n=4, register=True)
+
+    api._idle_empty.clear()  # as WAKE_EMPTY_S later
+    await submit(api)  # the list again: one of them
+    assert sorted(await woken(alone, second)) == [False, True]

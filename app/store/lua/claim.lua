@@ -5,8 +5,8 @@
 -- KEYS: 1 ring  2 leases  3 running counts (hash: tenant → running jobs)  4 idle workers
 -- ARGV: 1 job key prefix  2 tenant queue prefix  3 worker id  4 lease ms  5 n
 --       6 most running jobs per tenant (0: no cap)  7 the claimer's wake token ('': it
---       does not wait to be woken alone)  8 its registration on the idle list ('': none)
---       9 '1': renew the registration (it is getting old)
+--       is not to be listed; a registration ARGV[8] is dropped)  8 its registration on the
+--       idle list ('': none)  9 '1': renew the registration (it is getting old)
 -- Returns a flat list, 10 values per job:
 --   id, attempt, spec, tenant, created_ms, model or '', spent by earlier attempts or '',
 --   checkpoint or '' (a paused job resumes from it), outputs or '' (the client's answer,
@@ -177,6 +177,9 @@ if ARGV[7] ~= '' then
     redis.call('LREM', KEYS[4], 1, ARGV[8])
     registered = ''
   end
+elseif ARGV[8] ~= '' then  -- the claimer is not to be listed any more (it works alone)
+  redis.call('LREM', KEYS[4], 1, ARGV[8])
+  registered = ''
 end
 
 if #picked == 0 then

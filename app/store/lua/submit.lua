@@ -12,9 +12,10 @@
 --       ('' = none; app/tracecontext.py)  23 this index window's mark (a member below every
 --       id: app/store/jobs.py)  24 how old (ms) an idle worker's registration may be
 --       25 '1' when PUBLISH counts every subscriber (one Redis), '' when it counts only this
---       node's (a cluster)
--- Returns {'created', id} | {'existing', id} | {'conflict', id} | {'full', depth}
---       | {'quota', bytes}
+--       node's (a cluster)  26 '1': skip the idle list (this API process found it empty a
+--       moment ago), tell every worker
+-- Returns {'created', id} | {'created', id, 'idle-empty'} (nobody on the idle list)
+--       | {'existing', id} | {'conflict', id} | {'full', depth} | {'quota', bytes}
 
 -- Wake one idle worker on its own channel. A worker whose claim found this shard's queues
 -- empty with slots to spare is on the idle list, "<token> <ms registered>" (lua/claim.lua);
@@ -24,23 +25,28 @@
 -- with it) is dropped too and the next one tried; on a cluster it counts only this node's,
 -- and a fresh registration is trusted (a dead worker's lasts ``stale`` ms; the other idle
 -- workers' once-a-second look finds the job it missed). Nobody to wake: every worker is
--- told on the shared channel, as a release or a reap does.
-local function wake_one(idle, channel, shard, now, stale, exact)
-  for _ = 1, 3 do
+-- told on the shared channel, as a release or a reap does. Returns true when the list was
+-- found empty (a lone worker does not list itself: app/store/leases.py), so the API can
+-- skip it for a while.
+local function wake_one(idle, channel, shard, now, stale, exact, skip)
+  local empty = false
+  for _ = 1, skip and 0 or 3 do
     local entry = redis.call('LMOVE', idle, idle, 'LEFT', 'RIGHT')
     if not entry then
+      empty = true
       break
     end
     local sep = string.find(entry, ' ', 1, true)
     if sep and now - tonumber(string.sub(entry, sep + 1)) <= stale then
       local heard = redis.call('PUBLISH', channel .. ':' .. string.sub(entry, 1, sep - 1), shard)
       if heard > 0 or not exact then
-        return
+        return false
       end
     end
     redis.call('LREM', idle, 1, entry)
   end
   redis.call('PUBLISH', channel, shard)
+  return empty
 end
 
 local idem = KEYS[7]
@@ -123,7 +129,8 @@ end
 -- Wake one worker when the queue was empty. A job queued behind others needs no wake-up:
 -- the claim that takes the jobs before it was woken by the first one, and a worker whose
 -- claim got all it asked for claims again as soon as it has a free slot.
-if depth == 1 then
-  wake_one(KEYS[6], ARGV[14], ARGV[15], tonumber(created), tonumber(ARGV[24]), ARGV[25] == '1')
+if depth == 1 and wake_one(KEYS[6], ARGV[14], ARGV[15], tonumber(created), tonumber(ARGV[24]),
+    ARGV[25] == '1', ARGV[26] == '1') then
+  return {'created', id, 'idle-empty'}
 end
 return {'created', id}
