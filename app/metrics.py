@@ -125,6 +125,16 @@ LEASE_RENEWALS = Counter(
 )
 for _outcome in ("renewed", "lost", "failed"):
     LEASE_RENEWALS.labels(_outcome)  # every series from the start, at 0
+IDLE_WAITS = Counter(
+    f"{P}worker_idle_waits",
+    "An idle worker's waits for work, by how they ended: woken (a wake-up came: a submit "
+    "chose this worker, or a requeue told every worker) or timeout (its once-a-second "
+    "look at the queue).",
+    ["ended"],
+    registry=REGISTRY,
+)
+for _ended in ("woken", "timeout"):
+    IDLE_WAITS.labels(_ended)
 LEASES_EXPIRED = Counter(
     f"{P}leases_expired",
     "Jobs requeued because their worker stopped heartbeating.",

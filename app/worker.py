@@ -59,7 +59,8 @@ from app.tracing import JobSpan, Tracing
 log = logging.getLogger("app.worker")
 
 # How long an idle worker blocks in ``wait_for_work`` before looking at the queue again:
-# a wake-up lost between an empty claim and the wait costs at most this much latency.
+# a wake-up lost (in a Redis blip, or taken by a worker that died while idle on a cluster,
+# where the submit cannot tell: lua/submit.lua) costs at most this much latency.
 IDLE_WAIT_S: Final = 1.0
 # Progress writes that fail for a transport reason are tried this many times in all.
 WRITE_TRIES: Final = 3
@@ -210,7 +211,7 @@ class Worker:
             # Every free slot, in one round trip: a busy worker claims in batches.
             free = 1 + min(self._free_slots(), CLAIM_BATCH - 1)
             try:
-                claims = await self.store.claim(self.worker_id, free, first=hint)
+                claims = await self.store.claim(self.worker_id, free, first=hint, register=True)
             except Exception:
                 self._slots.release()
                 failures += 1
@@ -247,7 +248,12 @@ class Worker:
 
     async def _idle(self, stop: asyncio.Event) -> int | None:
         """Block until work may be there (a submit or requeue) or ``stop``; never spin.
-        The shard the work was queued on, when the wake-up said."""
+        The shard the work was queued on, when the wake-up said.
+
+        The short claim before put this worker on the idle list of each shard it found
+        empty, so a submit there wakes this worker alone (``Leases.claim``); it looks at
+        the queues every ``IDLE_WAIT_S`` besides, which also bounds how long a job waits
+        when its wake-up went to a worker that died while idle."""
         waiting = asyncio.ensure_future(self.store.wait_for_work(IDLE_WAIT_S))
         if not await _before_stop(waiting, stop):
             return None
@@ -255,6 +261,7 @@ class Worker:
             log.warning("waiting for work failed: %r", waiting.exception())
             await _wait(stop, IDLE_WAIT_S)
             return None
+        metrics.IDLE_WAITS.labels("woken" if self.store.woken else "timeout").inc()
         return waiting.result()
 
     def _start(self, claim: Claim) -> None:

@@ -12,7 +12,9 @@ flows, each after a warm-up job (scripts loaded, subscriptions made):
 
 Client commands are round trips (a script is one: its ``EVALSHA``); "all" counts the
 scripts' commands too, as ``INFO`` total_commands_processed does. A worker with nothing
-to do looks at the queue once a second (an empty claim: ``EVALSHA`` + ``LPOP``), and a
+to do looks at the queue once a second (an empty claim: ``EVALSHA`` + ``LPOP``, and every
+10 s its idle-list entry renewed: ``TIME``, ``LREM``, ``RPUSH``, or, a lone worker, a
+``PUBSUB NUMSUB`` looking for another worker), and a
 pool that grows under load opens connections (``HELLO``): both are counted apart, not as
 the jobs'. A job that stays in one phase (its model call, say) longer than the worker's
 flush delay (1 s, ``app.worker.FLUSH_AFTER_S``) also costs a progress write (the ``write``
@@ -107,9 +109,15 @@ def groups(lines: list[str]) -> list[list[str]]:
 
 
 def idle_look(group: list[str]) -> bool:
-    """An empty claim: a worker looking at an empty queue (``LPOP ring`` found nothing)."""
+    """An empty claim: a worker looking at an empty queue (``LPOP ring`` found nothing),
+    maybe renewing its entry on the idle list (``TIME``, ``LREM``/``RPUSH`` of ``:idle``)."""
+    if name(group[0]) == "PUBSUB":  # after an idle look: is it the only worker?
+        return True
     inner = [name(line) for line in group[1:]]
-    return name(group[0]) == "EVALSHA" and inner == ["LPOP"] and ":ring" in group[1]
+    if name(group[0]) != "EVALSHA" or inner[:1] != ["LPOP"] or ":ring" not in group[1]:
+        return False
+    rest = group[2:]
+    return all(name(line) == "TIME" or ':idle"' in line for line in rest)
 
 
 def setup(group: list[str]) -> bool:

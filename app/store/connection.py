@@ -53,6 +53,16 @@ SCRIPTS: Final = (
     "delivery_redeliver",
 )
 CHANNELS: Final = ("work", "done", "events", "cancel", "outbox")
+# A worker waiting for work is on each shard's idle list, and a submit wakes one of them on
+# its own channel (``Keys.wake_channel``; lua/submit.lua, lua/claim.lua). The worker renews
+# its entry every WAKE_RENEW_S (it claims at least once a second while it waits); a submit
+# drops an entry older than WAKE_STALE_MS as a worker that stopped claiming.
+WAKE_RENEW_S: Final = 10.0
+WAKE_STALE_MS: Final = 30_000
+# A lone worker (the only listener on ``work``, on one Redis) does not list itself: the
+# shared channel wakes just it. An API process that found a shard's idle list empty skips
+# it (and tells every worker) for WAKE_EMPTY_S before it looks again.
+WAKE_EMPTY_S: Final = 5.0
 # Each publish wakes every process subscribed to its channel: a role subscribes only to the
 # channels it waits on (``Role.HEARS``), so a job's end does not wake the workers nor its
 # queueing the API. ``done``/``events``: long-polls and event streams (``JobStore``);
@@ -165,7 +175,8 @@ class Role:
         self._batcher = Batcher(redis) if isinstance(redis, Redis) else None
         self._queued_result = Envelope.in_progress().model_dump_json()
         self.channels = {name: self.keys.channel(name) for name in CHANNELS}
-        self.hub = Hub(_pubsub_client(redis), [self.channels[name] for name in self.hears()])
+        heard = [self.channels[name] for name in self.hears()]
+        self.hub = Hub(_pubsub_client(redis), [*heard, *self._own_channels()])
         self.outbox = Outbox(self)
 
     @classmethod
@@ -173,6 +184,16 @@ class Role:
         """``HEARS`` of every class of the role, in ``CHANNELS`` order."""
         wanted = {name for klass in cls.__mro__ for name in vars(klass).get("HEARS", ())}
         return tuple(name for name in CHANNELS if name in wanted)
+
+    def _own_channels(self) -> list[str]:
+        """Channels of this role object alone, beside the shared ones (``HEARS``)."""
+        return []
+
+    @property
+    def exact_publish(self) -> bool:
+        """Whether PUBLISH counts every subscriber it reached: on a cluster it counts only
+        the node's it ran on (the message still reaches every node)."""
+        return not isinstance(self._redis, RedisCluster)
 
     async def aclose(self) -> None:
         await self.hub.close()

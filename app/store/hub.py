@@ -141,14 +141,19 @@ class Hub:
                 if not watchers:
                     del self._watchers[entry]
 
-    def standing(self, channel: str, key: str = ANY, *, keep: int = 64) -> Watch:
+    def standing(
+        self, channel: str, key: str = ANY, *, keep: int = 64, also: Sequence[str] = ()
+    ) -> Watch:
         """A watcher that stays registered (not a context): for one caller that waits again
         and again and must not miss a message that arrives between two waits. It holds at
-        most ``keep`` messages. It does not subscribe: ``start()`` before waiting on it (the
-        subscription wakes every watcher when it goes live)."""
-        self._check(channel)
+        most ``keep`` messages, of ``channel`` and of the channels ``also``. It does not
+        subscribe: ``start()`` before waiting on it (the subscription wakes every watcher
+        when it goes live)."""
+        for name in (channel, *also):
+            self._check(name)
         watcher = Watch(keep)
-        self._watchers[(channel, key)].add(watcher)
+        for name in (channel, *also):
+            self._watchers[(name, key)].add(watcher)
         return watcher
 
     def _dispatch(self, channel: str, data: str) -> None:

@@ -30,7 +30,14 @@ from app.core.envelope import Envelope
 from app.core.errors import InvalidInput
 from app.core.events import JobEnded, ToolOutputsEvent
 from app.core.spec import CallbackSpec
-from app.store.connection import RedisClient, Role, StoreOptions, dumps
+from app.store.connection import (
+    WAKE_EMPTY_S,
+    WAKE_STALE_MS,
+    RedisClient,
+    Role,
+    StoreOptions,
+    dumps,
+)
 from app.store.errors import IdempotencyConflict, NotWaiting, QueueFull, TenantQuota, edge
 from app.store.hub import Watch
 from app.store.ids import id_floor, is_job_id, new_job_id
@@ -87,11 +94,15 @@ class JobStore(Role):
     # long-polls (``wait``, ``submit(wait_ms=)``), ``events``
     HEARS: ClassVar[tuple[str, ...]] = ("done", "events")
     _spread = itertools.count()
+    # Shard → until when (monotonic s) a submit skips its idle list, found empty: with one
+    # worker nobody is listed, and the shared channel wakes just that one.
+    _idle_empty: dict[int, float]
 
     def __init__(
         self, redis: RedisClient, options: StoreOptions | None = None, **fields: Any
     ) -> None:
         super().__init__(redis, options, **fields)
+        self._idle_empty = {}
         # What this process knows of the jobs it made without reading them (``_unmoved``,
         # ``_heard_end``): a job made here while the subscription was live, with no
         # ``done`` message heard since (id → tenant, the hub's generation then), and the
@@ -200,6 +211,7 @@ class JobStore(Role):
             shard.ring,
             shard.tenant_index(tenant),
             shard.tenant_bytes(tenant, window),
+            shard.idle,
         ]
         if idempotency_key is not None:
             keys.append(shard.idempotency(tenant, idempotency_key))
@@ -232,9 +244,14 @@ class JobStore(Role):
                     "" if callback is None else dumps(callback),
                     "" if trace is None else trace.dumps(),
                     f"{_INDEX_MARK}{index_window:012d}",
+                    WAKE_STALE_MS,
+                    "1" if self.exact_publish else "",
+                    "1" if time.monotonic() < self._idle_empty.get(index, 0.0) else "",
                 ],
             )
             outcome, found = text(reply[0]), text(reply[1])
+            if len(reply) > 2:  # nobody on the idle list: skip it for a while
+                self._idle_empty[index] = time.monotonic() + WAKE_EMPTY_S
             if outcome == "full":
                 raise QueueFull(int(found))
             if outcome == "quota":

@@ -14,11 +14,13 @@ spread over the slot space so any number of masters shares them::
     shard.running                  # rp:{s2-…}:running       hash: tenant → running jobs (capped)
     shard.actions                  # rp:{s2-…}:actions       zset: requires_action id → expiry (ms)
     shard.outbox                   # rp:{s2-…}:outbox        zset: "<id> <event>" → due (ms)
+    shard.idle                     # rp:{s2-…}:idle          list: "<token> <ms>", hungry workers
     shard.tenant_index("acme")     # rp:{s2-…}:t:acme        zset: acme's ids by created ms
     shard.tenant_bytes("acme", w)  # rp:{s2-…}:b:acme:<w>    counter: bytes submitted in window w
     shard.idempotency("acme", k)   # rp:{s2-…}:idem:acme:<sha256(k)>   "<id> <body sha256>"
     keys.channel("work")           # rp:work                 pub/sub: a job was queued on shard n
     keys.channel("outbox")         # rp:outbox               pub/sub: a callback is due (job id)
+    keys.wake_channel(token)       # rp:work:<token>         pub/sub: one worker's own wake-ups
 
 A callback delivery's state is a field of its job's hash (``cb:<event>``), so it lives and
 expires with the job. The Lua library ``lua/outbox.lua`` derives the outbox key and channel
@@ -77,6 +79,7 @@ class ShardKeys:
     __slots__ = (
         "actions",
         "base",
+        "idle",
         "index",
         "job_prefix",
         "leases",
@@ -96,6 +99,9 @@ class ShardKeys:
         self.running = f"{self.base}running"
         self.actions = f"{self.base}actions"
         self.outbox = f"{self.base}outbox"  # callback deliveries by due time (lua/outbox.lua)
+        # Workers with free slots that found this shard's queues empty, woken one at a time
+        # by a submit (lua/submit.lua, lua/claim.lua).
+        self.idle = f"{self.base}idle"
 
     def job(self, job_id: str) -> str:
         return self.job_prefix + job_id
@@ -142,6 +148,10 @@ class Keys:
         its id), ``events`` (a job has a new event: its id), ``cancel`` (a running job was
         cancelled: its id), ``outbox`` (a callback of a job is due: its id)."""
         return f"{self.prefix}:{name}"
+
+    def wake_channel(self, token: str) -> str:
+        """One worker's own channel: a submit that finds it idle wakes it alone (the shard)."""
+        return f"{self.prefix}:work:{token}"
 
     def shard_for(self, tenant: str, idempotency_key: str | None, fallback: int) -> int:
         """Where a new job goes: the Idempotency-Key's shard (so a replay finds the first

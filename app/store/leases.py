@@ -1,8 +1,8 @@
 """The worker's side of the store: claim, heartbeat, fenced writes, commit, release, reap.
 
     leases = Leases(redis, options)
-    claims = await leases.claim("worker-1", n=8)      # [] when every shard's queue is empty
-    if not claims:
+    claims = await leases.claim("worker-1", n=8, register=True)  # [] when queues are empty
+    if len(claims) < 8:                               # registered idle: a submit wakes it
         await leases.wait_for_work(timeout_s=5)
     lost = await leases.heartbeats([(c.job_id, c.token) for c in held])  # every lease at once
     ok = await leases.write(claim, turn=record, events=[...], progress=progress)
@@ -18,12 +18,16 @@ so it is kept whoever writes it, as long as the job has not ended.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import json
+import secrets
 import time
 from collections.abc import AsyncGenerator, Sequence
 from enum import Enum
 from typing import Any, ClassVar, Final
+
+from redis.exceptions import RedisClusterException, RedisError
 
 from app.core import codes
 from app.core.checkpoint import Checkpoint, RequiredAction
@@ -32,8 +36,15 @@ from app.core.envelope import Envelope, Progress
 from app.core.events import JobEnded, QueueEvent
 from app.core.turn import Rejection, Spend, TurnRecord
 from app.core.wire import Wire
-from app.store.connection import DONE_VIEW_MAX_BYTES, RedisClient, Role, StoreOptions, dumps
-from app.store.errors import edge
+from app.store.connection import (
+    DONE_VIEW_MAX_BYTES,
+    WAKE_RENEW_S,
+    RedisClient,
+    Role,
+    StoreOptions,
+    dumps,
+)
+from app.store.errors import StoreUnavailable, edge
 from app.store.hub import ANY, Watch
 from app.store.ids import is_job_id, shard_of
 from app.store.records import Claim, JobView, ReapResult, checkpoint, outputs, spend, text
@@ -44,6 +55,10 @@ _REAP_BATCH: Final = 100
 # Redis busy, and its reply (every spec) keeps the worker busy, in proportion; and the
 # script cannot lease more than about 4000 jobs in one ZADD.
 MAX_CLAIM: Final = 500
+# How often a worker alone on ``work`` looks for another (``Leases._count_workers``).
+_ALONE_CHECK_S: Final = 1.0
+# How long closing waits to take this worker off the idle lists (best effort).
+_UNLIST_S: Final = 2.0
 # The most leases one heartbeat script renews: about a millisecond of Redis per script.
 HEARTBEAT_BATCH: Final = 1000
 
@@ -78,16 +93,50 @@ class Leases(Role):
         """``lane``: a client of its own (owned and closed by the caller) for claims,
         heartbeats and reaps, so they never queue behind job writes and commits, which a
         worker holding thousands of jobs sends in bursts larger than its pool."""
+        # This object's own wake-up channel (``Keys.wake_channel``): a submit that finds it
+        # on a shard's idle list wakes it alone.
+        self._token = secrets.token_hex(6)
         super().__init__(redis, options, **fields)
         self._lane = redis if lane is None else lane
         self._work: Watch | None = None
         self._listening = False
+        # Shard → (its entry on the shard's idle list, when it was written: monotonic s).
+        self._idle: dict[int, tuple[str, float]] = {}
+        # Whether this is the only worker listening on ``work`` (one Redis only): then it
+        # is not listed, and a submit tells it on the shared channel, one command less.
+        # Asked after an empty claim (an idle look): every second while alone (a second
+        # worker is found at once), every WAKE_RENEW_S otherwise.
+        self._alone = False
+        self._alone_at = -WAKE_RENEW_S
+        self.woken = False  # whether the last ``wait_for_work`` ended by a message
+
+    @property
+    def wake_token(self) -> str:
+        """What this object is listed as on the idle lists (``"<token> <ms>"`` entries)."""
+        return self._token
+
+    @property
+    def wake_channel(self) -> str:
+        return self.keys.wake_channel(self._token)
+
+    def _own_channels(self) -> list[str]:
+        return [self.wake_channel]
 
     def _work_watch(self) -> Watch:
-        """The role's standing watch of the ``work`` channel (made on first use)."""
+        """The role's standing watch of the ``work`` channel and its own (made on first
+        use)."""
         if self._work is None:
-            self._work = self.hub.standing(self.channels["work"])
+            self._work = self.hub.standing(self.channels["work"], also=[self.wake_channel])
         return self._work
+
+    async def _listen(self) -> None:
+        """Subscribe once: a wake-up published before would reach nobody."""
+        if not self._listening:
+            watch = self._work_watch()
+            await self.hub.start()
+            self._listening = True
+            if not any(watch.messages):  # only the wake-up of the first subscription
+                watch.reset()
 
     async def _control(
         self, name: str, keys: Sequence[str], args: Sequence[str | int | float]
@@ -96,13 +145,23 @@ class Leases(Role):
         return await self._scripts[name](keys=keys, args=args, client=self._lane)
 
     @edge
-    async def claim(self, worker_id: str, n: int = 1, *, first: int | None = None) -> list[Claim]:
+    async def claim(
+        self, worker_id: str, n: int = 1, *, first: int | None = None, register: bool = False
+    ) -> list[Claim]:
         """Lease up to ``n`` queued jobs (at most ``MAX_CLAIM``), taking shards and, within
         one, tenants in turn.
 
         ``first`` is the shard to look at first (a wake-up names where work was queued).
+        With ``register``, a shard whose queues run dry before ``n`` jobs puts this object
+        on its idle list (a claim that gets all ``n`` takes it off): a submit there wakes
+        it alone, on its own channel, where the shared ``work`` channel wakes every worker
+        (lua/submit.lua). For a worker that waits with ``wait_for_work`` after a short
+        claim.
         """
         n = min(n, MAX_CLAIM)
+        if register:
+            await self._listen()
+        listed = register and not self._alone
         # Wake-ups from here on may be for jobs this claim does not find: the next
         # ``wait_for_work`` returns at once for them, however soon they arrive.
         self._work_watch().reset()
@@ -110,10 +169,13 @@ class Leases(Role):
         start = next(self._turn) if first is None else first
         claims: list[Claim] = []
         for step in range(shards):
-            shard = self.keys.shard((start + step) % shards)
+            index = (start + step) % shards
+            shard = self.keys.shard(index)
+            held = self._idle.get(index)
+            renew = held is not None and time.monotonic() - held[1] >= WAKE_RENEW_S
             reply = await self._control(
                 "claim",
-                [shard.ring, shard.leases, shard.running],
+                [shard.ring, shard.leases, shard.running, shard.idle],
                 [
                     shard.job_prefix,
                     shard.queue_prefix,
@@ -121,8 +183,18 @@ class Leases(Role):
                     self.options.lease_ms,
                     n - len(claims),
                     self.options.max_in_flight,
+                    self._token if listed else "",
+                    "" if held is None else held[0],
+                    "1" if renew else "",
                 ],
             )
+            if len(reply) % 10:  # the registration changed: its new entry last
+                entry = text(reply[-1])
+                reply = reply[:-1]
+                if entry:
+                    self._idle[index] = (entry, time.monotonic())
+                else:
+                    self._idle.pop(index, None)
             for i in range(0, len(reply), 10):
                 job_id, attempt, spec, tenant, created, model, earlier, state, answer, trace = (
                     reply[i : i + 10]
@@ -144,7 +216,19 @@ class Leases(Role):
                 )
             if len(claims) >= n:
                 break
+        if register and not claims and self.exact_publish:
+            await self._count_workers()
         return claims
+
+    async def _count_workers(self) -> None:
+        """Whether this worker is alone on ``work``, asked now and then (on one Redis; on a
+        cluster a node counts only its own subscribers)."""
+        now = time.monotonic()
+        if now - self._alone_at < (_ALONE_CHECK_S if self._alone else WAKE_RENEW_S):
+            return
+        self._alone_at = now
+        [(_, listeners)] = await self._lane.pubsub_numsub(self.channels["work"])
+        self._alone = int(listeners) <= 1
 
     async def wait_for_work(self, timeout_s: float) -> int | None:
         """Wait until a job is queued or requeued (a message on the ``work`` channel), or
@@ -155,15 +239,24 @@ class Leases(Role):
         that arrives between a claim that found nothing and this wait must not be lost.
         """
         watch = self._work_watch()
-        if not self._listening:
-            await self.hub.start()
-            self._listening = True
-            if not any(watch.messages):  # only the wake-up of the first subscription
-                watch.reset()
-        if await watch.wait(timeout_s):
+        await self._listen()
+        self.woken = await watch.wait(timeout_s)
+        if self.woken:
             shards = [m for m in watch.drain() if m.isdigit()]
             return int(shards[-1]) if shards else None
         return None
+
+    async def aclose(self) -> None:
+        """Leave every idle list (best effort: a submit drops a dead worker's entry anyway)
+        and stop the subscription."""
+        held, self._idle = self._idle, {}
+        with contextlib.suppress(
+            TimeoutError, StoreUnavailable, RedisError, RedisClusterException, OSError
+        ):
+            async with asyncio.timeout(_UNLIST_S):
+                for index, (entry, _) in held.items():
+                    await self._lane.lrem(self.keys.shard(index).idle, 1, entry)
+        await super().aclose()
 
     @edge
     async def heartbeat(self, job_id: str, token: int) -> bool:

@@ -16,6 +16,7 @@ import secrets
 import time
 from collections import Counter
 from collections.abc import AsyncIterator, Callable, Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any, cast
 
@@ -25,6 +26,7 @@ from redis.asyncio.cluster import RedisCluster
 from redis.crc import key_slot
 from redis.exceptions import MovedError
 
+from app import worker as worker_module
 from app.child import free_loopback_port
 from app.core import codes
 from app.core.envelope import Progress
@@ -327,6 +329,77 @@ async def test_cancels_end_queued_and_running_jobs_and_reach_the_worker_from_eve
         assert not written
     assert await worker.claim("w", n=SHARDS) == []
     assert await store.queue_stats() == (0, 0.0)
+
+
+async def test_a_submit_on_any_master_wakes_one_of_two_idle_workers(
+    redis: RedisClient, make_store: StoreFactory
+) -> None:
+    api, a, b = make_store(), make_store(), make_store()
+    for worker in (a, b):
+        assert await worker.claim("w", n=4, register=True) == []  # listed on every shard
+    for shard in range(SHARDS):  # PUBLISH's count is this node's only: not trusted here
+        assert await redis.llen(api.keys.shard(shard).idle) == 2
+
+    woke = []
+    for _ in range(2 * SHARDS):  # the submits go round the shards, twice
+        view = await submit(api)
+        await asyncio.gather(a.wait_for_work(0.5), b.wait_for_work(0.5))
+        woke.append((shard_of(view.id), a.woken, b.woken))
+        [claim] = await (a if a.woken else b).claim("w", n=4, register=True)
+        assert claim.job_id == view.id
+
+    assert sorted(shard for shard, _, _ in woke) == sorted(list(range(SHARDS)) * 2)
+    assert all(ta != tb for _, ta, tb in woke)  # exactly one of the two each time
+    assert sum(ta for _, ta, _ in woke) == SHARDS  # and the list turns: each in turn
+
+
+async def test_a_worker_dead_while_idle_delays_a_job_on_a_cluster_by_one_idle_look_at_most(
+    redis: RedisClient, make_store: StoreFactory, tmp_path: Path
+) -> None:
+    # On a cluster PUBLISH's count cannot tell a dead worker: its fresh registration is
+    # trusted, and the job waits for the live worker's next look at the queue.
+    api, dead = make_store(), make_store()
+    assert await dead.claim("w", n=4, register=True) == []  # first on every idle list
+    await dead.hub.close()  # gone, as a killed process; still listed
+    live = make_store()
+    with serve_in_background(SimConfig(seed=3)) as sim_url:
+        async with sim_router(sim_url, tmp_path) as router:
+            worker = Worker(live, router, worker_settings(worker_concurrency=4))
+            async with running(worker):
+
+                async def listed() -> bool:
+                    lengths = [await redis.llen(api.keys.shard(i).idle) for i in range(SHARDS)]
+                    return lengths == [2] * SHARDS
+
+                await _until(listed)
+                # Two jobs on one shard: its first wake-up goes to the dead worker, the
+                # next (the list turned) to the live one.
+                keys = [k for k in map(str, range(100)) if api.keys.shard_for(TENANT, k, 0) == 1]
+                views = []
+                for i, key in enumerate(keys[:2]):
+                    view, _ = await api.submit(
+                        tenant=TENANT, spec=job(name=f"d{i}"), idempotency_key=key
+                    )
+                    views.append(await api.wait(view.id, tenant=TENANT, wait_ms=10_000))
+
+    for done in views:
+        assert done is not None
+        assert done.status == "succeeded"
+        assert done.started_at is not None
+    waited = [_seconds(v.started_at) - _seconds(v.created_at) for v in views if v and v.started_at]
+    assert waited[0] <= worker_module.IDLE_WAIT_S + 0.5, waited
+    assert waited[1] < 0.5, waited
+
+
+async def _until(check: Callable[[], Any], within_s: float = 10.0) -> None:
+    deadline = time.monotonic() + within_s
+    while not await check():
+        assert time.monotonic() < deadline, "timed out"
+        await asyncio.sleep(0.05)
+
+
+def _seconds(iso: str) -> float:
+    return datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp()
 
 
 async def test_a_master_that_may_evict_jobs_is_found_whichever_node_it_is(

@@ -2,13 +2,24 @@
 -- robin over the ring), so one tenant's backlog never starves another's jobs. With a cap
 -- on a tenant's running jobs (ARGV[6] > 0), a tenant at its cap is passed over: its jobs
 -- wait, the other tenants' go.
--- KEYS: 1 ring  2 leases  3 running counts (hash: tenant → running jobs)
+-- KEYS: 1 ring  2 leases  3 running counts (hash: tenant → running jobs)  4 idle workers
 -- ARGV: 1 job key prefix  2 tenant queue prefix  3 worker id  4 lease ms  5 n
---       6 most running jobs per tenant (0: no cap)
+--       6 most running jobs per tenant (0: no cap)  7 the claimer's wake token ('': it
+--       is not to be listed; a registration ARGV[8] is dropped)  8 its registration on the
+--       idle list ('': none)  9 '1': renew the registration (it is getting old)
 -- Returns a flat list, 10 values per job:
 --   id, attempt, spec, tenant, created_ms, model or '', spent by earlier attempts or '',
 --   checkpoint or '' (a paused job resumes from it), outputs or '' (the client's answer,
 --   or 'timeout'), the client's trace context or ''
+-- and then, when the claimer's registration changed, one more value: the new one ('':
+-- it has none now).
+--
+-- The idle list: a claimer with a wake token whose claim comes back short (this shard's
+-- queues ran dry before n jobs) has slots to spare and waits for work: it registers,
+-- "<token> <ms>" (the server's clock), so that a submit wakes it alone (lua/submit.lua). It
+-- stays registered across claims (no command per job), renews the entry now and then so a
+-- submit can tell it from a dead worker's, and leaves when a claim fills every slot it
+-- asked for (a busy worker claims as soon as a slot frees, without a wake-up).
 --
 -- The ring holds exactly the tenants whose queue is not empty, each once (submit and
 -- requeue_front add a tenant when its queue goes from empty to one job, cancel drops it
@@ -150,11 +161,32 @@ repeat
   end
   round = round + 1
 until not any
-if #picked == 0 then
-  return {}
+local now = nil
+local registered = nil  -- the claimer's new registration, when it changed
+if ARGV[7] ~= '' then
+  if left > 0 then
+    if ARGV[8] == '' or ARGV[9] == '1' then
+      if ARGV[8] ~= '' then
+        redis.call('LREM', KEYS[4], 1, ARGV[8])
+      end
+      now = now_ms()
+      registered = ARGV[7] .. ' ' .. string.format('%d', now)
+      redis.call('RPUSH', KEYS[4], registered)
+    end
+  elseif ARGV[8] ~= '' then
+    redis.call('LREM', KEYS[4], 1, ARGV[8])
+    registered = ''
+  end
+elseif ARGV[8] ~= '' then  -- the claimer is not to be listed any more (it works alone)
+  redis.call('LREM', KEYS[4], 1, ARGV[8])
+  registered = ''
 end
 
-local now = now_ms()
+if #picked == 0 then
+  return registered and {registered} or {}
+end
+
+now = now or now_ms()
 local lease_end = now + tonumber(ARGV[4])
 local out, leased = {}, {}
 for _, id in ipairs(picked) do
@@ -182,5 +214,8 @@ for _, id in ipairs(picked) do
 end
 if #leased > 0 then
   redis.call('ZADD', KEYS[2], unpack(leased))
+end
+if registered then
+  table.insert(out, registered)
 end
 return out

@@ -1,7 +1,7 @@
 -- Create a job: idempotency, the tenant's caps, record, index, queue, wake: atomically.
 -- KEYS: 1 job  2 tenant queue  3 ring  4 tenant index  5 tenant bytes (this window)
---       [6 idempotency key]
--- ARGV: 1 id  2 tenant  3 body sha256 ('' without KEYS[6])  4 spec json  5 metadata json
+--       6 idle workers (lua/claim.lua)  [7 idempotency key]
+-- ARGV: 1 id  2 tenant  3 body sha256 ('' without KEYS[7])  4 spec json  5 metadata json
 --       6 model ('' = none)  7 idempotency key ('' = none)  8 queued result json
 --       9 max queued (tenant, shard)  10 idempotency ttl s  11 job bytes
 --       12 max bytes (tenant, shard, window; 0 = none)
@@ -10,10 +10,46 @@
 --       in this index window)  20 the smallest id a job can have that is still stored
 --       21 callback json ('' = none; lua/outbox.lua)  22 the client's trace context json
 --       ('' = none; app/tracecontext.py)  23 this index window's mark (a member below every
---       id: app/store/jobs.py)
--- Returns {'created', id} | {'existing', id} | {'conflict', id} | {'full', depth}
---       | {'quota', bytes}
-local idem = KEYS[6]
+--       id: app/store/jobs.py)  24 how old (ms) an idle worker's registration may be
+--       25 '1' when PUBLISH counts every subscriber (one Redis), '' when it counts only this
+--       node's (a cluster)  26 '1': skip the idle list (this API process found it empty a
+--       moment ago), tell every worker
+-- Returns {'created', id} | {'created', id, 'idle-empty'} (nobody on the idle list)
+--       | {'existing', id} | {'conflict', id} | {'full', depth} | {'quota', bytes}
+
+-- Wake one idle worker on its own channel. A worker whose claim found this shard's queues
+-- empty with slots to spare is on the idle list, "<token> <ms registered>" (lua/claim.lua);
+-- the list turns (LMOVE), so wake-ups go round the idle workers. A registration older than
+-- ``stale`` ms is a worker that stopped claiming (dead, stuck): dropped. On one Redis,
+-- PUBLISH counts the subscribers it reached, so a worker that died (its subscription went
+-- with it) is dropped too and the next one tried; on a cluster it counts only this node's,
+-- and a fresh registration is trusted (a dead worker's lasts ``stale`` ms; the other idle
+-- workers' once-a-second look finds the job it missed). Nobody to wake: every worker is
+-- told on the shared channel, as a release or a reap does. Returns true when the list was
+-- found empty (a lone worker does not list itself: app/store/leases.py), so the API can
+-- skip it for a while.
+local function wake_one(idle, channel, shard, now, stale, exact, skip)
+  local empty = false
+  for _ = 1, skip and 0 or 3 do
+    local entry = redis.call('LMOVE', idle, idle, 'LEFT', 'RIGHT')
+    if not entry then
+      empty = true
+      break
+    end
+    local sep = string.find(entry, ' ', 1, true)
+    if sep and now - tonumber(string.sub(entry, sep + 1)) <= stale then
+      local heard = redis.call('PUBLISH', channel .. ':' .. string.sub(entry, 1, sep - 1), shard)
+      if heard > 0 or not exact then
+        return false
+      end
+    end
+    redis.call('LREM', idle, 1, entry)
+  end
+  redis.call('PUBLISH', channel, shard)
+  return empty
+end
+
+local idem = KEYS[7]
 if idem then
   local held = redis.call('GET', idem)
   if held then
@@ -90,10 +126,11 @@ end
 if tonumber(created) % 64 == 0 then
   redis.call('ZREMRANGEBYLEX', KEYS[4], '(' .. ARGV[23], '(' .. ARGV[20])
 end
--- Wake the workers when the queue was empty. A job queued behind others needs no wake-up:
+-- Wake one worker when the queue was empty. A job queued behind others needs no wake-up:
 -- the claim that takes the jobs before it was woken by the first one, and a worker whose
 -- claim got all it asked for claims again as soon as it has a free slot.
-if depth == 1 then
-  redis.call('PUBLISH', ARGV[14], ARGV[15])
+if depth == 1 and wake_one(KEYS[6], ARGV[14], ARGV[15], tonumber(created), tonumber(ARGV[24]),
+    ARGV[25] == '1', ARGV[26] == '1') then
+  return {'created', id, 'idle-empty'}
 end
 return {'created', id}
