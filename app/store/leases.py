@@ -104,7 +104,7 @@ class Leases(Role):
         self._idle: dict[int, tuple[str, float]] = {}
         # Whether this is the only worker listening on ``work`` (one Redis only): then it
         # is not listed, and a submit tells it on the shared channel, one command less.
-        # Asked after an empty claim (an idle look): every second while alone (a second
+        # Asked before a claim that may list it: every second while alone (a second
         # worker is found at once), every WAKE_RENEW_S otherwise.
         self._alone = False
         self._alone_at = -WAKE_RENEW_S
@@ -161,6 +161,11 @@ class Leases(Role):
         n = min(n, MAX_CLAIM)
         if register:
             await self._listen()
+            if self.exact_publish:
+                # Before the claim, so that a worker which finds itself alone is not
+                # listed and taken off again at its next look (a second worker starting
+                # would otherwise see its wake-ups all go to the other for a second).
+                await self._count_workers()
         listed = register and not self._alone
         # Wake-ups from here on may be for jobs this claim does not find: the next
         # ``wait_for_work`` returns at once for them, however soon they arrive.
@@ -216,8 +221,6 @@ class Leases(Role):
                 )
             if len(claims) >= n:
                 break
-        if register and not claims and self.exact_publish:
-            await self._count_workers()
         return claims
 
     async def _count_workers(self) -> None:
