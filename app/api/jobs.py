@@ -36,7 +36,7 @@ from app.core.errors import InvalidInput
 from app.core.job import Job
 from app.core.spec import JobSpec
 from app.providers.router import Router
-from app.store import JobView, public_job
+from app.store import JobView, public_job, public_job_json
 from app.tracecontext import MAX_TRACESTATE, TraceContext
 
 DEFAULT_GENERATE_WAIT_MS: Final = 30_000
@@ -368,7 +368,11 @@ def _check_calling_validators(spec: JobSpec, res: Resources, router: Router) -> 
 
 
 def _job(job: JobView, status: int, headers: dict[str, str] | None = None) -> Response:
-    return respond(public_job(job), status, headers)
+    """The job as ``respond(public_job(job))`` would answer it, written without parsing
+    and re-writing what the store holds as JSON already."""
+    return Response(
+        public_job_json(job), status_code=status, headers=headers, media_type="application/json"
+    )
 
 
 def _location(job: JobView) -> str:
