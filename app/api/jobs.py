@@ -288,7 +288,10 @@ async def generate(
 def _trace(request: Request) -> TraceContext | None:
     """The client's W3C trace context, if it sent a valid one."""
     headers = request.headers
-    return TraceContext.from_headers(headers.getlist("traceparent"), headers.getlist("tracestate"))
+    parents = headers.getlist("traceparent")
+    if not parents:
+        return None
+    return TraceContext.from_headers(parents, headers.getlist("tracestate"))
 
 
 async def _submit(
