@@ -11,6 +11,7 @@ from typing import Any
 import httpx
 import jsonschema
 
+from app.api.schemas import JobList
 from app.core.callback import CallbackStatus, Delivery
 from app.core.checkpoint import ActionCall, RequiredAction
 from app.core.conversation import TranscriptEntry
@@ -68,7 +69,10 @@ def test_jobs_in_every_state_match_the_documented_job_schema(alice: httpx.Client
         # and turns go out as stored: written once, by these models)
         assert Job.model_validate(body).model_dump(mode="json") == body
         assert Job.model_validate_json(answer.content).model_dump_json().encode() == answer.content
-    conforms(alice.get("/v1/jobs", params={"limit": 3}).json(), "JobList")
+    page = alice.get("/v1/jobs", params={"limit": 3})
+    conforms(page.json(), "JobList")
+    assert len(page.json()["jobs"]) == 3
+    assert JobList.model_validate_json(page.content).model_dump_json().encode() == page.content
 
 
 def test_the_events_of_a_job_match_their_documented_schemas(alice: httpx.Client) -> None:
