@@ -294,6 +294,8 @@ def run_api(settings: Settings, *, embedded_worker: bool) -> int:
     """
     import uvicorn
 
+    from app.api.serving import OnePieceHttp
+
     refusal = settings.exposed_without_auth()
     if refusal is not None:
         log.error("%s", refusal)
@@ -305,7 +307,14 @@ def run_api(settings: Settings, *, embedded_worker: bool) -> int:
             settings.host,
         )
     app = api_app(settings, embedded_worker=embedded_worker)
-    uvicorn.run(app, host=settings.host, port=settings.port, log_level="info", access_log=False)
+    uvicorn.run(
+        app,
+        host=settings.host,
+        port=settings.port,
+        log_level="info",
+        access_log=False,
+        http=OnePieceHttp,  # uvicorn's httptools protocol, each response in one write
+    )
     return 0
 
 

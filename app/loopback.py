@@ -7,6 +7,7 @@ harness, the tests' API server and ``reprompt sim`` share this one way to run uv
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import threading
 import time
@@ -25,8 +26,10 @@ def uvicorn_server(
     log_level: str = "warning",
     lifespan: Literal["on", "off"] = "off",
     graceful_s: int = 2,
+    http: type[asyncio.Protocol] | Literal["auto"] = "auto",
 ) -> uvicorn.Server:
-    """A uvicorn server for ``app`` that leaves global logging and websockets alone."""
+    """A uvicorn server for ``app`` that leaves global logging and websockets alone;
+    ``http``: its HTTP protocol (the API's is ``app.api.serving.OnePieceHttp``)."""
     return uvicorn.Server(
         uvicorn.Config(
             app,
@@ -37,6 +40,7 @@ def uvicorn_server(
             access_log=False,
             lifespan=lifespan,
             ws="none",
+            http=http,
             timeout_graceful_shutdown=graceful_s,
         )
     )
@@ -52,6 +56,7 @@ def serve_in_thread(
     graceful_s: int = 2,
     startup_timeout_s: float = 10.0,
     shutdown_timeout_s: float = 10.0,
+    http: type[asyncio.Protocol] | Literal["auto"] = "auto",
 ) -> Iterator[str]:
     """Serve ``app`` until the block ends; waits until it is up, and until it has stopped."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
@@ -62,7 +67,9 @@ def serve_in_thread(
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((host, 0))
         port = sock.getsockname()[1]
-        server = uvicorn_server(app, host=host, port=port, lifespan=lifespan, graceful_s=graceful_s)
+        server = uvicorn_server(
+            app, host=host, port=port, lifespan=lifespan, graceful_s=graceful_s, http=http
+        )
         thread = threading.Thread(
             target=server.run, kwargs={"sockets": [sock]}, name=f"{name}-{port}", daemon=True
         )

@@ -10,7 +10,7 @@ from fastapi import APIRouter
 from fastapi.responses import Response
 
 from app.api.problems import NotFound
-from app.api.resources import Res, Resources, Tenant
+from app.api.resources import Authed, Resources
 from app.api.schemas import problems, respond
 from app.core.errors import InvalidInput
 from app.core.job import Job
@@ -46,12 +46,13 @@ def check_callback(spec: JobSpec, res: Resources) -> None:
         ),
     },
 )
-async def redeliver_callback(job_id: str, res: Res, tenant: Tenant) -> Response:
+async def redeliver_callback(job_id: str, caller: Authed) -> Response:
     """For operators and the job's owner (any key of the job's tenant): the job's latest
     delivery (its most recent event) is queued again whatever its state (delivered,
     failed for good, still retrying), with a new retry window. It is the same message:
     the same ``webhook-id``, so a receiver that de-duplicates sees a repeat; its body is
     the job as it is now. Attempts keep counting; ``redeliveries`` says how often."""
+    res, tenant = caller.res, caller.tenant
     event = await res.store.outbox.redeliver(job_id, tenant=tenant)
     job = None if event is None else await res.store.get(job_id, tenant=tenant)
     if job is None:

@@ -21,7 +21,7 @@ from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from app.api.fairness import Fairness
 from app.api.problems import NotFound
-from app.api.resources import Res, Tenant
+from app.api.resources import Authed
 from app.api.schemas import problems
 from app.core.checkpoint import RequiredAction
 from app.core.events import (
@@ -82,8 +82,7 @@ _STREAM_EXAMPLE: Final = (
 )
 async def job_events(
     job_id: str,
-    res: Res,
-    tenant: Tenant,
+    caller: Authed,
     last_event_id: Annotated[
         str | None,
         Header(
@@ -93,6 +92,7 @@ async def job_events(
         ),
     ] = None,
 ) -> EventSourceResponse:
+    res, tenant = caller.res, caller.tenant
     job = await res.store.get(job_id, tenant=tenant)
     if job is None:
         raise NotFound(f"no job {job_id[:64]!r}")

@@ -15,7 +15,6 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
-from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.api.problems import CONTENT_TOO_LARGE, problem
@@ -44,7 +43,7 @@ class BodyLimit:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        declared = Headers(scope=scope).get("content-length")
+        declared, content_type = _length_and_type(scope)
         if declared is not None and declared.strip().isdigit() and int(declared) > self.max_bytes:
             await self._refuse(scope, receive, send)
             return
@@ -63,8 +62,8 @@ class BodyLimit:
                 return
             chunks.append(chunk)
             if not message.get("more_body", False):
-                body = b"".join(chunks)
-                if _is_json(scope) and not await _utf8(body, scope, receive, send):
+                body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+                if _is_json(content_type) and not await _utf8(body, scope, receive, send):
                     return
                 replay = [{"type": "http.request", "body": body, "more_body": False}]
                 break
@@ -85,8 +84,25 @@ class BodyLimit:
         await response(scope, receive, send)
 
 
-def _is_json(scope: Scope) -> bool:
-    media = Headers(scope=scope).get("content-type", "").split(";", 1)[0].strip().lower()
+def _length_and_type(scope: Scope) -> tuple[str | None, str]:
+    """The request's first ``content-length`` and ``content-type`` headers (as Starlette's
+    ``Headers.get`` reads them), in one pass over the headers."""
+    declared: bytes | None = None
+    content_type: bytes | None = None
+    for name, value in scope["headers"]:
+        if name == b"content-length":
+            if declared is None:
+                declared = value
+        elif name == b"content-type" and content_type is None:
+            content_type = value
+    return (
+        None if declared is None else declared.decode("latin-1"),
+        "" if content_type is None else content_type.decode("latin-1"),
+    )
+
+
+def _is_json(content_type: str) -> bool:
+    media = content_type.split(";", 1)[0].strip().lower()
     return media == "application/json" or (
         media.startswith("application/") and media.endswith("+json")
     )

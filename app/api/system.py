@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import logging
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
 from app import metrics
 from app.api.problems import NOT_READY, problem
-from app.api.resources import Res, get_tenant
+from app.api.resources import Authed, Res
 from app.api.schemas import (
     Circuit,
     Health,
@@ -73,9 +73,9 @@ async def readyz(request: Request, res: Res) -> Response:
     tags=["models"],
     summary="Models, routes and circuit states",
     responses=problems(401, 503),
-    dependencies=[Depends(get_tenant)],
 )
-async def list_models(res: Res) -> Response:
+async def list_models(caller: Authed) -> Response:
+    res = caller.res
     router_ = res.require_router()
     circuits = router_.snapshot()
     listed: list[ModelInfo] = []

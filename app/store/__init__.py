@@ -42,7 +42,7 @@ from app.store.ids import is_job_id, new_job_id, shard_of
 from app.store.jobs import STATUSES, JobStore, body_digest
 from app.store.leases import MAX_CLAIM, Leases, Written
 from app.store.outbox import Leased, Outbox
-from app.store.records import Claim, Event, JobView, ReapResult, public_job
+from app.store.records import Claim, Event, JobView, ReapResult, public_job, public_job_json
 
 __all__ = [
     "MAX_CLAIM",
@@ -69,5 +69,6 @@ __all__ = [
     "is_job_id",
     "new_job_id",
     "public_job",
+    "public_job_json",
     "shard_of",
 ]

@@ -16,6 +16,7 @@ from functools import lru_cache
 from typing import Any, Final, cast
 
 from pydantic import TypeAdapter
+from pydantic_core import to_json
 
 from app.core.callback import CallbackStatus, Delivery, message_id
 from app.core.checkpoint import Checkpoint, RequiredAction, ToolOutput
@@ -51,6 +52,10 @@ class JobView:
     required_action: RequiredAction | None = None
     pauses: int = 0  # how many times the job waited for tool outputs (names the current one)
     callback: CallbackStatus | None = None  # its callback and how each delivery went
+    # ``result`` and ``turns`` as the store holds them (each written by its model's
+    # ``model_dump_json``): ``public_job_json`` passes them on instead of writing them again.
+    result_json: str | None = field(default=None, compare=False, repr=False)
+    turns_json: str | None = field(default=None, compare=False, repr=False)
 
     @property
     def terminal(self) -> bool:
@@ -141,6 +146,8 @@ def job_view(raw: Mapping[Any, Any]) -> JobView | None:
         value = fields.get(name)
         return iso(int(value)) if value else None
 
+    result = fields["result"]
+    turns = fields.get("turns") or "[]"
     return JobView(
         id=fields["id"],
         tenant=fields["tenant"],
@@ -149,8 +156,8 @@ def job_view(raw: Mapping[Any, Any]) -> JobView | None:
         started_at=moment("started_ms"),
         finished_at=moment("finished_ms"),
         attempts=int(fields.get("attempts", "0")),
-        result=Envelope.model_validate_json(fields["result"]),
-        turns=_TURNS.validate_json(fields.get("turns") or "[]"),
+        result=Envelope.model_validate_json(result),
+        turns=_TURNS.validate_json(turns),
         history=_HISTORY.validate_json(fields.get("history") or "[]"),
         transcript=_TRANSCRIPT.validate_json(fields.get("transcript") or "[]"),
         metadata=json.loads(fields.get("metadata", "{}")),
@@ -161,6 +168,8 @@ def job_view(raw: Mapping[Any, Any]) -> JobView | None:
         ),
         pauses=int(fields.get("pauses") or 0),
         callback=_callback(fields),
+        result_json=result,
+        turns_json=turns,
     )
 
 
@@ -183,6 +192,55 @@ def public_job(view: JobView) -> Job:
         idempotency_key=view.idempotency_key,
         required_action=view.required_action if view.status == "requires_action" else None,
         callback=view.callback,
+    )
+
+
+def public_job_json(view: JobView) -> bytes:
+    """``public_job(view).model_dump_json()``, byte for byte, and cheaper: the envelope
+    (whose serializer runs in Python, the costliest part of a job to write) and the turn
+    records go out as the store holds them, written once by the same models; the other
+    fields are written here in ``Job``'s order (``_JOB_FIELDS``, checked at import)."""
+    result = view.result_json
+    if result is None:
+        result = _IN_PROGRESS_JSON if view.result == _IN_PROGRESS else view.result.model_dump_json()
+    turns = view.turns_json
+    if turns is None:
+        turns = _TURNS.dump_json(view.turns).decode()
+    action = view.required_action if view.status == "requires_action" else None
+    return b"".join(
+        (
+            b'{"id":',
+            to_json(view.id),
+            b',"status":',
+            to_json(view.status),
+            b',"createdAt":',
+            to_json(view.created_at),
+            b',"startedAt":',
+            to_json(view.started_at),
+            b',"finishedAt":',
+            to_json(view.finished_at),
+            b',"attempts":',
+            to_json(view.attempts),
+            b',"result":',
+            result.encode(),
+            b',"turns":',
+            turns.encode(),
+            b',"history":',
+            _HISTORY.dump_json(view.history) if view.history else b"[]",
+            b',"transcript":',
+            _TRANSCRIPT.dump_json(view.transcript) if view.transcript else b"[]",
+            b',"metadata":',
+            to_json(view.metadata),
+            b',"model":',
+            to_json(view.model),
+            b',"idempotencyKey":',
+            to_json(view.idempotency_key),
+            b',"requiredAction":',
+            b"null" if action is None else action.model_dump_json().encode(),
+            b',"callback":',
+            b"null" if view.callback is None else view.callback.model_dump_json().encode(),
+            b"}",
+        )
     )
 
 
@@ -274,3 +332,25 @@ _OUTPUTS: Final = TypeAdapter(StoredOutputs)
 _TURNS: Final = TypeAdapter(tuple[TurnRecord, ...])
 _HISTORY: Final = TypeAdapter(tuple[Rejection, ...])
 _TRANSCRIPT: Final = TypeAdapter(tuple[TranscriptEntry, ...])
+_IN_PROGRESS: Final = Envelope.in_progress()
+_IN_PROGRESS_JSON: Final = _IN_PROGRESS.model_dump_json()
+# The fields public_job_json writes, in order: a field added to Job must be added there too.
+_JOB_FIELDS: Final = (
+    "id",
+    "status",
+    "created_at",
+    "started_at",
+    "finished_at",
+    "attempts",
+    "result",
+    "turns",
+    "history",
+    "transcript",
+    "metadata",
+    "model",
+    "idempotency_key",
+    "required_action",
+    "callback",
+)
+if tuple(Job.model_fields) != _JOB_FIELDS:  # pragma: no cover - a change to Job
+    raise RuntimeError(f"public_job_json writes {_JOB_FIELDS}, Job has {tuple(Job.model_fields)}")

@@ -16,6 +16,7 @@ from typing import Any
 
 import httpx
 
+from app.api.serving import OnePieceHttp
 from app.assembly import api_app
 from app.loopback import serve_in_thread
 from app.providers.config import ModelConfig, ProviderConfig, ProvidersConfig
@@ -59,6 +60,7 @@ def api(tmp: Path, **settings: Any) -> Iterator[str]:
             app,
             name="abuse-api",
             lifespan="on",
+            http=OnePieceHttp,
             graceful_s=5,
             startup_timeout_s=60,
             shutdown_timeout_s=60,
