@@ -247,13 +247,14 @@ class Monitor:
 
 def script_shas(code: Path) -> dict[str, str]:
     """SHA1 of every Lua script of the tree at ``code`` (as ``app.store.connection`` loads
-    them: ``common.lua``, a newline, the script) → its name."""
+    them: the prefixes, each followed by a newline, then the script) → its name."""
     lua = code / "app" / "store" / "lua"
-    common = (lua / "common.lua").read_text()
+    prefixes = [p for p in ("outbox.lua", "common.lua") if (lua / p).exists()]
+    head = "".join((lua / p).read_text() + "\n" for p in prefixes)
     return {
-        hashlib.sha1((common + "\n" + f.read_text()).encode()).hexdigest(): f.stem
+        hashlib.sha1((head + f.read_text()).encode()).hexdigest(): f.stem
         for f in sorted(lua.glob("*.lua"))
-        if f.stem != "common"
+        if f.name not in prefixes
     }
 
 

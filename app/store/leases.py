@@ -39,6 +39,7 @@ from app.core.wire import Wire
 from app.store.connection import (
     DONE_VIEW_MAX_BYTES,
     WAKE_RENEW_S,
+    WAKE_STALE_MS,
     RedisClient,
     Role,
     StoreOptions,
@@ -191,6 +192,10 @@ class Leases(Role):
                     self._token if listed else "",
                     "" if held is None else held[0],
                     "1" if renew else "",
+                    self.channels["work"],
+                    index,
+                    WAKE_STALE_MS,
+                    "1" if self.exact_publish else "",
                 ],
             )
             if len(reply) % 10:  # the registration changed: its new entry last

@@ -87,6 +87,22 @@ async def test_a_claim_that_fills_every_slot_leaves_the_idle_list_and_a_short_on
     assert a.wake_token in {e.split()[0] for e in await idle_list(redis, a)}
 
 
+async def test_a_claim_without_room_for_every_queued_job_hands_the_wake_up_on(
+    redis: Redis, make_store: StoreFactory
+) -> None:
+    a, b = make_store(), make_store()
+    await listening(a, b)
+    await idle(a)
+    await idle(b)
+    await submit(a, tenant="x")  # the queue was empty: a is woken
+    await submit(a, tenant="x")  # queued behind it: no wake-up of its own
+    assert await woken(a, b, within_s=0.3) == [True, False]
+
+    assert len(await a.claim("a", n=1, register=True)) == 1  # room for one only
+    assert await woken(b) == [True]  # told in the same script: a left a job behind
+    assert len(await b.claim("b", n=4, register=True)) == 1
+
+
 async def test_a_worker_that_died_while_idle_is_dropped_and_the_next_one_woken(
     redis: Redis, make_store: StoreFactory
 ) -> None:

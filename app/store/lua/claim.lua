@@ -7,6 +7,8 @@
 --       6 most running jobs per tenant (0: no cap)  7 the claimer's wake token ('': it
 --       is not to be listed; a registration ARGV[8] is dropped)  8 its registration on the
 --       idle list ('': none)  9 '1': renew the registration (it is getting old)
+--       10 the work channel ('': no hand-on)  11 this shard's number  12 how old (ms) an
+--       idle worker's registration may be  13 '1' when PUBLISH counts every subscriber
 -- Returns a flat list, 10 values per job:
 --   id, attempt, spec, tenant, created_ms, model or '', spent by earlier attempts or '',
 --   checkpoint or '' (a paused job resumes from it), outputs or '' (the client's answer,
@@ -214,6 +216,13 @@ for _, id in ipairs(picked) do
 end
 if #leased > 0 then
   redis.call('ZADD', KEYS[2], unpack(leased))
+end
+-- Hand the wake-up on: this claim took all it asked for and left jobs queued. A submit
+-- wakes one worker, and a job queued behind another wakes nobody (lua/submit.lua), so the
+-- jobs this claim had no room for would wait for a slot to free here: one other idle
+-- worker is told (none when every worker is busy: a freed slot claims at once).
+if left == 0 and #back > 0 and ARGV[10] and ARGV[10] ~= '' then
+  wake_listed(KEYS[4], ARGV[10], ARGV[11], now, tonumber(ARGV[12]), ARGV[13] == '1')
 end
 if registered then
   table.insert(out, registered)

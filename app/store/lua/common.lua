@@ -88,3 +88,30 @@ local function uncount(running, tenant, counted)
     redis.call('HINCRBY', running, tenant, -1)
   end
 end
+
+-- Wake one idle worker on its own channel: true when one was told, and whether the list
+-- was empty. A worker whose claim found this shard's queues empty with slots to spare is
+-- on the idle list, "<token> <ms registered>" (lua/claim.lua); the list turns (LMOVE), so
+-- wake-ups go round the idle workers. A registration older than ``stale`` ms is a worker
+-- that stopped claiming (dead, stuck): dropped. On one Redis (``exact``), PUBLISH counts
+-- the subscribers it reached, so a worker that died (its subscription went with it) is
+-- dropped too and the next one tried; on a cluster it counts only this node's, and a fresh
+-- registration is trusted (a dead worker's lasts ``stale`` ms; the other idle workers'
+-- once-a-second look finds the job it missed).
+local function wake_listed(idle, channel, shard, now, stale, exact)
+  for _ = 1, 3 do
+    local entry = redis.call('LMOVE', idle, idle, 'LEFT', 'RIGHT')
+    if not entry then
+      return false, true
+    end
+    local sep = string.find(entry, ' ', 1, true)
+    if sep and now - tonumber(string.sub(entry, sep + 1)) <= stale then
+      local heard = redis.call('PUBLISH', channel .. ':' .. string.sub(entry, 1, sep - 1), shard)
+      if heard > 0 or not exact then
+        return true, false
+      end
+    end
+    redis.call('LREM', idle, 1, entry)
+  end
+  return false, false
+end

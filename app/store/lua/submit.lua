@@ -17,36 +17,21 @@
 -- Returns {'created', id} | {'created', id, 'idle-empty'} (nobody on the idle list)
 --       | {'existing', id} | {'conflict', id} | {'full', depth} | {'quota', bytes}
 
--- Wake one idle worker on its own channel. A worker whose claim found this shard's queues
--- empty with slots to spare is on the idle list, "<token> <ms registered>" (lua/claim.lua);
--- the list turns (LMOVE), so wake-ups go round the idle workers. A registration older than
--- ``stale`` ms is a worker that stopped claiming (dead, stuck): dropped. On one Redis,
--- PUBLISH counts the subscribers it reached, so a worker that died (its subscription went
--- with it) is dropped too and the next one tried; on a cluster it counts only this node's,
--- and a fresh registration is trusted (a dead worker's lasts ``stale`` ms; the other idle
--- workers' once-a-second look finds the job it missed). Nobody to wake: every worker is
--- told on the shared channel, as a release or a reap does. Returns true when the list was
--- found empty (a lone worker does not list itself: app/store/leases.py), so the API can
--- skip it for a while.
+-- Wake one idle worker on its own channel (``wake_listed``, lua/common.lua). Nobody to
+-- wake: every worker is told on the shared channel, as a release or a reap does. Returns
+-- true when the list was found empty (a lone worker does not list itself:
+-- app/store/leases.py), so the API can skip it for a while.
 local function wake_one(idle, channel, shard, now, stale, exact, skip)
-  local empty = false
-  for _ = 1, skip and 0 or 3 do
-    local entry = redis.call('LMOVE', idle, idle, 'LEFT', 'RIGHT')
-    if not entry then
-      empty = true
-      break
+  if not skip then
+    local woken, empty = wake_listed(idle, channel, shard, now, stale, exact)
+    if woken then
+      return false
     end
-    local sep = string.find(entry, ' ', 1, true)
-    if sep and now - tonumber(string.sub(entry, sep + 1)) <= stale then
-      local heard = redis.call('PUBLISH', channel .. ':' .. string.sub(entry, 1, sep - 1), shard)
-      if heard > 0 or not exact then
-        return false
-      end
-    end
-    redis.call('LREM', idle, 1, entry)
+    redis.call('PUBLISH', channel, shard)
+    return empty
   end
   redis.call('PUBLISH', channel, shard)
-  return empty
+  return false
 end
 
 local idem = KEYS[7]
