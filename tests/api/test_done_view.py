@@ -14,10 +14,7 @@ some of them as a second replica behind a load balancer would.
 
 from __future__ import annotations
 
-import threading
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import httpx
@@ -26,46 +23,9 @@ import redis
 
 from app.store.connection import DONE_VIEW_MAX_BYTES
 from tests.api.test_callbacks import ALICE_SECRET, with_callback
+from tests.monitor import monitor, reads
 from tests.outbound.receiver import Receiver
 from tests.service import KEYS, StartApi, api_keys, client, scripted
-
-_MARK = "done-view-monitor-end"
-
-
-@contextmanager
-def monitor(url: str) -> Iterator[list[str]]:
-    """Every command the server runs inside the block, as ``redis-cli monitor`` prints it
-    (read up to a marker sent at the end, so none is lost in a buffer)."""
-    lines: list[str] = []
-    marker = redis.Redis.from_url(url)
-    watcher = redis.Redis.from_url(url)
-    conn = watcher.connection_pool.get_connection()
-    conn.send_command("MONITOR")  # type: ignore[no-untyped-call]
-    conn.read_response()
-
-    def read() -> None:
-        while True:
-            raw = conn.read_response()
-            line = raw.decode(errors="replace") if isinstance(raw, bytes) else str(raw)
-            if _MARK in line:
-                return
-            lines.append(line)
-
-    reader = threading.Thread(target=read, daemon=True)
-    reader.start()
-    try:
-        yield lines
-    finally:
-        marker.echo(_MARK)
-        reader.join(30)
-        conn.disconnect()  # type: ignore[no-untyped-call]
-        watcher.close()
-        marker.close()
-
-
-def reads_of(lines: list[str], job_id: str) -> int:
-    """The client reads (not a script's) of the job's hash."""
-    return sum(1 for line in lines if '"HMGET"' in line and job_id in line and " lua]" not in line)
 
 
 def long_poll(
@@ -80,7 +40,7 @@ def long_poll(
         answer = (polled or made).get(f"/v1/jobs/{job_id}", params={"waitMs": 10_000})
     assert answer.status_code == 200, answer.text
     assert answer.json()["status"] in ("succeeded", "failed"), answer.text
-    return answer.json(), reads_of(lines, job_id)
+    return answer.json(), reads(lines, job_id)
 
 
 @pytest.fixture
@@ -158,7 +118,7 @@ def test_a_lost_subscription_makes_the_long_poll_read_the_job_first(
         with monitor(redis_url) as lines:
             answer = alice.get(f"/v1/jobs/{created['id']}", params={"waitMs": 10_000})
     assert answer.json()["status"] == "succeeded", answer.text
-    assert reads_of(lines, created["id"]) >= 1
+    assert reads(lines, created["id"]) >= 1
 
 
 def test_a_job_too_large_for_the_message_is_read_once_it_ends(

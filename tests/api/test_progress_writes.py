@@ -15,13 +15,13 @@ from typing import Any
 
 import httpx
 import pytest
-from redis.asyncio import Redis
 
 from app.providers.config import ModelConfig, ProviderConfig, ProvidersConfig
 from app.store.connection import _script_source
 from app.worker import FLUSH_AFTER_S
 from reprompt_sim.server import SimConfig, serve_in_background
 from tests.api.conftest import KEYS, StartApi, scripted
+from tests.monitor import monitor, script_runs
 from tests.service import api_keys
 
 LATENCY_MS = 300  # every call: well past the old 0.1 s flush, well within FLUSH_AFTER_S
@@ -41,50 +41,6 @@ def latent_providers() -> Iterator[ProvidersConfig]:
         )
 
 
-class Monitor:
-    """Every command Redis runs while the block runs (``MONITOR``), as redis-cli prints it."""
-
-    MARK = "progress-test-monitor-end"
-
-    def __init__(self, url: str) -> None:
-        self.url = url
-        self.lines: list[str] = []
-
-    async def __aenter__(self) -> Monitor:
-        self._marker = Redis.from_url(self.url)
-        self._client = Redis.from_url(self.url)
-        self._conn = await self._client.connection_pool.get_connection()  # type: ignore[no-untyped-call]
-        await self._conn.send_command("MONITOR")
-        await self._conn.read_response()
-        self._reader = asyncio.create_task(self._read())
-        return self
-
-    async def _read(self) -> None:
-        while True:
-            raw = await self._conn.read_response()
-            line = raw.decode(errors="replace") if isinstance(raw, bytes) else str(raw)
-            if self.MARK in line:
-                return
-            self.lines.append(line)
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self._marker.echo(self.MARK)  # everything before it has been read then
-        await asyncio.wait_for(self._reader, 30)
-        await self._conn.disconnect()
-        await self._client.connection_pool.release(self._conn)
-        await self._client.aclose()
-        await self._marker.aclose()
-
-    def scripts(self, sha: str, job_id: str) -> int:
-        """How many times the script ``sha`` ran on this job: an ``EVALSHA`` followed by
-        its script's commands (one refused with NOSCRIPT, then loaded, is not a run)."""
-        return sum(
-            1
-            for line, after in zip(self.lines, self.lines[1:], strict=False)
-            if f'"{sha}"' in line and job_id in line and "[0 lua]" in after
-        )
-
-
 @pytest.fixture
 async def http(start_api: StartApi, latent_providers: ProvidersConfig) -> AsyncIterator[Any]:
     url = start_api(embedded_worker=True, providers_config=latent_providers, api_keys=api_keys())
@@ -96,21 +52,21 @@ async def http(start_api: StartApi, latent_providers: ProvidersConfig) -> AsyncI
 async def test_a_fast_job_writes_no_progress_only_its_commit(
     http: httpx.AsyncClient, redis_url: str
 ) -> None:
-    async with Monitor(redis_url) as monitor:
+    with monitor(redis_url) as lines:
         created = await http.post("/v1/jobs", json=scripted("Capital of Peru", ["ok"]))
         job_id = created.json()["id"]
         job = (await http.get(f"/v1/jobs/{job_id}", params={"waitMs": 10_000})).json()
     assert job["status"] == "succeeded"
     # the turn record and its events went with the commit
     assert len(job["turns"]) == 1
-    assert monitor.scripts(COMPLETE_SHA, job_id) == 1
-    assert monitor.scripts(WRITE_SHA, job_id) == 0
+    assert script_runs(lines, COMPLETE_SHA, job_id) == 1
+    assert script_runs(lines, WRITE_SHA, job_id) == 0
 
 
 async def test_a_slow_call_shows_its_progress_within_the_flush_bound(
     http: httpx.AsyncClient, redis_url: str
 ) -> None:
-    async with Monitor(redis_url) as monitor:
+    with monitor(redis_url) as lines:
         created = await http.post("/v1/jobs", json=scripted("Capital of Chile", ["slow", "ok"]))
         submitted = time.monotonic()
         job_id = created.json()["id"]
@@ -143,5 +99,5 @@ async def test_a_slow_call_shows_its_progress_within_the_flush_bound(
         job = (await http.get(f"/v1/jobs/{job_id}", params={"waitMs": 10_000})).json()
     assert job["status"] == "succeeded"
     assert [t["outcome"] for t in job["turns"]] == ["success"]
-    assert monitor.scripts(WRITE_SHA, job_id) == 1  # the call in flight, once
-    assert monitor.scripts(COMPLETE_SHA, job_id) == 1
+    assert script_runs(lines, WRITE_SHA, job_id) == 1  # the call in flight, once
+    assert script_runs(lines, COMPLETE_SHA, job_id) == 1
