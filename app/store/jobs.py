@@ -283,6 +283,8 @@ class JobStore(Role):
                 model=model,
                 idempotency_key=idempotency_key,
                 callback=callback_status(callback),
+                result_json=self._queued_result,  # as the script stored it
+                turns_json="[]",
             ),
             True,
         )

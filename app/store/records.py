@@ -202,7 +202,7 @@ def public_job_json(view: JobView) -> bytes:
     fields are written here in ``Job``'s order (``_JOB_FIELDS``, checked at import)."""
     result = view.result_json
     if result is None:
-        result = _IN_PROGRESS_JSON if view.result == _IN_PROGRESS else view.result.model_dump_json()
+        result = view.result.model_dump_json()
     turns = view.turns_json
     if turns is None:
         turns = _TURNS.dump_json(view.turns).decode()
@@ -332,8 +332,6 @@ _OUTPUTS: Final = TypeAdapter(StoredOutputs)
 _TURNS: Final = TypeAdapter(tuple[TurnRecord, ...])
 _HISTORY: Final = TypeAdapter(tuple[Rejection, ...])
 _TRANSCRIPT: Final = TypeAdapter(tuple[TranscriptEntry, ...])
-_IN_PROGRESS: Final = Envelope.in_progress()
-_IN_PROGRESS_JSON: Final = _IN_PROGRESS.model_dump_json()
 # The fields public_job_json writes, in order: a field added to Job must be added there too.
 _JOB_FIELDS: Final = (
     "id",
