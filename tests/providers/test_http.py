@@ -1,5 +1,5 @@
-"""The shared client's connections in small pools (``PoolShards``), against a real HTTP/1.1
-server on loopback that holds every request until the test lets it answer."""
+"""The shared client's connection pool (``H1Transport``), against a real HTTP/1.1 server on
+loopback that holds every request until the test lets it answer."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ from collections.abc import AsyncIterator, Callable
 import httpx
 import pytest
 
-from app.providers.http import PoolShards, make_client
+from app.providers.h1 import H1Transport
+from app.providers.http import make_client
 
 WAIT_S = 30.0
 
@@ -96,17 +97,16 @@ def post_all(http: httpx.AsyncClient, url: str, n: int) -> list[asyncio.Task[htt
     return [asyncio.create_task(http.post(url, json={})) for _ in range(n)]
 
 
-async def test_requests_past_one_pool_all_run_at_once_in_several_small_pools(
-    server: HeldServer,
-) -> None:
-    async with make_client(max_connections=12, pool_size=4, trust_env=False) as http:
+async def test_requests_up_to_max_connections_all_run_at_once(server: HeldServer) -> None:
+    async with make_client(max_connections=12, trust_env=False) as http:
         calls = post_all(http, server.url, 12)
         await server.until(lambda: server.in_flight == 12)
         server.release()
         replies = await asyncio.gather(*calls)
         transport = http._transport
-    assert isinstance(transport, PoolShards)
-    assert transport.pools == 3
+        assert isinstance(transport, H1Transport)
+        assert transport.connections == 12
+        assert transport.idle == 12
     assert [r.status_code for r in replies] == [200] * 12
     assert server.connections == 12
 
@@ -114,7 +114,7 @@ async def test_requests_past_one_pool_all_run_at_once_in_several_small_pools(
 async def test_no_more_than_max_connections_are_open_and_the_rest_wait_their_turn(
     server: HeldServer,
 ) -> None:
-    async with make_client(max_connections=8, pool_size=4, trust_env=False) as http:
+    async with make_client(max_connections=8, trust_env=False) as http:
         calls = post_all(http, server.url, 12)
         await server.until(lambda: server.in_flight == 8)
         assert not any(call.done() for call in calls)
@@ -125,23 +125,57 @@ async def test_no_more_than_max_connections_are_open_and_the_rest_wait_their_tur
     assert server.connections == 8  # the 4 that waited went out on kept-alive connections
 
 
+async def test_a_request_waiting_for_a_connection_longer_than_its_pool_timeout_fails(
+    server: HeldServer,
+) -> None:
+    async with make_client(max_connections=1, trust_env=False) as http:
+        first = asyncio.create_task(http.post(server.url, json={}))
+        await server.until(lambda: server.in_flight == 1)
+        with pytest.raises(httpx.PoolTimeout):
+            await http.post(server.url, json={}, timeout=httpx.Timeout(5.0, pool=0.1))
+        server.release()
+        assert (await first).status_code == 200
+        assert (await http.post(server.url, json={})).status_code == 200
+    assert server.connections == 1
+
+
 async def test_connections_are_kept_alive_and_reused_by_later_requests(
     server: HeldServer,
 ) -> None:
     server.release()
-    async with make_client(max_connections=12, pool_size=4, trust_env=False) as http:
+    async with make_client(max_connections=12, trust_env=False) as http:
         for _ in range(3):
             replies = await asyncio.gather(*post_all(http, server.url, 12))
             assert [r.status_code for r in replies] == [200] * 12
     assert server.connections <= 12
 
 
+async def test_a_full_pool_closes_an_idle_connection_to_reach_another_origin(
+    server: HeldServer,
+) -> None:
+    server.release()
+    other = HeldServer()
+    await other.start()
+    other.release()
+    try:
+        async with make_client(max_connections=2, trust_env=False) as http:
+            await asyncio.gather(*post_all(http, server.url, 2))
+            reply = await http.post(other.url, json={})
+            transport = http._transport
+            assert isinstance(transport, H1Transport)
+            assert transport.connections == 2
+    finally:
+        await other.close()
+    assert reply.status_code == 200
+    assert (server.connections, other.connections) == (2, 1)
+
+
 async def test_a_request_that_fails_gives_its_place_back(server: HeldServer) -> None:
     await server.close()  # nothing listens: every request fails to connect
-    async with make_client(max_connections=2, pool_size=1, trust_env=False) as http:
+    async with make_client(max_connections=1, trust_env=False) as http:
         for _ in range(5):
             with pytest.raises(httpx.ConnectError):
                 await http.post(server.url, json={})
         transport = http._transport
-    assert isinstance(transport, PoolShards)
-    assert transport.pools == 1  # each failure freed its place in the first pool
+        assert isinstance(transport, H1Transport)
+        assert transport.connections == 0  # each failure freed its place
