@@ -17,9 +17,7 @@ Proxies from the environment (``trust_env``) still go through httpx's own transp
 
 from __future__ import annotations
 
-import urllib.request
-from http.cookiejar import CookieJar
-from typing import Any, Final
+from typing import Final
 
 import httpx
 
@@ -46,14 +44,13 @@ def make_client(
     limits = httpx.Limits(
         max_connections=max_connections, max_keepalive_connections=max_connections
     )
-    return httpx.AsyncClient(
+    client = httpx.AsyncClient(
         timeout=httpx.Timeout(timeout_s, connect=min(timeout_s, 10.0)),
         # The limits apply to proxy transports (set from the environment) only: the default
         # transport is H1Transport.
         limits=limits,
         headers={"user-agent": USER_AGENT},
         follow_redirects=False,
-        cookies=_Cookies(),
         trust_env=trust_env,
         transport=transport
         or H1Transport(
@@ -61,20 +58,18 @@ def make_client(
             ssl_context=httpx.create_ssl_context(trust_env=trust_env),
         ),
     )
+    # httpx's only hook for its cookie handling is the attribute (its setter copies).
+    client._cookies = _NoCookies()
+    return client
 
 
-class _Cookies(CookieJar):
-    """httpx's cookie jar, which skips the replies that set no cookie: httpx hands it every
-    reply, and the standard jar builds an ``email.message.Message`` of all its headers to
-    find out that there is nothing to keep."""
+class _NoCookies(httpx.Cookies):
+    """No cookies kept or sent: an API key authenticates every model call, and what a
+    provider's CDN sets (``__cf_bm``) is not ours to carry between tenants' calls. httpx
+    would build a ``urllib`` request around every reply to look for them."""
 
-    def extract_cookies(self, response: Any, request: urllib.request.Request) -> None:
-        inner = getattr(response, "response", None)  # httpx's wrapper holds the reply
-        if isinstance(inner, httpx.Response) and not any(
-            name.lower() in _SET_COOKIE for name, _ in inner.headers.raw
-        ):
-            return
-        super().extract_cookies(response, request)
+    def extract_cookies(self, response: httpx.Response) -> None:
+        return
 
-
-_SET_COOKIE: Final = frozenset({b"set-cookie", b"set-cookie2"})
+    def set_cookie_header(self, request: httpx.Request) -> None:
+        return

@@ -143,17 +143,19 @@ async def post_json(
         )
     logger.debug("POST %s (provider=%s model=%s)", url, edge.provider, edge.model)
     with map_transport_errors(edge, timeout_s):
+        request = _request(http, url, headers, body, timeout_s)
         # httpx's timeouts are per operation; asyncio.timeout bounds the whole exchange.
-        async with (
-            asyncio.timeout(timeout_s),
-            http.stream(
-                "POST", url, json=dict(body), headers=dict(headers), timeout=timeout_s
-            ) as response,
-        ):
-            if response.status_code >= 400:
-                text = _text(response, await _read(response, MAX_ERROR_BYTES, edge, cut=True))
-                raise classify_status(response.status_code, response.headers, text, edge)
-            content = await _read(response, max_bytes, edge)
+        async with asyncio.timeout(timeout_s):
+            response = await http.send(request, stream=True)
+            try:
+                if response.status_code >= 400:
+                    cut = await _read(response, MAX_ERROR_BYTES, edge, cut=True)
+                    raise classify_status(
+                        response.status_code, response.headers, _text(response, cut), edge
+                    )
+                content = await _read(response, max_bytes, edge)
+            finally:
+                await response.aclose()
     try:
         decoded = json.loads(content)
     except ValueError:
@@ -166,6 +168,49 @@ async def post_json(
             model=edge.model,
         )
     return decoded, response.headers
+
+
+# Parsed URLs and merged headers, by URL and by the client's and the call's headers: what
+# ``AsyncClient.build_request`` would work out again for every call. Bounded: cleared when full.
+_PREPARED_MAX: Final = 256
+_urls: dict[str, httpx.URL] = {}
+_headers: dict[tuple[tuple[bytes, bytes], ...], httpx.Headers] = {}
+
+
+def _request(
+    http: httpx.AsyncClient,
+    url: str,
+    headers: Mapping[str, str],
+    body: Mapping[str, Any],
+    timeout_s: float,
+) -> httpx.Request:
+    """The request ``http.build_request("POST", url, json=body, headers=headers,
+    timeout=timeout_s)`` builds, from the URL and headers prepared once (no cookies: the
+    provider client keeps none)."""
+    parsed = _urls.get(url)
+    if parsed is None:
+        if len(_urls) >= _PREPARED_MAX:
+            _urls.clear()
+        parsed = _urls[url] = httpx.URL(url)
+    key = (
+        *http.headers.raw,
+        (b"", parsed.netloc),
+        *((k.encode(), v.encode()) for k, v in headers.items()),
+    )
+    merged = _headers.get(key)
+    if merged is None:
+        if len(_headers) >= _PREPARED_MAX:
+            _headers.clear()
+        merged = http.headers.copy()
+        merged["host"] = parsed.netloc.decode("ascii")
+        merged["content-type"] = "application/json"
+        merged.update(headers)
+        _headers[key] = merged
+    content = json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    timeout = {"connect": timeout_s, "read": timeout_s, "write": timeout_s, "pool": timeout_s}
+    return httpx.Request(
+        "POST", parsed, headers=merged, content=content.encode(), extensions={"timeout": timeout}
+    )
 
 
 async def _read(response: httpx.Response, limit: int, edge: Edge, *, cut: bool = False) -> bytes:
