@@ -28,6 +28,7 @@ class RawServer:
         self.url = ""
         self._server: asyncio.Server | None = None
         self._writers: set[asyncio.StreamWriter] = set()
+        self._tasks: set[asyncio.Task[None]] = set()
 
     async def __aenter__(self) -> RawServer:
         self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
@@ -40,11 +41,17 @@ class RawServer:
         self._server.close()
         for writer in list(self._writers):
             writer.close()
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
         await self._server.wait_closed()
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.connections += 1
         self._writers.add(writer)
+        task = asyncio.current_task()
+        assert task is not None
+        self._tasks.add(task)
         index = 0
         try:
             while True:
@@ -64,6 +71,9 @@ class RawServer:
                 index += 1
         except (ConnectionError, asyncio.IncompleteReadError):
             return
+        except asyncio.CancelledError:
+            return  # the server is closing: a script still sending or sleeping stops here
         finally:
+            self._tasks.discard(task)
             self._writers.discard(writer)
             writer.close()
