@@ -28,8 +28,8 @@ transport does what they need and nothing else:
   ``RemoteProtocolError``, ``UnsupportedProtocol``. Timeouts come from the request's
   ``timeout`` extension, per operation as in httpx.
 
-Proxies are not its business: httpx mounts its own transports for the proxies in the
-environment (``trust_env``), and this one serves every other URL.
+It does not speak to proxies: httpx reads none from the environment for a client given
+its own transport (nor did it for the httpcore pools this one replaced).
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ from typing import Any, Final, cast
 
 import httpx
 
-from app.providers.netio import _Protocol, _within
+from app.providers.netio import StreamProtocol, within
 
 # A reply's status line and headers (and, separately, a chunked body's trailers).
 MAX_HEAD_BYTES: Final = 64 * 1024
@@ -79,7 +79,9 @@ class _Connection:
 
     __slots__ = ("buffer", "busy", "idle_since", "origin", "protocol", "transport")
 
-    def __init__(self, origin: Origin, transport: asyncio.Transport, protocol: _Protocol) -> None:
+    def __init__(
+        self, origin: Origin, transport: asyncio.Transport, protocol: StreamProtocol
+    ) -> None:
         self.origin = origin
         self.transport = transport
         self.protocol = protocol
@@ -108,7 +110,7 @@ class _Connection:
                     raise httpx.ReadError(str(protocol.lost) or repr(protocol.lost))
                 return False
             waiter = protocol.waiter = asyncio.get_running_loop().create_future()
-            await _within(waiter, timeout, httpx.ReadTimeout)
+            await within(waiter, timeout, httpx.ReadTimeout)
         while protocol.chunks:
             self.buffer += protocol.take(READ_BYTES)
             if len(self.buffer) >= READ_BYTES:
@@ -255,7 +257,7 @@ class H1Transport(httpx.AsyncBaseTransport):
             else:
                 self._waiters.append(waiter)
             try:
-                await _within(waiter, timeouts.get("pool"), httpx.PoolTimeout)
+                await within(waiter, timeouts.get("pool"), httpx.PoolTimeout)
             except BaseException:
                 if waiter.done() and not waiter.cancelled() and waiter.exception() is None:
                     self._wake()  # woken and leaving: the turn goes to the next in line
@@ -324,7 +326,7 @@ class H1Transport(httpx.AsyncBaseTransport):
         loop = asyncio.get_running_loop()
         if scheme == "https":
             connecting = loop.create_connection(
-                _Protocol,
+                StreamProtocol,
                 host,
                 port,
                 ssl=self._ssl,
@@ -332,12 +334,14 @@ class H1Transport(httpx.AsyncBaseTransport):
                 ssl_handshake_timeout=timeout if timeout else None,
             )
         else:
-            connecting = loop.create_connection(_Protocol, host, port)
+            connecting = loop.create_connection(StreamProtocol, host, port)
         try:
-            transport, protocol = await _within(connecting, timeout, httpx.ConnectTimeout)
+            transport, protocol = await within(connecting, timeout, httpx.ConnectTimeout)
         except OSError as exc:  # ssl.SSLError and socket.gaierror included
             raise httpx.ConnectError(str(exc) or repr(exc)) from exc
-        return _Connection(origin, cast(asyncio.Transport, transport), cast(_Protocol, protocol))
+        return _Connection(
+            origin, cast(asyncio.Transport, transport), cast(StreamProtocol, protocol)
+        )
 
     # -- one exchange -----------------------------------------------------------------------
 
@@ -417,7 +421,7 @@ class H1Transport(httpx.AsyncBaseTransport):
             raise httpx.WriteError(str(exc) or repr(exc)) from exc
         while protocol.paused and not protocol.closed:
             drained = protocol.drained = asyncio.get_running_loop().create_future()
-            await _within(drained, timeout, httpx.WriteTimeout)
+            await within(drained, timeout, httpx.WriteTimeout)
         if protocol.lost is not None and not reused:
             raise httpx.WriteError(str(protocol.lost) or repr(protocol.lost))
 

@@ -12,7 +12,8 @@ that redirects a POST is misconfigured, and following it could carry the key els
 Under httpx, connections are ``app.providers.h1.H1Transport``'s: one HTTP/1.1 keep-alive
 pool on plain asyncio sockets (``app.providers.netio``), in place of httpcore, h11 and
 anyio, which cost about as much CPU per model call as the rest of the worker's job.
-Proxies from the environment (``trust_env``) still go through httpx's own transports.
+As with the pool before it, httpx reads no proxy from the environment for a client given
+its own transport: ``trust_env`` only lets ``SSL_CERT_FILE``/``SSL_CERT_DIR`` choose the CAs.
 """
 
 from __future__ import annotations
@@ -35,23 +36,17 @@ def make_client(
     trust_env: bool = True,
     transport: httpx.AsyncBaseTransport | None = None,
 ) -> httpx.AsyncClient:
-    """A client tuned for long model calls. ``trust_env=False`` ignores proxy variables.
+    """A client tuned for long model calls. ``trust_env=False`` ignores ``SSL_CERT_FILE``.
 
     At most ``max_connections`` connections; requests beyond that wait for one (within
     the request's timeout).
     """
-    # Keep every connection alive: a TLS handshake per model call is pure latency.
-    limits = httpx.Limits(
-        max_connections=max_connections, max_keepalive_connections=max_connections
-    )
     client = httpx.AsyncClient(
         timeout=httpx.Timeout(timeout_s, connect=min(timeout_s, 10.0)),
-        # The limits apply to proxy transports (set from the environment) only: the default
-        # transport is H1Transport.
-        limits=limits,
         headers={"user-agent": USER_AGENT},
         follow_redirects=False,
         trust_env=trust_env,
+        # Every connection kept alive (up to 5 s idle): a TLS handshake per call is latency.
         transport=transport
         or H1Transport(
             max_connections=max_connections,

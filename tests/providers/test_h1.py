@@ -343,3 +343,27 @@ async def test_a_cancelled_request_gives_its_connection_back() -> None:
             )
         assert pool(http).connections == 0
         assert (await http.post(server.url, json={})).status_code == 200
+
+
+async def test_proxy_variables_do_not_divert_provider_calls(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """As before this transport: httpx reads no proxy from the environment for a client
+    given its own transport, so calls go straight to the provider."""
+
+    async def ok(writer: asyncio.StreamWriter, index: int, server: RawServer) -> bool:
+        return await answer(writer, json_reply())
+
+    async with RawServer(ok) as proxy, RawServer(ok) as provider:
+        origin = proxy.url.removesuffix("/v1/chat/completions")
+        for name in ("NO_PROXY", "no_proxy"):
+            monkeypatch.delenv(name, raising=False)
+        for name in ("HTTP_PROXY", "http_proxy", "ALL_PROXY"):
+            monkeypatch.setenv(name, origin)
+        async with make_client(trust_env=True) as http:
+            answer_, _ = await post_json(
+                http, provider.url, headers={}, body={}, timeout_s=5, edge=Edge("p", "m")
+            )
+            assert pool(http).connections == 1
+    assert answer_ == {"ok": True}
+    assert (len(proxy.requests), len(provider.requests)) == (0, 1)

@@ -1,5 +1,6 @@
-"""The provider client's sockets (``app.providers.netio``) against real loopback servers:
-one send per request, TLS, timeouts, and connections the server closed while idle."""
+"""The provider client's sockets (``app.providers.netio`` under ``app.providers.h1``)
+against real loopback servers: one send per request, TLS, timeouts, and connections the
+server closed while idle."""
 
 from __future__ import annotations
 
@@ -8,12 +9,11 @@ import ssl
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-import httpcore
 import httpx
 import pytest
 
+from app.providers.h1 import H1Transport
 from app.providers.http import make_client
-from app.providers.netio import AsyncioBackend
 from tests.tls import make_certificate
 
 REPLY = (
@@ -89,23 +89,14 @@ async def recorder() -> AsyncIterator[Recorder]:
     await server.close()
 
 
-async def test_writes_wait_for_the_next_read_and_go_out_as_one_send(
-    recorder: Recorder,
-) -> None:
-    stream = await AsyncioBackend().connect_tcp("127.0.0.1", recorder.port, timeout=5.0)
-    try:
-        head = b"POST /v1/x HTTP/1.1\r\nhost: x\r\ncontent-length: 2\r\n\r\n"
-        await stream.write(head, timeout=5.0)
-        await stream.write(b"{}", timeout=5.0)
-        await asyncio.sleep(0.2)
-        assert recorder.reads == []  # nothing sent before the connection reads
-        reply = b""
-        while not reply.endswith(b'{"ok":true}'):
-            reply += await stream.read(65536, timeout=5.0)
-    finally:
-        await stream.aclose()
-    assert recorder.reads == [head + b"{}"]  # head and body in one send
-    assert reply == REPLY
+async def test_a_request_goes_out_as_one_send(recorder: Recorder) -> None:
+    body = b"{" + b" " * 3000 + b"}"
+    async with make_client(trust_env=False) as http:
+        reply = await http.post(f"http://127.0.0.1:{recorder.port}/v1/x", content=body)
+    assert reply.json() == {"ok": True}
+    (read,) = recorder.reads  # head and body in one send
+    assert read.startswith(b"POST /v1/x HTTP/1.1\r\n")
+    assert read.endswith(b"\r\n\r\n" + body)
 
 
 async def test_requests_through_the_client_are_answered_on_a_kept_alive_connection(
@@ -173,18 +164,16 @@ async def test_https_works_and_a_wrong_certificate_is_a_connect_error(
     url = f"https://localhost:{server.port}/v1/x"
     try:
         trusting = ssl.create_default_context(cafile=str(cert))
-        async with httpcore.AsyncConnectionPool(
-            ssl_context=trusting, network_backend=AsyncioBackend()
-        ) as pool:
+        transport = H1Transport(max_connections=4, ssl_context=trusting)
+        async with httpx.AsyncClient(transport=transport) as http:
             for _ in range(3):
-                reply = await pool.request("POST", url, content=b"{}")
-                assert reply.status == 200
+                reply = await http.post(url, content=b"{}")
+                assert reply.status_code == 200
                 assert reply.content == b'{"ok":true}'
         assert server.connections == 1
-        async with httpcore.AsyncConnectionPool(
-            ssl_context=ssl.create_default_context(), network_backend=AsyncioBackend()
-        ) as pool:
-            with pytest.raises(httpcore.ConnectError):
-                await pool.request("POST", url, content=b"{}")
+        untrusting = H1Transport(max_connections=4, ssl_context=ssl.create_default_context())
+        async with httpx.AsyncClient(transport=untrusting) as http:
+            with pytest.raises(httpx.ConnectError):
+                await http.post(url, content=b"{}")
     finally:
         await server.close()
