@@ -30,6 +30,7 @@ import asyncio
 import json
 import logging
 import re
+import weakref
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -170,11 +171,12 @@ async def post_json(
     return decoded, response.headers
 
 
-# Parsed URLs and merged headers, by URL and by the client's and the call's headers: what
-# ``AsyncClient.build_request`` would work out again for every call. Bounded: cleared when full.
+# Per client, the parsed URL and merged headers of each (URL, call headers) it was given:
+# what ``AsyncClient.build_request`` would work out again for every call. Bounded: a
+# client's are dropped when it has ``_PREPARED_MAX`` (keys rotate, local servers move).
 _PREPARED_MAX: Final = 256
-_urls: dict[str, httpx.URL] = {}
-_headers: dict[tuple[tuple[bytes, bytes], ...], httpx.Headers] = {}
+_Prepared = dict[tuple[str, tuple[tuple[str, str], ...]], tuple[httpx.URL, httpx.Headers]]
+_prepared: weakref.WeakKeyDictionary[httpx.AsyncClient, _Prepared] = weakref.WeakKeyDictionary()
 
 
 def _request(
@@ -187,30 +189,35 @@ def _request(
     """The request ``http.build_request("POST", url, json=body, headers=headers,
     timeout=timeout_s)`` builds, from the URL and headers prepared once (no cookies: the
     provider client keeps none)."""
-    parsed = _urls.get(url)
-    if parsed is None:
-        if len(_urls) >= _PREPARED_MAX:
-            _urls.clear()
-        parsed = _urls[url] = httpx.URL(url)
-    key = (
-        *http.headers.raw,
-        (b"", parsed.netloc),
-        *((k.encode(), v.encode()) for k, v in headers.items()),
-    )
-    merged = _headers.get(key)
-    if merged is None:
-        if len(_headers) >= _PREPARED_MAX:
-            _headers.clear()
+    prepared = _prepared.get(http)
+    if prepared is None:
+        prepared = _prepared[http] = {}
+    key = (url, tuple(headers.items()))
+    found = prepared.get(key)
+    if found is None:
+        if len(prepared) >= _PREPARED_MAX:
+            prepared.clear()
+        parsed = httpx.URL(url)
         merged = http.headers.copy()
         merged["host"] = parsed.netloc.decode("ascii")
         merged["content-type"] = "application/json"
         merged.update(headers)
-        _headers[key] = merged
-    content = json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+        found = prepared[key] = (parsed, merged)
+    parsed, merged = found
+    content = json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
     timeout = {"connect": timeout_s, "read": timeout_s, "write": timeout_s, "pool": timeout_s}
-    return httpx.Request(
-        "POST", parsed, headers=merged, content=content.encode(), extensions={"timeout": timeout}
+    # A stream rather than content: httpx then leaves the headers as they are (with
+    # content it would add the length and normalise every header again).
+    request = httpx.Request(
+        "POST",
+        parsed,
+        headers=merged,
+        stream=httpx.ByteStream(content),
+        extensions={"timeout": timeout},
     )
+    request.headers["content-length"] = str(len(content))
+    request.read()  # the content known, so a stale kept-alive connection can send it again
+    return request
 
 
 async def _read(response: httpx.Response, limit: int, edge: Edge, *, cut: bool = False) -> bytes:
