@@ -235,9 +235,12 @@ class H1Transport(httpx.AsyncBaseTransport):
     ) -> tuple[_Connection, bool]:
         """An idle connection to ``origin`` (reused: True) or a new one, waiting for room."""
         queued = False
+        waiters = self._waiters
         while True:
             if self._closed:
                 raise httpx.PoolTimeout("the client is closed")
+            while waiters and waiters[0].done():  # gave up waiting (timed out, cancelled)
+                waiters.popleft()
             if not fresh and (queued or not self._waiters):
                 connection = self._take_idle(origin)
                 if connection is not None:
@@ -574,63 +577,71 @@ class _Body(httpx.AsyncByteStream):
         self._connection: _Connection | None = connection
         self._mode, self._remaining, keep_alive = _framing(head_only, status, headers, version)
         self._keep_alive = keep_alive
+        self._chunks = 0  # chunks begun, in a chunked body
         if self._mode == _LENGTH and not self._remaining:
             self._finish()
 
-    async def __aiter__(self) -> AsyncIterator[bytes]:
+    # An iterator object rather than an async generator: no generator (and no entry in
+    # the loop's set of them) per reply.
+    def __aiter__(self) -> AsyncIterator[bytes]:
+        return self
+
+    async def __anext__(self) -> bytes:
         connection = self._connection
         if connection is None:
-            return
-        timeout = self.read_timeout
+            raise StopAsyncIteration
         try:
             if self._mode == _LENGTH:
-                while self._remaining:
-                    data = await connection.take(min(self._remaining, READ_BYTES), timeout)
-                    if not data:
-                        raise httpx.RemoteProtocolError(
-                            f"the server closed the connection with {self._remaining} bytes "
-                            "of the body unsent"
-                        )
-                    self._remaining -= len(data)
-                    yield data
+                data = await self._length(connection)
             elif self._mode == _CHUNKED:
-                async for data in self._chunks(connection, timeout):
-                    yield data
+                data = await self._chunk(connection)
             else:
-                while data := await connection.take(READ_BYTES, timeout):
-                    yield data
+                data = await connection.take(READ_BYTES, self.read_timeout)
         except BaseException:
             self._abandon()
             raise
+        if data:
+            return data
         self._finish()
+        raise StopAsyncIteration
 
-    async def _chunks(
-        self,
-        connection: _Connection,
-        timeout: float | None,  # noqa: ASYNC109
-    ) -> AsyncIterator[bytes]:
-        while True:
+    async def _length(self, connection: _Connection) -> bytes:
+        if not self._remaining:
+            return b""
+        data = await connection.take(min(self._remaining, READ_BYTES), self.read_timeout)
+        if not data:
+            raise httpx.RemoteProtocolError(
+                f"the server closed the connection with {self._remaining} bytes of the body unsent"
+            )
+        self._remaining -= len(data)
+        return data
+
+    async def _chunk(self, connection: _Connection) -> bytes:
+        """The next piece of the chunked body; b"" after its last chunk and trailers."""
+        timeout = self.read_timeout
+        if not self._remaining:
+            # The end of the chunk before, if any.
+            if self._chunks and await connection.line(timeout, "a chunk's end"):
+                raise httpx.RemoteProtocolError("a chunk longer than its size")
             line = await connection.line(timeout, "a chunk-size line")
             size = line.split(b";", 1)[0].strip(b" \t")
             if not size or len(size) > _MAX_LENGTH_DIGITS or not _HEX.issuperset(size):
                 raise httpx.RemoteProtocolError(f"a malformed chunk size: {line[:40]!r}")
-            remaining = int(size, 16)
-            if not remaining:
-                break
-            while remaining:
-                data = await connection.take(min(remaining, READ_BYTES), timeout)
-                if not data:
-                    raise httpx.RemoteProtocolError("the server closed the connection in a chunk")
-                remaining -= len(data)
-                yield data
-            if await connection.line(timeout, "a chunk's end"):
-                raise httpx.RemoteProtocolError("a chunk longer than its size")
-        # Trailers (read and dropped), then the empty line that ends the body.
-        seen = 0
-        while line := await connection.line(timeout, "the trailers"):
-            seen += len(line) + 2
-            if seen > MAX_HEAD_BYTES:
-                raise httpx.RemoteProtocolError(f"trailers over {MAX_HEAD_BYTES} bytes")
+            self._remaining = int(size, 16)
+            self._chunks += 1
+            if not self._remaining:
+                # Trailers (read and dropped), then the empty line that ends the body.
+                seen = 0
+                while line := await connection.line(timeout, "the trailers"):
+                    seen += len(line) + 2
+                    if seen > MAX_HEAD_BYTES:
+                        raise httpx.RemoteProtocolError(f"trailers over {MAX_HEAD_BYTES} bytes")
+                return b""
+        data = await connection.take(min(self._remaining, READ_BYTES), timeout)
+        if not data:
+            raise httpx.RemoteProtocolError("the server closed the connection in a chunk")
+        self._remaining -= len(data)
+        return data
 
     def _finish(self) -> None:
         connection, self._connection = self._connection, None
