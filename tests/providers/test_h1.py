@@ -367,3 +367,20 @@ async def test_proxy_variables_do_not_divert_provider_calls(
             assert pool(http).connections == 1
     assert answer_ == {"ok": True}
     assert (len(proxy.requests), len(provider.requests)) == (0, 1)
+
+
+async def test_a_connection_idle_past_the_keepalive_expiry_is_closed_not_reused() -> None:
+    async def ok(writer: asyncio.StreamWriter, index: int, server: RawServer) -> bool:
+        return await answer(writer, json_reply())
+
+    transport = H1Transport(
+        max_connections=2, ssl_context=httpx.create_ssl_context(), keepalive_expiry=0.2
+    )
+    async with RawServer(ok) as server, httpx.AsyncClient(transport=transport) as http:
+        await http.post(server.url, json={})
+        await http.post(server.url, json={})  # within the expiry: the same connection
+        assert server.connections == 1
+        await asyncio.sleep(0.3)
+        await http.post(server.url, json={})
+        assert transport.connections == 1  # the expired one was closed, not kept
+    assert server.connections == 2
