@@ -541,10 +541,11 @@ def _framing(
     if head_only or status in _NO_BODY_STATUS:
         return _LENGTH, 0, keep_alive
     if encoding is not None:
-        if _is_chunked(encoding):
-            # With a content-length too the reply is suspect: read by chunks, then closed.
-            return _CHUNKED, 0, keep_alive and not lengths
-        return _UNTIL_CLOSE, 0, False
+        # Only chunked, as h11: another transfer coding would hand the caller coded bytes.
+        if encoding.strip().lower() != b"chunked":
+            raise httpx.RemoteProtocolError(f"unsupported transfer-encoding {encoding[:40]!r}")
+        # With a content-length too the reply is suspect: read by chunks, then closed.
+        return _CHUNKED, 0, keep_alive and not lengths
     if not lengths:
         return _UNTIL_CLOSE, 0, False
     first = lengths[0]

@@ -200,6 +200,7 @@ async def test_a_server_slow_to_send_its_head_times_out(http: httpx.AsyncClient)
         (OK_HEAD + b"content-length: 2\r\ncontent-length: 3\r\n\r\n{}", "content-length"),
         (OK_HEAD + b"content-length: -1\r\n\r\n", "content-length"),
         (OK_HEAD + b"content-length: 1" + b"0" * 30 + b"\r\n\r\n", "content-length"),
+        (OK_HEAD + b"transfer-encoding: gzip, chunked\r\n\r\n0\r\n\r\n", "transfer-encoding"),
         (OK_HEAD + b"transfer-encoding: chunked\r\n\r\nzz\r\n", "chunk size"),
         (OK_HEAD + b"transfer-encoding: chunked\r\n\r\n" + b"f" * 40 + b"\r\n", "chunk size"),
         (
@@ -221,6 +222,7 @@ async def test_a_server_slow_to_send_its_head_times_out(http: httpx.AsyncClient)
         "two-lengths",
         "negative-length",
         "huge-length",
+        "gzip-transfer-coding",
         "bad-chunk-size",
         "huge-chunk-size",
         "long-chunk-line",
