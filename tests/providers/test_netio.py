@@ -11,6 +11,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+import uvloop
 
 from app.providers.h1 import H1Transport
 from app.providers.http import make_client
@@ -156,6 +157,15 @@ def certificate(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 async def test_https_works_and_a_wrong_certificate_is_a_connect_error(
     certificate: tuple[Path, Path],
 ) -> None:
+    await _https_round(certificate)
+
+
+def test_https_works_on_uvloop_as_the_workers_run(certificate: tuple[Path, Path]) -> None:
+    """The worker and `serve` run on uvloop, whose TLS transport is its own."""
+    uvloop.run(_https_round(certificate))
+
+
+async def _https_round(certificate: tuple[Path, Path]) -> None:
     cert, key = certificate
     served = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     served.load_cert_chain(cert, key)
