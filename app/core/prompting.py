@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import functools
 import json
-from typing import Any
+from typing import Any, cast
 
 from app.core.budget import TurnBudget
 from app.core.contract import Contract
@@ -75,9 +75,13 @@ class Prompting:
         once per model: every message of every turn consults it."""
         style = self._styles.get(model)
         if style is None:
-            style = PromptStyle()
-            if isinstance(self.client, StyledClient):
-                style = self.client.prompt_style(model, self.spec.structured_output)
+            # What ``isinstance(client, StyledClient)`` asks, without a protocol check's
+            # cost on every job: whether the client has the method.
+            if getattr(self.client, "prompt_style", None) is None:
+                style = PromptStyle()
+            else:
+                styled = cast(StyledClient, self.client)
+                style = styled.prompt_style(model, self.spec.structured_output)
             self._styles[model] = style
         return style
 

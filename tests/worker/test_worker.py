@@ -176,6 +176,40 @@ async def test_metrics_count_turns_jobs_queue_wait_and_jobs_in_progress(
     assert sample("reprompt_jobs_in_progress") == 0
 
 
+async def test_metrics_count_each_models_calls_tokens_latency_and_job_durations(
+    store: Store, router: Router
+) -> None:
+    model = {"provider": "sim", "model": "sim-model"}
+
+    def now() -> dict[str, float]:
+        return {
+            "calls": sample("reprompt_llm_calls_total", model),
+            "input": sample("reprompt_llm_tokens_total", {**model, "direction": "input"}),
+            "output": sample("reprompt_llm_tokens_total", {**model, "direction": "output"}),
+            "latencies": sample("reprompt_llm_request_duration_seconds_count", model),
+            "durations": sample("reprompt_job_duration_seconds_count", {"status": "succeeded"}),
+        }
+
+    before = now()
+    jobs = [
+        await submit(store, job(["broken_json", "ok"], budget={"maxTurns": 1, "returnRetries": 1})),
+        await submit(store, job(name="second")),
+    ]
+    async with running(Worker(store, router, worker_settings())):
+        views = [await finished(store, job_id) for job_id in jobs]
+    turns = [turn for view in views for turn in view.turns]
+    assert len(turns) == 3
+    after = now()
+    assert {k: after[k] - before[k] for k in before} == {
+        "calls": 3,
+        "input": sum(t.usage.input_tokens for t in turns),
+        "output": sum(t.usage.output_tokens for t in turns),
+        "latencies": 3,
+        "durations": 2,
+    }
+    assert all(t.usage.input_tokens > 0 for t in turns)
+
+
 async def test_cancelling_a_running_job_aborts_its_model_call_and_commits_nothing(
     store: Store, router: Router
 ) -> None:
