@@ -36,7 +36,8 @@ from referencing.jsonschema import DRAFT202012
 from app.core.errors import InvalidInput
 from app.core.keywords import Validator, additional, identity
 from app.core.pattern import PatternError, compile_pattern, is_regex
-from app.core.work import BASE_STEPS, charge, work_budget
+from app.core.plainschema import plain_check
+from app.core.work import BASE_STEPS, charge, tentatively, work_budget
 
 if TYPE_CHECKING:
     # referencing exports Resolver only from its private module.
@@ -167,9 +168,13 @@ class Schema:
         self._validator = Validator(schema, format_checker=FORMATS, registry=Registry())
         resource = DRAFT202012.create_resource(schema)
         self.root = Scope(schema, Registry().resolver_with_root(resource))
+        # A plain schema (the ones signatures make) has a quick check: its yes is final.
+        self._plain = plain_check(schema)
 
     def is_valid(self, value: Any, scope: Scope | None = None) -> bool:
         """Whether ``value`` satisfies the whole schema, or only the subschema ``scope``."""
+        if scope is None and self._quickly_valid(value):
+            return True
         validator: Any = self._validator
         if scope is not None:
             # jsonschema's own descend() evolves this way; the resolver keeps $refs inside
@@ -187,6 +192,8 @@ class Schema:
 
     def error_lines(self, value: Any) -> tuple[list[str], bool]:
         """The distinct error lines, and whether that is all of them (the scan is bounded)."""
+        if self._quickly_valid(value):
+            return [], True
         try:
             with work_budget(BASE_STEPS):
                 errors = self._validator.iter_errors(value)
@@ -206,6 +213,8 @@ class Schema:
         """Where ``value`` must change to pass: the value at each error's path, a missing
         field's own path, the whole object for a field it must not have. ``None`` when there
         are too many errors to list (the scan is bounded)."""
+        if self._quickly_valid(value):
+            return ()
         try:
             with work_budget(BASE_STEPS):
                 found = list(
@@ -220,6 +229,14 @@ class Schema:
             for path in _fix_paths(error):
                 paths[path] = None
         return tuple(paths)
+
+    def _quickly_valid(self, value: Any) -> bool:
+        """The plain schema's quick yes (``app.core.plainschema``), within a work budget; a
+        no (or a check that ran out of steps) is the full validator's to explain."""
+        if self._plain is None:
+            return False
+        with work_budget(BASE_STEPS):
+            return tentatively(lambda: self._plain is not None and self._plain(value))
 
     def schema_at(self, path: Path) -> dict[str, Any] | None:
         """The subschema a value at ``path`` must satisfy, as a document of its own (with
