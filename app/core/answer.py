@@ -186,8 +186,18 @@ def _echoes(candidates: list[Candidate], prompt: str) -> set[str]:
     """Candidates that appear in the prompt, compared with whitespace collapsed."""
     if not prompt:
         return set()
-    flat = " ".join(prompt.split())
-    return {c.text for c in candidates if " ".join(c.text.split()) in flat}
+    echoed: set[str] = set()
+    flat: str | None = None
+    for candidate in candidates:
+        words = candidate.text.split()
+        # Each of its words is in the prompt if it is (most answers: their longest is not).
+        if words and max(words, key=len) not in prompt:
+            continue
+        if flat is None:
+            flat = " ".join(prompt.split())
+        if " ".join(words) in flat:
+            echoed.add(candidate.text)
+    return echoed
 
 
 @dataclass
