@@ -36,6 +36,7 @@ from app.core.patch import Patch
 from app.core.prompts import data_tag, fence, render
 from app.core.spec import JobSpec
 from app.core.turn import TurnType
+from app.core.validation import derived
 
 # Structured-output modes in which the provider enforces the schema itself.
 _NATIVE = ("json_schema", "tool")
@@ -346,6 +347,11 @@ def _type_words(schema: dict[str, Any], depth: int) -> str | None:
 
 
 def schema_text(schema: dict[str, Any]) -> str:
+    """The schema as a prompt shows it (kept with a contract's schema: the same every job)."""
+    return derived(schema, "prompt-text", _schema_text)
+
+
+def _schema_text(schema: dict[str, Any]) -> str:
     # One line without spaces, no dialect marker: every prompt token is paid for on every
     # retry.
     shown = {k: v for k, v in schema.items() if k != "$schema"}

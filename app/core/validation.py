@@ -25,7 +25,7 @@ import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final, TypeVar, cast
 
 from jsonschema import Draft202012Validator, FormatChecker
 from jsonschema.exceptions import SchemaError, ValidationError
@@ -44,6 +44,7 @@ if TYPE_CHECKING:
     from referencing._core import Resolver
 
 Path = tuple[str | int, ...]
+T = TypeVar("T")
 
 DIALECT_2020_12 = "https://json-schema.org/draft/2020-12/schema"
 # Work bounds: a model answer can hold thousands of errors; we never need them all.
@@ -280,10 +281,52 @@ class Schema:
 _COMPILED_MAX = 128
 
 
+@dataclass(slots=True)
+class _Fixed:
+    schema: Any
+    compiled: Schema
+    derived: dict[str, Any]
+
+
+# Schemas declared never to change again (a contract's: one per distinct signature or
+# schema, shared by its jobs), by identity, with what was derived from them. Each is held
+# here, so while it is listed no other object has its id.
+_FIXED_MAX: Final = 256
+_fixed: dict[int, _Fixed] = {}
+
+
+def fixed(schema: dict[str, Any]) -> dict[str, Any]:
+    """Declare ``schema`` never to be changed again: ``compiled`` and ``derived`` then find
+    what they made from it by identity, without writing it out as JSON for every job."""
+    if len(_fixed) >= _FIXED_MAX:
+        _fixed.clear()
+    _fixed[id(schema)] = _Fixed(schema, compiled(schema), {})
+    return schema
+
+
+def _known(schema: Any) -> _Fixed | None:
+    entry = _fixed.get(id(schema))
+    return entry if entry is not None and entry.schema is schema else None
+
+
+def derived(schema: dict[str, Any], what: str, make: Callable[[dict[str, Any]], T]) -> T:
+    """``make(schema)``: made once and kept for a ``fixed`` schema, made every time for any
+    other. ``what`` names what is made (one name per ``make``)."""
+    entry = _known(schema)
+    if entry is None:
+        return make(schema)
+    if what not in entry.derived:
+        entry.derived[what] = make(schema)
+    return cast(T, entry.derived[what])
+
+
 def compiled(schema: Mapping[str, Any] | bool) -> Schema:
     """``Schema(schema)``, compiled once per distinct schema (its JSON text is the key) and
     kept for the jobs after: compiling costs more than checking a small answer. The
     cached one is built from a copy, so no caller's dict is shared or kept."""
+    entry = _known(schema)
+    if entry is not None:
+        return entry.compiled
     try:
         key = json.dumps(schema, ensure_ascii=False, allow_nan=False)
     except (TypeError, ValueError):  # not plain JSON data: compiled as it is, not kept
