@@ -558,15 +558,16 @@ class Worker:
             )
             return
         metrics.record_job(envelope, duration_s=duration_s)
-        execution = envelope.execution
-        log.info(
-            "job %s %s%s: %d calls, %.3fs",
-            job.id,
-            envelope.job_status,
-            f" ({envelope.error})" if envelope.error else "",
-            0 if execution is None else execution.llm_calls,
-            duration_s,
-        )
+        if log.isEnabledFor(logging.INFO):  # else nothing of the line is worked out
+            execution = envelope.execution
+            log.info(
+                "job %s %s%s: %d calls, %.3fs",
+                job.id,
+                envelope.job_status,
+                f" ({envelope.error})" if envelope.error else "",
+                0 if execution is None else execution.llm_calls,
+                duration_s,
+            )
 
     async def _pause(self, job: _Job, paused: Paused) -> None:
         """Hand the job to its client: ``requires_action`` with the checkpoint, fenced.

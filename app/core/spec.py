@@ -65,6 +65,10 @@ class _Wire(BaseModel):
     @field_validator("*", mode="before")
     @classmethod
     def _valid_unicode(cls, value: Any) -> Any:
+        # The commonest values (numbers, flags, ASCII text) without a second call.
+        kind = type(value)
+        if kind in _SCALARS or (kind is str and value.isascii()):
+            return value
         return valid_unicode(value)
 
 
