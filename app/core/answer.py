@@ -190,7 +190,8 @@ def _echoes(candidates: list[Candidate], prompt: str) -> set[str]:
     flat: str | None = None
     for candidate in candidates:
         words = candidate.text.split()
-        # Each of its words is in the prompt if it is (most answers: their longest is not).
+        # A candidate in the prompt has each of its words in it: most answers' longest word
+        # is not, and the prompt is never flattened for them.
         if words and max(words, key=len) not in prompt:
             continue
         if flat is None:
