@@ -252,7 +252,6 @@ class _ModelSeries:
     calls: Any
     tokens_in: Any
     tokens_out: Any
-    cost: Any
     latency: Any
 
     @classmethod
@@ -261,7 +260,6 @@ class _ModelSeries:
             LLM_CALLS.labels(provider, model),
             LLM_TOKENS.labels(provider, model, "input"),
             LLM_TOKENS.labels(provider, model, "output"),
-            LLM_COST.labels(provider, model),
             LLM_LATENCY.labels(provider, model),
         )
 
@@ -269,6 +267,7 @@ class _ModelSeries:
 _TURNS = _Series(TURNS)
 _FINISHED = _Series(JOBS_FINISHED)
 _DURATION = _Series(JOB_DURATION)
+_COST = _Series(LLM_COST)
 _BY_MODEL: dict[tuple[str, str], _ModelSeries] = {}
 
 
@@ -293,8 +292,8 @@ def record_turn(record: TurnRecord, *, calls_left: int) -> None:
     if usage.cache_write_tokens:
         LLM_TOKENS.labels(**labels, direction="cache_write").inc(usage.cache_write_tokens)
     cost = record.cost_usd
-    if cost is not None:
-        series.cost.inc(cost)
+    if cost is not None:  # a model with no known price has no cost series at all
+        _COST(provider, model).inc(cost)
     series.latency.observe(record.latency_ms / 1000)
     if record.wasted:
         WASTED_TOKENS.labels(**labels).inc(tokens_in + tokens_out)

@@ -208,6 +208,9 @@ async def test_metrics_count_each_models_calls_tokens_latency_and_job_durations(
         "durations": 2,
     }
     assert all(t.usage.input_tokens > 0 for t in turns)
+    # The simulator's model has no price: no cost series, not one stuck at 0.
+    assert all(t.cost_usd is None for t in turns)
+    assert metrics.REGISTRY.get_sample_value("reprompt_llm_cost_usd_total", model) is None
 
 
 async def test_cancelling_a_running_job_aborts_its_model_call_and_commits_nothing(
