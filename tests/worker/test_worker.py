@@ -7,6 +7,7 @@ looked at the job, so nothing here depends on timing.
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -211,6 +212,25 @@ async def test_metrics_count_each_models_calls_tokens_latency_and_job_durations(
     # The simulator's model has no price: no cost series, not one stuck at 0.
     assert all(t.cost_usd is None for t in turns)
     assert metrics.REGISTRY.get_sample_value("reprompt_llm_cost_usd_total", model) is None
+
+
+async def test_a_long_input_is_stored_once_and_a_short_one_kept_in_the_transcript(
+    store: Store, router: Router
+) -> None:
+    long_input = {"rows": [{"city": f"city {i}", "note": "x" * 40} for i in range(60)]}
+    short_input = {"city": "Lyon"}
+    jobs = [
+        await submit(store, job(name="long", input=long_input)),
+        await submit(store, job(name="short", input=short_input)),
+    ]
+    async with running(Worker(store, router, worker_settings())):
+        long_view, short_view = [await finished(store, job_id) for job_id in jobs]
+    shown = json.dumps(long_input, ensure_ascii=False, indent=1)
+    assert len(shown) > 2048
+    task = long_view.transcript[1].content
+    assert shown not in task
+    assert f"[the job's input, {len(shown)} characters: see the job's input]" in task
+    assert json.dumps(short_input, ensure_ascii=False, indent=1) in short_view.transcript[1].content
 
 
 async def test_cancelling_a_running_job_aborts_its_model_call_and_commits_nothing(
