@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import errno
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from prometheus_client import (
@@ -226,26 +227,74 @@ CIRCUIT_STATE = Gauge(
 _CIRCUIT = {"closed": 0, "half_open": 1, "half-open": 1, "open": 2}
 
 
+class _Series:
+    """A labelled metric's children by their label values, each looked up once:
+    ``labels()`` checks and locks on every call, a dict lookup does not (the values are
+    bounded, so is the dict)."""
+
+    __slots__ = ("_children", "_metric")
+
+    def __init__(self, metric: Any) -> None:
+        self._metric = metric
+        self._children: dict[tuple[str, ...], Any] = {}
+
+    def __call__(self, *values: str) -> Any:
+        child = self._children.get(values)
+        if child is None:
+            child = self._children[values] = self._metric.labels(*values)
+        return child
+
+
+@dataclass(frozen=True, slots=True)
+class _ModelSeries:
+    """The series one provider and model's calls count in, bound once."""
+
+    calls: Any
+    tokens_in: Any
+    tokens_out: Any
+    latency: Any
+
+    @classmethod
+    def of(cls, provider: str, model: str) -> _ModelSeries:
+        return cls(
+            LLM_CALLS.labels(provider, model),
+            LLM_TOKENS.labels(provider, model, "input"),
+            LLM_TOKENS.labels(provider, model, "output"),
+            LLM_LATENCY.labels(provider, model),
+        )
+
+
+_TURNS = _Series(TURNS)
+_FINISHED = _Series(JOBS_FINISHED)
+_DURATION = _Series(JOB_DURATION)
+_COST = _Series(LLM_COST)
+_BY_MODEL: dict[tuple[str, str], _ModelSeries] = {}
+
+
 def record_turn(record: TurnRecord, *, calls_left: int) -> None:
     """Count one model call from its turn record (``calls_left``: what the budget has left)."""
-    TURNS.labels(type=record.type, outcome=record.outcome).inc()
+    _TURNS(record.type, record.outcome).inc()
     provider, model = record.provider, record.model
     if provider is None or model is None:
         return  # the call failed before any provider answered
+    series = _BY_MODEL.get((provider, model))
+    if series is None:
+        series = _BY_MODEL[provider, model] = _ModelSeries.of(provider, model)
     labels = {"provider": provider, "model": model}
-    LLM_CALLS.labels(**labels).inc()
-    tokens_in, tokens_out = record.usage.input_tokens, record.usage.output_tokens
-    LLM_TOKENS.labels(**labels, direction="input").inc(tokens_in)
-    LLM_TOKENS.labels(**labels, direction="output").inc(tokens_out)
+    series.calls.inc()
+    usage = record.usage
+    tokens_in, tokens_out = usage.input_tokens, usage.output_tokens
+    series.tokens_in.inc(tokens_in)
+    series.tokens_out.inc(tokens_out)
     # Only where a cache applied: most models never report one.
-    if record.usage.cached_input_tokens:
-        LLM_TOKENS.labels(**labels, direction="cached_input").inc(record.usage.cached_input_tokens)
-    if record.usage.cache_write_tokens:
-        LLM_TOKENS.labels(**labels, direction="cache_write").inc(record.usage.cache_write_tokens)
+    if usage.cached_input_tokens:
+        LLM_TOKENS.labels(**labels, direction="cached_input").inc(usage.cached_input_tokens)
+    if usage.cache_write_tokens:
+        LLM_TOKENS.labels(**labels, direction="cache_write").inc(usage.cache_write_tokens)
     cost = record.cost_usd
-    if cost is not None:
-        LLM_COST.labels(**labels).inc(cost)
-    LLM_LATENCY.labels(**labels).observe(record.latency_ms / 1000)
+    if cost is not None:  # a model with no known price has no cost series at all
+        _COST(provider, model).inc(cost)
+    series.latency.observe(record.latency_ms / 1000)
     if record.wasted:
         WASTED_TOKENS.labels(**labels).inc(tokens_in + tokens_out)
         if cost is not None:
@@ -270,8 +319,8 @@ def record_tool_calls(calls: Iterable[ToolCallRecord]) -> None:
 def record_job(envelope: Envelope, *, duration_s: float) -> None:
     """Count a finished job from its envelope."""
     status = envelope.job_status
-    JOBS_FINISHED.labels(status=status, error=envelope.error or "").inc()
-    JOB_DURATION.labels(status=status).observe(duration_s)
+    _FINISHED(status, envelope.error or "").inc()
+    _DURATION(status).observe(duration_s)
     execution = envelope.execution
     if envelope.status == "success" and execution is not None and execution.llm_calls:
         ATTEMPTS_TO_SUCCESS.observe(execution.llm_calls)

@@ -37,7 +37,7 @@ from app import metrics
 from app.core import codes
 from app.core.checkpoint import Checkpoint, RequiredAction, Resume
 from app.core.clock import iso
-from app.core.conversation import TranscriptEntry, stored_transcript
+from app.core.conversation import STORED_INPUT_CHARS, TranscriptEntry, stored_transcript
 from app.core.envelope import Envelope, Progress
 from app.core.events import LoopEvent, ToolsAnswered, TurnEnded, TurnStarted
 from app.core.loop import Runtime, WebhookCheck, run_job
@@ -375,10 +375,14 @@ class Worker:
             return Envelope.failure(codes.INTERNAL_ERROR, detail), (), ()
         if result.paused is not None:
             return Paused(spec, result.paused)
-        transcript = stored_transcript(
-            result.transcript, show_input(spec.input), show_input_plain(spec.input)
-        )
-        return result.envelope, result.history, transcript
+        messages = result.transcript
+        # The input is written out to be found in a message only when one is long enough
+        # to hold a long input (most jobs: none is).
+        if any(len(message.content) > STORED_INPUT_CHARS for message in messages):
+            shown = (show_input(spec.input), show_input_plain(spec.input))
+        else:
+            shown = ("", "")
+        return result.envelope, result.history, stored_transcript(messages, *shown)
 
     def _http_tools(self, spec: JobSpec, claim: Claim) -> list[Tool]:
         """The job's HTTP tools, each call POSTed through the outbound guard, signed."""
@@ -558,15 +562,16 @@ class Worker:
             )
             return
         metrics.record_job(envelope, duration_s=duration_s)
-        execution = envelope.execution
-        log.info(
-            "job %s %s%s: %d calls, %.3fs",
-            job.id,
-            envelope.job_status,
-            f" ({envelope.error})" if envelope.error else "",
-            0 if execution is None else execution.llm_calls,
-            duration_s,
-        )
+        if log.isEnabledFor(logging.INFO):  # else nothing of the line is worked out
+            execution = envelope.execution
+            log.info(
+                "job %s %s%s: %d calls, %.3fs",
+                job.id,
+                envelope.job_status,
+                f" ({envelope.error})" if envelope.error else "",
+                0 if execution is None else execution.llm_calls,
+                duration_s,
+            )
 
     async def _pause(self, job: _Job, paused: Paused) -> None:
         """Hand the job to its client: ``requires_action`` with the checkpoint, fenced.

@@ -28,10 +28,10 @@ from typing import Any, Literal
 
 from app.core.extract import Candidate, find_candidates
 from app.core.repair import coerce, line_column, repair_syntax, tokens
-from app.core.unicode import surrogate_path
+from app.core.unicode import surrogate_at, surrogate_path
 from app.core.validation import Schema, cap_errors
 from app.core.validation import compiled as compiled_schema
-from app.core.work import TooMuchWork, steps_for, work_budget
+from app.core.work import TooMuchWork, steps_for, tentatively, work_budget
 
 DiagnosisKind = Literal["empty", "syntax", "schema", "limit"]
 
@@ -153,7 +153,7 @@ def _check_answer(
                 if candidate.text not in echoed
                 else "extract: the answer is a JSON value that also appears in the prompt"
             )
-        distinct = _distinct([a.value for _, a in valid])
+        distinct = 1 if len(valid) == 1 else _distinct([a.value for _, a in valid])
         if distinct > 1:
             warnings.append(
                 f"extract: the answer holds {distinct} different JSON values that match the "
@@ -186,8 +186,19 @@ def _echoes(candidates: list[Candidate], prompt: str) -> set[str]:
     """Candidates that appear in the prompt, compared with whitespace collapsed."""
     if not prompt:
         return set()
-    flat = " ".join(prompt.split())
-    return {c.text for c in candidates if " ".join(c.text.split()) in flat}
+    echoed: set[str] = set()
+    flat: str | None = None
+    for candidate in candidates:
+        words = candidate.text.split()
+        # A candidate in the prompt has each of its words in it: most answers' longest word
+        # is not, and the prompt is never flattened for them.
+        if words and max(words, key=len) not in prompt:
+            continue
+        if flat is None:
+            flat = " ".join(prompt.split())
+        if " ".join(words) in flat:
+            echoed.add(candidate.text)
+    return echoed
 
 
 @dataclass
@@ -203,7 +214,7 @@ class _Attempt:
 def _check(candidate: Candidate, schema: Schema, *, strict: bool) -> _Attempt:
     text = candidate.text
     try:
-        value = _loads(text)
+        value, whole_floats = _loads(text)
     except _NotJson as first:
         if strict:
             return _Attempt(False, syntax=_problem(text, first.position, first.message))
@@ -211,7 +222,7 @@ def _check(candidate: Candidate, schema: Schema, *, strict: bool) -> _Attempt:
         if repaired.text == text:
             return _Attempt(False, syntax=_problem(text, first.position, first.message))
         try:
-            value = _loads(repaired.text)
+            value, whole_floats = _loads(repaired.text)
         except _NotJson as second:
             # Report the first problem the repairs could not fix, placed in the model's own text.
             message = second.message
@@ -221,6 +232,13 @@ def _check(candidate: Candidate, schema: Schema, *, strict: bool) -> _Attempt:
         warnings = list(repaired.warnings)
     else:
         warnings = []
+    # The common answer: valid as written. A value the schema takes as it is has nothing to
+    # coerce (every coercion turns a value of a type the schema refuses into one it takes)
+    # except a float with no fraction where an integer is wanted (3.0, which JSON Schema
+    # takes as an integer and the coercion turns into 3): without one, the one schema check
+    # says all, and an invalid value goes the full way, charged as if this had not been.
+    if (strict or not whole_floats) and tentatively(lambda: schema.is_valid(value)):
+        return _Attempt(True, value, warnings)
     if not strict:
         coerced = coerce(value, schema)
         value = coerced.value
@@ -246,10 +264,19 @@ def _reject_constant(name: str) -> Any:
     raise _Constant(name)
 
 
-def _loads(text: str) -> Any:
-    """Strict JSON: no NaN or Infinity, and a bounded nesting depth."""
+def _loads(text: str) -> tuple[Any, bool]:
+    """Strict JSON: no NaN or Infinity, and a bounded nesting depth. With the value, whether
+    it holds a float with no fraction (``3.0``)."""
+    whole_floats = False
+
+    def number(literal: str) -> float:
+        nonlocal whole_floats
+        parsed = float(literal)
+        whole_floats = whole_floats or parsed.is_integer()
+        return parsed
+
     try:
-        value = json.loads(text, parse_constant=_reject_constant)
+        value = json.loads(text, parse_constant=_reject_constant, parse_float=number)
     except json.JSONDecodeError as exc:
         raise _NotJson(exc.msg, exc.pos) from None
     except _Constant as exc:
@@ -258,9 +285,13 @@ def _loads(text: str) -> Any:
         ) from None
     except RecursionError:
         raise _NotJson(f"the value is nested more than {MAX_VALUE_DEPTH} levels deep", 0) from None
-    if _depth(value) > MAX_VALUE_DEPTH:
+    # Each level opens with a bracket of the text (and a text with few brackets, most
+    # answers, has no deep value); a surrogate in a value is in the text or comes from a
+    # \u escape in it.
+    deep = text.count("{") + text.count("[") > MAX_VALUE_DEPTH
+    if deep and _depth(value) > MAX_VALUE_DEPTH:
         raise _NotJson(f"the value is nested more than {MAX_VALUE_DEPTH} levels deep", 0)
-    if surrogate_path(value) is not None:
+    if ("\\u" in text or surrogate_at(text) is not None) and surrogate_path(value) is not None:
         # "\ud800" parses to text no UTF-8 store, engine or client can take.
         escape = _LONE_SURROGATE.search(text)
         raise _NotJson(
@@ -268,7 +299,7 @@ def _loads(text: str) -> Any:
             "(write the character itself, or a high and low surrogate pair)",
             escape.start() if escape else 0,
         )
-    return value
+    return value, whole_floats
 
 
 def _word_at(text: str, name: str) -> int:

@@ -22,7 +22,7 @@ from app.core.grounding import Grounded
 from app.core.prompts import check_custom
 from app.core.signature import compile_signature
 from app.core.spec import JobSpec
-from app.core.validation import check_schema, schema_errors
+from app.core.validation import check_schema, fixed, schema_errors
 from app.core.validators import Hooks, Validator
 from app.core.work import TooMuchWork, steps_for, work_budget
 
@@ -137,4 +137,8 @@ def _compile_shape(kind: str, text: str, include_example: bool) -> _Shape:
     )
 
 
-_cached_shape = lru_cache(maxsize=_SHAPES_CACHED)(_compile_shape)
+@lru_cache(maxsize=_SHAPES_CACHED)
+def _cached_shape(kind: str, text: str, include_example: bool) -> _Shape:
+    shape = _compile_shape(kind, text, include_example)
+    fixed(shape.output_schema)  # shared by every job of this shape, changed by none
+    return shape

@@ -40,6 +40,8 @@ class Conversation:
     full: bool = False
     log: list[tuple[EntryKind, tuple[Message, ...]]] = field(default_factory=list)
     transcript: list[Message] = field(default_factory=list)
+    # The task message ``cache_key`` was made from, and the key (one digest per job).
+    _keyed: tuple[Message, str] | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.transcript = self._head()
@@ -103,8 +105,13 @@ class Conversation:
     def cache_key(self) -> str:
         """What groups a job's calls for a provider's prompt cache: a digest of the task
         (with its input), the same on every call, after an escalation or a pause too."""
+        keyed = self._keyed
+        if keyed is not None and keyed[0] is self.task:
+            return keyed[1]
         digest = hashlib.sha256(self.task.content.encode("utf-8", "replace")).hexdigest()
-        return f"reprompt-{digest[:32]}"
+        key = f"reprompt-{digest[:32]}"
+        self._keyed = (self.task, key)
+        return key
 
     def purified(self) -> list[Message]:
         """Spec 002 purify: the task, the tool work and the accepted answer; no failures."""

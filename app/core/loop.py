@@ -57,7 +57,7 @@ from app.core.runaway import looping
 from app.core.spec import JobSpec, RetryMode, ToolChoiceName, ValidatorSpec
 from app.core.tools import Handled, Tool, Toolbox, answered, handle_calls, work_messages
 from app.core.turn import Outcome, Rejection, TokenUsage, ToolCallRecord, TurnRecord, TurnType
-from app.core.unicode import scrub
+from app.core.unicode import scrub, surrogate_at
 from app.core.validation import compiled
 from app.core.validators import Validator, Verdict, first_failing, read_paths
 from app.core.verdict import (
@@ -273,7 +273,8 @@ class _Run:
         # From here on the answer is recorded: as text that can be stored (the verdict
         # rejected an answer that was not valid Unicode, and says why).
         # The kept answer, with the usage and cost of them all (``choices`` carries them).
-        record = _scrubbed(replace(choices[chosen], alternatives=()))
+        kept = choices[chosen]
+        record = _scrubbed(replace(kept, alternatives=()) if kept.alternatives else kept)
         content = record.content or ""
         best = _Best(len(choices), chosen) if call.request.n > 1 else None
         if not isinstance(verdict, Rejected | Work):
@@ -1032,6 +1033,9 @@ def _epoch_ms(clock: Clock) -> int:
 
 def _scrubbed(response: LLMResponse) -> LLMResponse:
     """``response`` with every text that gets recorded free of unpaired surrogates."""
+    texts = (response.content or "", response.refusal or "", response.model, response.provider)
+    if all(text.isascii() or surrogate_at(text) is None for text in texts):
+        return response  # nothing to scrub (most answers)
     return replace(
         response,
         content=None if response.content is None else scrub(response.content),

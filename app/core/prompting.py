@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import functools
 import json
-from typing import Any
+from typing import Any, cast
 
 from app.core.budget import TurnBudget
 from app.core.contract import Contract
@@ -36,6 +36,7 @@ from app.core.patch import Patch
 from app.core.prompts import data_tag, fence, render
 from app.core.spec import JobSpec
 from app.core.turn import TurnType
+from app.core.validation import derived
 
 # Structured-output modes in which the provider enforces the schema itself.
 _NATIVE = ("json_schema", "tool")
@@ -75,9 +76,13 @@ class Prompting:
         once per model: every message of every turn consults it."""
         style = self._styles.get(model)
         if style is None:
-            style = PromptStyle()
-            if isinstance(self.client, StyledClient):
-                style = self.client.prompt_style(model, self.spec.structured_output)
+            # What ``isinstance(client, StyledClient)`` asks, without a protocol check's
+            # cost on every job: whether the client has the method.
+            if getattr(self.client, "prompt_style", None) is None:
+                style = PromptStyle()
+            else:
+                styled = cast(StyledClient, self.client)
+                style = styled.prompt_style(model, self.spec.structured_output)
             self._styles[model] = style
         return style
 
@@ -342,6 +347,11 @@ def _type_words(schema: dict[str, Any], depth: int) -> str | None:
 
 
 def schema_text(schema: dict[str, Any]) -> str:
+    """The schema as a prompt shows it (kept with a contract's schema: the same every job)."""
+    return derived(schema, "prompt-text", _schema_text)
+
+
+def _schema_text(schema: dict[str, Any]) -> str:
     # One line without spaces, no dialect marker: every prompt token is paid for on every
     # retry.
     shown = {k: v for k, v in schema.items() if k != "$schema"}

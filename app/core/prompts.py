@@ -72,10 +72,58 @@ def render(name: str, context: Mapping[str, Any]) -> str:
     if all(type(value) in _SCALARS for value in context.values()):
         # Counts and flags only (a turn's budget note): few distinct texts, each kept.
         return _render_scalars(name, tuple((k, type(v), v) for k, v in context.items()))
+    shape = _shape(context)
+    if shape is not None:
+        # Text too (a job's task and input): the template is rendered once per shape, with
+        # a slot for each text, and the texts are put in the slots.
+        parts = _skeleton(name, shape)
+        if parts is not None:
+            texts = [value for value in context.values() if type(value) is str and value]
+            return _tidy("".join(part if isinstance(part, str) else texts[part] for part in parts))
     return _tidy(_STRICT.render(_parsed(name), dict(context)))
 
 
 _SCALARS: Final = (bool, int, type(None))
+# A slot in a skeleton: no template and no text it is used for holds a NUL.
+_SLOT: Final = re.compile(r"\x00(\d+)\x00")
+_TEXT: Final = object()  # a non-empty text's place in a shape
+
+
+def _shape(context: Mapping[str, Any]) -> tuple[tuple[str, type, Any], ...] | None:
+    """What a rendering depends on besides its texts: the counts and flags, which texts are
+    empty (an empty one is false in a section), which lists are (only empty ones); None
+    when a value is anything else, or a text holds a NUL."""
+    shape = []
+    for key, value in context.items():
+        kind = type(value)
+        if kind in _SCALARS:
+            shape.append((key, kind, value))
+        elif kind is str and "\x00" not in value:
+            shape.append((key, kind, _TEXT if value else ""))
+        elif kind is list and not value:
+            shape.append((key, kind, ()))
+        else:
+            return None
+    return tuple(shape)
+
+
+@functools.lru_cache(maxsize=256)
+def _skeleton(name: str, shape: tuple[tuple[str, type, Any], ...]) -> tuple[str | int, ...] | None:
+    """The template rendered with a slot for each non-empty text (its index among them), as
+    literal parts and slot indexes; None when the template itself holds a NUL."""
+    if "\x00" in template(name):
+        return None
+    context: dict[str, Any] = {}
+    slots = 0
+    for key, kind, value in shape:
+        if value is _TEXT:
+            context[key] = f"\x00{slots}\x00"
+            slots += 1
+        else:
+            context[key] = [] if kind is list else value
+    pieces = _SLOT.split(_STRICT.render(_parsed(name), context))
+    # split gives literal, slot, literal, ...: the slots' indexes as ints.
+    return tuple(piece if i % 2 == 0 else int(piece) for i, piece in enumerate(pieces))
 
 
 @functools.lru_cache(maxsize=512)

@@ -34,14 +34,21 @@ CandidatesOn = Literal["all", "final"]
 MAX_CANDIDATES = 16
 
 
+_SCALARS = frozenset({type(None), bool, int, float})
+
+
 def valid_unicode(value: Any) -> Any:
     """``value``, or a ``ValueError`` saying where it holds an unpaired surrogate: JSON's
     "\ud800" escape gives Python text that no UTF-8 store or engine takes."""
-    # Every field of every model comes through here: numbers, flags and clean text (most of
-    # them) leave at once, without the walk.
-    if value is None or isinstance(value, bool | int | float):
+    # Every field of every model comes through here: numbers, flags, ASCII text and empty
+    # lists and objects (most of them) leave at once, without the walk.
+    kind = type(value)
+    if kind in _SCALARS:
         return value
-    if isinstance(value, str) and surrogate_at(value) is None:
+    if kind is str:
+        if value.isascii() or surrogate_at(value) is None:
+            return value
+    elif (kind is dict or kind is list) and not value:
         return value
     path = surrogate_path(value)
     if path is not None:
@@ -58,6 +65,10 @@ class _Wire(BaseModel):
     @field_validator("*", mode="before")
     @classmethod
     def _valid_unicode(cls, value: Any) -> Any:
+        # The commonest values (numbers, flags, ASCII text) without a second call.
+        kind = type(value)
+        if kind in _SCALARS or (kind is str and value.isascii()):
+            return value
         return valid_unicode(value)
 
 

@@ -30,6 +30,8 @@ def surrogate_at(text: str) -> int | None:
 
 def surrogate_path(value: Any) -> Path | None:
     """Where the first string (or object key) holding a surrogate sits in a JSON value."""
+    if not has_surrogate(value):
+        return None
     stack: list[tuple[Any, Path]] = [(value, ())]
     while stack:
         node, path = stack.pop()
@@ -44,6 +46,26 @@ def surrogate_path(value: Any) -> Path | None:
         elif isinstance(node, list | tuple):
             stack.extend((child, (*path, i)) for i, child in reversed(list(enumerate(node))))
     return None
+
+
+def has_surrogate(value: Any) -> bool:
+    """Whether a string (or object key) in a JSON value holds a surrogate: the walk of
+    ``surrogate_path`` without its paths, and an ASCII string (most of them) skipped at
+    once (``str.isascii`` reads a flag)."""
+    stack = [value]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, str):
+            if not node.isascii() and surrogate_at(node) is not None:
+                return True
+        elif isinstance(node, Mapping):
+            for key, child in node.items():
+                if isinstance(key, str) and not key.isascii() and surrogate_at(key) is not None:
+                    return True
+                stack.append(child)
+        elif isinstance(node, list | tuple):
+            stack.extend(node)
+    return False
 
 
 def described(text: str, at: int) -> str:

@@ -25,7 +25,7 @@ import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final, TypeVar, cast
 
 from jsonschema import Draft202012Validator, FormatChecker
 from jsonschema.exceptions import SchemaError, ValidationError
@@ -36,13 +36,15 @@ from referencing.jsonschema import DRAFT202012
 from app.core.errors import InvalidInput
 from app.core.keywords import Validator, additional, identity
 from app.core.pattern import PatternError, compile_pattern, is_regex
-from app.core.work import BASE_STEPS, charge, work_budget
+from app.core.plainschema import plain_check
+from app.core.work import BASE_STEPS, charge, tentatively, work_budget
 
 if TYPE_CHECKING:
     # referencing exports Resolver only from its private module.
     from referencing._core import Resolver
 
 Path = tuple[str | int, ...]
+T = TypeVar("T")
 
 DIALECT_2020_12 = "https://json-schema.org/draft/2020-12/schema"
 # Work bounds: a model answer can hold thousands of errors; we never need them all.
@@ -167,9 +169,13 @@ class Schema:
         self._validator = Validator(schema, format_checker=FORMATS, registry=Registry())
         resource = DRAFT202012.create_resource(schema)
         self.root = Scope(schema, Registry().resolver_with_root(resource))
+        # A plain schema (the ones signatures make) has a quick check: its yes is final.
+        self._plain = plain_check(schema)
 
     def is_valid(self, value: Any, scope: Scope | None = None) -> bool:
         """Whether ``value`` satisfies the whole schema, or only the subschema ``scope``."""
+        if scope is None and self._quickly_valid(value):
+            return True
         validator: Any = self._validator
         if scope is not None:
             # jsonschema's own descend() evolves this way; the resolver keeps $refs inside
@@ -187,6 +193,8 @@ class Schema:
 
     def error_lines(self, value: Any) -> tuple[list[str], bool]:
         """The distinct error lines, and whether that is all of them (the scan is bounded)."""
+        if self._quickly_valid(value):
+            return [], True
         try:
             with work_budget(BASE_STEPS):
                 errors = self._validator.iter_errors(value)
@@ -206,6 +214,8 @@ class Schema:
         """Where ``value`` must change to pass: the value at each error's path, a missing
         field's own path, the whole object for a field it must not have. ``None`` when there
         are too many errors to list (the scan is bounded)."""
+        if self._quickly_valid(value):
+            return ()
         try:
             with work_budget(BASE_STEPS):
                 found = list(
@@ -220,6 +230,14 @@ class Schema:
             for path in _fix_paths(error):
                 paths[path] = None
         return tuple(paths)
+
+    def _quickly_valid(self, value: Any) -> bool:
+        """The plain schema's quick yes (``app.core.plainschema``), within a work budget; a
+        no (or a check that ran out of steps) is the full validator's to explain."""
+        if self._plain is None:
+            return False
+        with work_budget(BASE_STEPS):
+            return tentatively(lambda: self._plain is not None and self._plain(value))
 
     def schema_at(self, path: Path) -> dict[str, Any] | None:
         """The subschema a value at ``path`` must satisfy, as a document of its own (with
@@ -263,10 +281,52 @@ class Schema:
 _COMPILED_MAX = 128
 
 
+@dataclass(slots=True)
+class _Fixed:
+    schema: Any
+    compiled: Schema
+    derived: dict[str, Any]
+
+
+# Schemas declared never to change again (a contract's: one per distinct signature or
+# schema, shared by its jobs), by identity, with what was derived from them. Each is held
+# here, so while it is listed no other object has its id.
+_FIXED_MAX: Final = 256
+_fixed: dict[int, _Fixed] = {}
+
+
+def fixed(schema: dict[str, Any]) -> dict[str, Any]:
+    """Declare ``schema`` never to be changed again: ``compiled`` and ``derived`` then find
+    what they made from it by identity, without writing it out as JSON for every job."""
+    if len(_fixed) >= _FIXED_MAX:
+        _fixed.clear()
+    _fixed[id(schema)] = _Fixed(schema, compiled(schema), {})
+    return schema
+
+
+def _known(schema: Any) -> _Fixed | None:
+    entry = _fixed.get(id(schema))
+    return entry if entry is not None and entry.schema is schema else None
+
+
+def derived(schema: dict[str, Any], what: str, make: Callable[[dict[str, Any]], T]) -> T:
+    """``make(schema)``: made once and kept for a ``fixed`` schema, made every time for any
+    other. ``what`` names what is made (one name per ``make``)."""
+    entry = _known(schema)
+    if entry is None:
+        return make(schema)
+    if what not in entry.derived:
+        entry.derived[what] = make(schema)
+    return cast(T, entry.derived[what])
+
+
 def compiled(schema: Mapping[str, Any] | bool) -> Schema:
     """``Schema(schema)``, compiled once per distinct schema (its JSON text is the key) and
     kept for the jobs after: compiling costs more than checking a small answer. The
     cached one is built from a copy, so no caller's dict is shared or kept."""
+    entry = _known(schema)
+    if entry is not None:
+        return entry.compiled
     try:
         key = json.dumps(schema, ensure_ascii=False, allow_nan=False)
     except (TypeError, ValueError):  # not plain JSON data: compiled as it is, not kept

@@ -13,7 +13,7 @@ visited, or the worst case of a pattern match (``app.core.pattern.Pattern.cost``
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Final
@@ -80,6 +80,31 @@ def grant(steps: int) -> None:
     if budget is not None:
         budget.left += steps
         budget.limit += steps
+
+
+def tentatively(check: Callable[[], bool]) -> bool:
+    """Whether ``check()`` says yes within what is left of the budget in force; its steps are
+    charged to that budget only then. A no, or a check that would pass the budget, costs the
+    budget nothing: the caller does the work its full way, charged as it always was. A
+    shortcut this way never makes a check run out of steps where the full way would not::
+
+        if tentatively(lambda: schema.is_valid(value)):   # the common case, at its own cost
+            ...
+        else:
+            errors = schema.errors(coerce(value, schema))  # charged as if nothing came first
+    """
+    outer = _BUDGET.get()
+    trial = _Budget(max(outer.left, 0) if outer is not None else BASE_STEPS)
+    token = _BUDGET.set(trial)
+    try:
+        passed = check()
+    except TooMuchWork:
+        return False
+    finally:
+        _BUDGET.reset(token)
+    if passed and outer is not None:
+        outer.left -= trial.limit - trial.left
+    return passed
 
 
 def charge(steps: int) -> None:

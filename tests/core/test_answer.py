@@ -367,3 +367,75 @@ def test_answer_cut_off_after_the_opening_brace_is_a_syntax_error() -> None:
         "line 1, column 2: Expecting property name enclosed in double quotes "
         "(the text ends before the JSON value is complete)",
     )
+
+
+# -- a value valid as written takes one schema check; the rest goes the full way -----------
+
+# Every coercion the schema can ask for: numbers and flags in strings, a lone object for a
+# list, a float with no fraction for an integer, under a union and a reference.
+COERCIBLE = {
+    "type": "object",
+    "properties": {
+        "n": {"type": "integer"},
+        "x": {"type": "number"},
+        "flag": {"type": "boolean"},
+        "tags": {"type": "array", "items": {"$ref": "#/$defs/tag"}},
+        "either": {"anyOf": [{"type": "integer"}, {"type": "array"}]},
+    },
+    "additionalProperties": {"type": ["string", "integer"]},
+    "$defs": {"tag": {"type": "object", "properties": {"w": {"type": "integer"}}}},
+}
+scalars = (
+    st.none()
+    | st.booleans()
+    | st.integers(-5, 5)
+    | st.sampled_from([0.0, 3.0, -2.0, 1.5, 1e20])
+    | st.sampled_from(["3", "2.5", "true", "x", " 4 "])
+)
+coercible_values = st.dictionaries(
+    st.sampled_from(["n", "x", "flag", "tags", "either", "other"]),
+    scalars
+    | st.lists(st.dictionaries(st.just("w"), scalars, max_size=1), max_size=3)
+    | st.dictionaries(st.just("w"), scalars, max_size=1),
+    max_size=6,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(coercible_values, st.booleans())
+def test_the_verdict_is_the_full_ways_whatever_the_value(value: Any, strict: bool) -> None:
+    from app.core.repair import coerce
+    from app.core.validation import cap_errors, compiled
+
+    schema = compiled(COERCIBLE)
+    expected, notes = value, ()
+    if not strict:
+        full = coerce(value, schema)
+        expected, notes = full.value, full.warnings
+    errors, complete = schema.error_lines(expected)
+    checked = check_answer(json.dumps(value), COERCIBLE, strict=strict)
+    assert checked.ok == (not errors)
+    assert checked.value == expected
+    assert checked.warnings == notes
+    assert checked.errors == tuple(cap_errors(errors, 8, complete=complete))
+
+
+def test_a_whole_float_where_an_integer_is_wanted_is_still_made_an_integer() -> None:
+    # Valid as written (JSON Schema takes 2.0 as an integer): the coercion still applies.
+    checked = ok('{"total": 1, "lines": [{"sku": "a", "qty": 2.0}]}')
+    assert checked.value == {"total": 1, "lines": [{"sku": "a", "qty": 2}]}
+    assert type(checked.value["lines"][0]["qty"]) is int
+    assert checked.warnings == ("repair: coerced $.lines[0].qty from number 2.0 to integer",)
+    strict = ok('{"total": 1, "lines": [{"sku": "a", "qty": 2.0}]}', strict=True)
+    assert type(strict.value["lines"][0]["qty"]) is float
+
+
+def test_a_deep_or_surrogate_value_is_still_refused_after_the_text_prefilters() -> None:
+    deep = "[" * 101 + "]" * 101
+    assert rejected(deep, {}).errors == (
+        "line 1, column 1: the value is nested more than 100 levels deep",
+    )
+    assert ok("[" * 50 + "]" * 50, {}).value is not None
+    escaped = rejected('{"sku": "a\\ud800"}', {"type": "object"})
+    assert escaped.kind == "syntax"
+    assert "unpaired UTF-16 surrogate" in escaped.errors[0]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -318,3 +319,23 @@ def test_a_schema_is_compiled_once_and_keeps_no_callers_dict() -> None:
     assert first.errors({"n": 1}) == []
     assert compiled(schema) is not first
     assert compiled(schema).errors({"n": 1}) != []
+
+
+def test_a_fixed_schema_is_compiled_and_derived_from_once() -> None:
+    from app.core.validation import compiled, derived, fixed
+
+    schema = fixed({"type": "object", "properties": {"n": {"type": "integer"}}})
+    assert compiled(schema) is compiled(schema)
+    made: list[int] = []
+
+    def text(s: dict[str, Any]) -> str:
+        made.append(1)
+        return json.dumps(s)
+
+    assert derived(schema, "text", text) == derived(schema, "text", text) == json.dumps(schema)
+    assert len(made) == 1
+    # An equal schema that was not declared fixed is derived from every time.
+    other = json.loads(json.dumps(schema))
+    assert derived(other, "text", text) == json.dumps(schema)
+    assert len(made) == 2
+    assert compiled(other).errors({"n": "x"}) == ['$.n: expected integer, got string "x"']

@@ -7,6 +7,7 @@ looked at the job, so nothing here depends on timing.
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -174,6 +175,62 @@ async def test_metrics_count_turns_jobs_queue_wait_and_jobs_in_progress(
         "reasks": 1,
     }
     assert sample("reprompt_jobs_in_progress") == 0
+
+
+async def test_metrics_count_each_models_calls_tokens_latency_and_job_durations(
+    store: Store, router: Router
+) -> None:
+    model = {"provider": "sim", "model": "sim-model"}
+
+    def now() -> dict[str, float]:
+        return {
+            "calls": sample("reprompt_llm_calls_total", model),
+            "input": sample("reprompt_llm_tokens_total", {**model, "direction": "input"}),
+            "output": sample("reprompt_llm_tokens_total", {**model, "direction": "output"}),
+            "latencies": sample("reprompt_llm_request_duration_seconds_count", model),
+            "durations": sample("reprompt_job_duration_seconds_count", {"status": "succeeded"}),
+        }
+
+    before = now()
+    jobs = [
+        await submit(store, job(["broken_json", "ok"], budget={"maxTurns": 1, "returnRetries": 1})),
+        await submit(store, job(name="second")),
+    ]
+    async with running(Worker(store, router, worker_settings())):
+        views = [await finished(store, job_id) for job_id in jobs]
+    turns = [turn for view in views for turn in view.turns]
+    assert len(turns) == 3
+    after = now()
+    assert {k: after[k] - before[k] for k in before} == {
+        "calls": 3,
+        "input": sum(t.usage.input_tokens for t in turns),
+        "output": sum(t.usage.output_tokens for t in turns),
+        "latencies": 3,
+        "durations": 2,
+    }
+    assert all(t.usage.input_tokens > 0 for t in turns)
+    # The simulator's model has no price: no cost series, not one stuck at 0.
+    assert all(t.cost_usd is None for t in turns)
+    assert metrics.REGISTRY.get_sample_value("reprompt_llm_cost_usd_total", model) is None
+
+
+async def test_a_long_input_is_stored_once_and_a_short_one_kept_in_the_transcript(
+    store: Store, router: Router
+) -> None:
+    long_input = {"rows": [{"city": f"city {i}", "note": "x" * 40} for i in range(60)]}
+    short_input = {"city": "Lyon"}
+    jobs = [
+        await submit(store, job(name="long", input=long_input)),
+        await submit(store, job(name="short", input=short_input)),
+    ]
+    async with running(Worker(store, router, worker_settings())):
+        long_view, short_view = [await finished(store, job_id) for job_id in jobs]
+    shown = json.dumps(long_input, ensure_ascii=False, indent=1)
+    assert len(shown) > 2048
+    task = long_view.transcript[1].content
+    assert shown not in task
+    assert f"[the job's input, {len(shown)} characters: see the job's input]" in task
+    assert json.dumps(short_input, ensure_ascii=False, indent=1) in short_view.transcript[1].content
 
 
 async def test_cancelling_a_running_job_aborts_its_model_call_and_commits_nothing(
