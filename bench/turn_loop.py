@@ -111,7 +111,7 @@ def _answer(config: ProvidersConfig) -> LLMResponse:
 
         from app.core.loop import Runtime, run_job
 
-        result = await run_job(spec, Runtime(client=Capture()))  # type: ignore[arg-type]
+        result = await run_job(spec, Runtime(client=Capture()))
         assert result.envelope.status == "success", result.envelope
         answer = await router.complete(captured[0])
         await http.aclose()

@@ -408,7 +408,8 @@ def test_the_verdict_is_the_full_ways_whatever_the_value(value: Any, strict: boo
     from app.core.validation import cap_errors, compiled
 
     schema = compiled(COERCIBLE)
-    expected, notes = value, ()
+    expected: Any = value
+    notes: tuple[str, ...] = ()
     if not strict:
         full = coerce(value, schema)
         expected, notes = full.value, full.warnings
