@@ -63,7 +63,7 @@ class BodyLimit:
             chunks.append(chunk)
             if not message.get("more_body", False):
                 body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
-                if _is_json(content_type) and not await _utf8(body, scope, receive, send):
+                if is_json(content_type) and not await _utf8(body, scope, receive, send):
                     return
                 replay = [{"type": "http.request", "body": body, "more_body": False}]
                 break
@@ -101,7 +101,8 @@ def _length_and_type(scope: Scope) -> tuple[str | None, str]:
     )
 
 
-def _is_json(content_type: str) -> bool:
+def is_json(content_type: str) -> bool:
+    """``application/json`` or ``application/*+json`` (parameters aside)."""
     media = content_type.split(";", 1)[0].strip().lower()
     return media == "application/json" or (
         media.startswith("application/") and media.endswith("+json")

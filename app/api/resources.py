@@ -17,6 +17,7 @@ from fastapi.security.base import SecurityBase
 
 from app.api.auth import authenticate
 from app.api.fairness import Fairness
+from app.api.limits import is_json
 from app.api.problems import NotReady, UnsupportedMediaType
 from app.core import codes
 from app.outbound.kit import Outbound
@@ -103,12 +104,9 @@ class Caller:
 
 def require_json(content_type: str) -> None:
     """415 unless a body comes as JSON: ``application/json`` or ``application/*+json``."""
-    media = content_type.split(";", 1)[0].strip().lower()
-    if media == "application/json" or (
-        media.startswith("application/") and media.endswith("+json")
-    ):
+    if is_json(content_type):
         return
-    shown = media or "none"
+    shown = content_type.split(";", 1)[0].strip().lower() or "none"
     raise UnsupportedMediaType(f"send the job as application/json (Content-Type was {shown})")
 
 
@@ -117,5 +115,8 @@ BEARER_DESCRIPTION: Final = (
 )
 
 Res = Annotated[Resources, Depends(get_resources)]
-Authed = Annotated[Caller, Depends(Bearer())]
-AuthedJson = Annotated[Caller, Depends(Bearer(json_body=True))]
+# The two callers a route may declare; ``app.api.lean``'s readers call the same ones.
+BEARER: Final = Bearer()
+BEARER_JSON: Final = Bearer(json_body=True)
+Authed = Annotated[Caller, Depends(BEARER)]
+AuthedJson = Annotated[Caller, Depends(BEARER_JSON)]
