@@ -24,7 +24,7 @@ from app.api.lean import LeanRoute, Unusual, header, json_body, lean, query_int
 from app.api.limits import (
     check_data,
     check_job,
-    check_output_schema,
+    check_signature_schema,
     check_tools,
     clamp_wait,
     with_default_deadline,
@@ -126,13 +126,13 @@ async def _get_inputs(request: Request) -> dict[str, Any]:
     job_id = request.path_params.get("job_id")
     if not isinstance(job_id, str):
         raise Unusual
-    wait_ms = query_int(request, "waitMs", 0)
+    wait_ms = query_int(request, b"waitMs", 0)
     return {"job_id": job_id, "caller": await BEARER(request), "wait_ms": wait_ms}
 
 
 async def _generate_inputs(request: Request) -> dict[str, Any]:
     spec = await json_body(request, JobSpec)
-    wait_ms = query_int(request, "waitMs", DEFAULT_GENERATE_WAIT_MS)
+    wait_ms = query_int(request, b"waitMs", DEFAULT_GENERATE_WAIT_MS)
     key = header(request, "idempotency-key", max_length=IDEMPOTENCY_KEY_CHARS)
     caller = await BEARER_JSON(request)
     return {
@@ -366,7 +366,7 @@ async def _submit(
     spec = with_default_deadline(spec, res.settings)
     contract = build_contract(spec)
     if spec.signature is not None:
-        check_output_schema(contract.output_schema, res.settings, field="signature")
+        check_signature_schema(spec.signature, contract.output_schema, res.settings)
     for field, name in (("model", spec.model), ("escalateModel", spec.escalate_model)):
         if field == "escalateModel" and name is None:
             continue

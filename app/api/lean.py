@@ -112,14 +112,23 @@ def header(request: Request, name: str, *, max_length: int) -> str | None:
     return value
 
 
-def query_int(request: Request, name: str, default: int) -> int:
+def query_int(request: Request, name: bytes, default: int) -> int:
     """Query parameter ``name`` (its last value, as FastAPI reads it) when it is written
     plainly as a non-negative integer, ``default`` if absent; ``Unusual`` otherwise."""
-    value = request.query_params.get(name)
+    query: bytes = request.scope.get("query_string", b"")
+    if not query:
+        return default
+    if b"%" in query or b"+" in query:
+        raise Unusual  # escaped: Starlette's parser decodes it
+    value: bytes | None = None
+    for pair in query.split(b"&"):
+        key, _, given = pair.partition(b"=")
+        if key == name:
+            value = given
     if value is None:
         return default
-    if not (value.isascii() and value.isdigit() and len(value) <= _MAX_DIGITS):
+    if not (value.isdigit() and len(value) <= _MAX_DIGITS):
         raise Unusual
-    if len(value) > 1 and value[0] == "0":
+    if len(value) > 1 and value[:1] == b"0":
         raise Unusual
     return int(value)

@@ -106,11 +106,15 @@ def exchange(http: httpx.Client, job_id: str) -> list[tuple[int, str, dict[str, 
     replayed = {"idempotency-key": "replayed-key"}
     for _ in range(2):
         answers.append(answer(http.post("/v1/jobs", json=VALID, headers=replayed), job_id))
-    for query in ("", "?waitMs=0", "?waitMs=20", "?waitMs=00", "?waitMs=-1", "?waitMs=1.5"):
+    queries = ("", "?waitMs=0", "?waitMs=20", "?waitMs=00", "?waitMs=-1", "?waitMs=1.5")
+    odd = ("?waitMs", "?waitMs=%32", "?waitMs=+2", "?waitMs=1&waitMs=x", "?x=1&waitMs=2&")
+    for query in queries + odd:
         answers.append(answer(http.get(f"/v1/jobs/{job_id}{query}"), job_id))
         again = f"{query}&waitMs=abc" if query else "?waitMs=abc"
         answers.append(answer(http.get(f"/v1/jobs/{job_id}{again}"), job_id))
     answers.append(answer(http.get("/v1/jobs/job_nope"), job_id))
+    two_keys = [("authorization", f"Bearer {KEYS['bob']}"), ("authorization", "Bearer x")]
+    answers.append(answer(http.get(f"/v1/jobs/{job_id}", headers=two_keys), job_id))
     answers.append(answer(http.get(f"/v1/jobs/{job_id}", headers={"authorization": "x"}), job_id))
     answers.append(answer(http.delete(f"/v1/jobs/{job_id}"), job_id))
     return answers
