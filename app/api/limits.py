@@ -24,6 +24,8 @@ from app.core.spec import JobSpec
 from app.core.validation import check_schema
 from app.settings import Settings
 
+_HTTP1: Final = ("1.1", "1.0")
+
 
 class BodyLimit:
     """Refuse request bodies over ``max_bytes`` with 413, before any handler sees them.
@@ -43,7 +45,11 @@ class BodyLimit:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        declared, content_type = _length_and_type(scope)
+        declared, content_type, chunked = _length_and_type(scope)
+        if declared is None and not chunked and scope.get("http_version") in _HTTP1:
+            # No body (HTTP/1 sends one only with either header): nothing to count.
+            await self.app(scope, receive, send)
+            return
         if declared is not None and declared.strip().isdigit() and int(declared) > self.max_bytes:
             await self._refuse(scope, receive, send)
             return
@@ -84,20 +90,26 @@ class BodyLimit:
         await response(scope, receive, send)
 
 
-def _length_and_type(scope: Scope) -> tuple[str | None, str]:
+def _length_and_type(scope: Scope) -> tuple[str | None, str, bool]:
     """The request's first ``content-length`` and ``content-type`` headers (as Starlette's
-    ``Headers.get`` reads them), in one pass over the headers."""
+    ``Headers.get`` reads them) and whether it has a ``transfer-encoding``, in one pass
+    over the headers."""
     declared: bytes | None = None
     content_type: bytes | None = None
+    chunked = False
     for name, value in scope["headers"]:
         if name == b"content-length":
             if declared is None:
                 declared = value
-        elif name == b"content-type" and content_type is None:
-            content_type = value
+        elif name == b"content-type":
+            if content_type is None:
+                content_type = value
+        elif name == b"transfer-encoding":
+            chunked = True
     return (
         None if declared is None else declared.decode("latin-1"),
         "" if content_type is None else content_type.decode("latin-1"),
+        chunked,
     )
 
 
