@@ -56,7 +56,9 @@ def create_app(
         lifespan=lifespan,
         redoc_url=None,
         # The job routes are the app's own, not an included router's: an included router
-        # matches a request through a layer of its own, twice (tens of µs a request).
+        # matches a request through a layer of its own, twice (tens of µs a request), and
+        # app.api.lean's path is the route's own ASGI app. (These route objects are shared
+        # by every app of the process: app.dependency_overrides do not reach them.)
         routes=list(jobs.router.routes),
         # operationIds (and so generated clients' method names) are the handlers' names.
         generate_unique_id_function=lambda route: route.name,
