@@ -3,7 +3,7 @@ may hold open. One tenant's flood gets 429s; the others do not notice it.
 
     fairness = Fairness(rate_per_s=50, burst=100, max_waits=100)
     fairness.admit("acme", body_bytes=1_000_000)   # TooManyRequests (429, Retry-After)
-    async with fairness.waiting("acme"):    # a long-poll or an event stream
+    with fairness.waiting("acme"):          # a long-poll or an event stream
         ...
 
 A request costs one token, plus one per ``BYTES_PER_TOKEN`` of body: a 1 MB submission
@@ -20,8 +20,6 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -84,28 +82,41 @@ class Fairness:
         if now - self._swept > _IDLE_S:
             self._sweep(now)
 
-    @contextmanager
-    def waiting(self, tenant: str) -> Iterator[None]:
+    def waiting(self, tenant: str) -> Waiting:
         """Hold one of the tenant's open waits (long-poll, event stream) for the block."""
-        held = self._waits.get(tenant, 0)
-        if self.max_waits > 0 and held >= self.max_waits:
-            raise TooManyRequests(
-                f"{held} long-polls or event streams of yours are open on this server, the "
-                "most it holds for one caller; close some or wait with shorter waitMs",
-                retry_after_s=5.0,
-            )
-        self._waits[tenant] = held + 1
-        try:
-            yield
-        finally:
-            left = self._waits.get(tenant, 1) - 1
-            if left > 0:
-                self._waits[tenant] = left
-            else:
-                self._waits.pop(tenant, None)
+        return Waiting(self._waits, tenant, self.max_waits)
 
     def _sweep(self, now: float) -> None:
         self._swept = now
         for tenant, bucket in list(self._buckets.items()):
             if now - bucket.stamp > _IDLE_S:
                 del self._buckets[tenant]
+
+
+class Waiting:
+    """``Fairness.waiting``'s block: 429 on entry when the tenant holds its most open waits.
+    (A class, not a generator: every long-poll enters one.)"""
+
+    __slots__ = ("_most", "_tenant", "_waits")
+
+    def __init__(self, waits: dict[str, int], tenant: str, most: int) -> None:
+        self._waits = waits
+        self._tenant = tenant
+        self._most = most
+
+    def __enter__(self) -> None:
+        held = self._waits.get(self._tenant, 0)
+        if self._most > 0 and held >= self._most:
+            raise TooManyRequests(
+                f"{held} long-polls or event streams of yours are open on this server, the "
+                "most it holds for one caller; close some or wait with shorter waitMs",
+                retry_after_s=5.0,
+            )
+        self._waits[self._tenant] = held + 1
+
+    def __exit__(self, *exc_info: object) -> None:
+        left = self._waits.get(self._tenant, 1) - 1
+        if left > 0:
+            self._waits[self._tenant] = left
+        else:
+            self._waits.pop(self._tenant, None)

@@ -11,7 +11,7 @@ POST /v1/generate?waitMs=     200 with the finished job, or 202 + Location
 from __future__ import annotations
 
 import contextlib
-from typing import Annotated, Final, Literal
+from typing import Annotated, Any, Final, Literal
 from urllib.parse import urlencode
 
 from fastapi import APIRouter, Body, Header, Query, Request
@@ -20,16 +20,17 @@ from pydantic_core import to_json
 
 from app import metrics
 from app.api.callbacks import check_callback
+from app.api.lean import LeanRoute, Unusual, header, json_body, lean, query_int
 from app.api.limits import (
     check_data,
     check_job,
-    check_output_schema,
+    check_signature_schema,
     check_tools,
     clamp_wait,
     with_default_deadline,
 )
 from app.api.problems import NotFound
-from app.api.resources import Authed, AuthedJson, Caller, Resources
+from app.api.resources import BEARER, BEARER_JSON, Authed, AuthedJson, Caller, Resources
 from app.api.schemas import JOB_EXAMPLES, JobList, ToolOutputsBody, problems
 from app.core.checkpoint import ToolOutput
 from app.core.contract import build_contract
@@ -49,12 +50,13 @@ TRACEPARENT_EXAMPLE: Final = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b71692033
 
 
 JobBody = Annotated[JobSpec, Body(openapi_examples=JOB_EXAMPLES)]
+IDEMPOTENCY_KEY_CHARS: Final = 255
 IdempotencyKey = Annotated[
     str | None,
     Header(
         alias="Idempotency-Key",
         min_length=1,
-        max_length=255,
+        max_length=IDEMPOTENCY_KEY_CHARS,
         description="Same key and same body: the same job, not a second one (for "
         "REPROMPT_IDEMPOTENCY_TTL_S, default 24 h). Same key, different body: 422. "
         "Keys are scoped to the tenant.",
@@ -103,7 +105,43 @@ _RETRY_AFTER = {
 if tuple(JobList.model_fields) != ("jobs", "next"):  # pragma: no cover - a change to JobList
     raise RuntimeError(f"list_jobs writes jobs and next, JobList has {tuple(JobList.model_fields)}")
 
-router = APIRouter(tags=["jobs"])
+# The app serves these routes as its own (app.api.app), so they carry the app's operationIds.
+router = APIRouter(
+    tags=["jobs"], route_class=LeanRoute, generate_unique_id_function=lambda route: route.name
+)
+
+
+# The hot endpoints' arguments as FastAPI would solve them for a plain, valid request
+# (app.api.lean); anything else is ``Unusual`` and FastAPI solves the declared ones.
+
+
+async def _submit_inputs(request: Request) -> dict[str, Any]:
+    spec = await json_body(request, JobSpec)
+    key = header(request, "idempotency-key", max_length=IDEMPOTENCY_KEY_CHARS)
+    caller = await BEARER_JSON(request)
+    return {"request": request, "caller": caller, "spec": spec, "idempotency_key": key}
+
+
+async def _get_inputs(request: Request) -> dict[str, Any]:
+    job_id = request.path_params.get("job_id")
+    if not isinstance(job_id, str):
+        raise Unusual
+    wait_ms = query_int(request, b"waitMs", 0)
+    return {"job_id": job_id, "caller": await BEARER(request), "wait_ms": wait_ms}
+
+
+async def _generate_inputs(request: Request) -> dict[str, Any]:
+    spec = await json_body(request, JobSpec)
+    wait_ms = query_int(request, b"waitMs", DEFAULT_GENERATE_WAIT_MS)
+    key = header(request, "idempotency-key", max_length=IDEMPOTENCY_KEY_CHARS)
+    caller = await BEARER_JSON(request)
+    return {
+        "request": request,
+        "caller": caller,
+        "spec": spec,
+        "wait_ms": wait_ms,
+        "idempotency_key": key,
+    }
 
 
 @router.post(
@@ -128,6 +166,7 @@ router = APIRouter(tags=["jobs"])
         **problems(401, 413, 415, 422, 429, 503),
     },
 )
+@lean(_submit_inputs)
 async def submit_job(
     request: Request,
     caller: AuthedJson,
@@ -148,6 +187,7 @@ async def submit_job(
     summary="Get a job (long-poll with waitMs)",
     responses=problems(401, 404, 422, 503),
 )
+@lean(_get_inputs)
 async def get_job(job_id: str, caller: Authed, wait_ms: WaitMs = 0) -> Response:
     """The job now, or, with ``waitMs``, as soon as it ends or needs tool outputs
     (``requires_action``), at most ``waitMs`` later."""
@@ -272,6 +312,7 @@ async def submit_tool_outputs(job_id: str, caller: AuthedJson, body: ToolOutputs
         **problems(401, 413, 415, 422, 429, 503),
     },
 )
+@lean(_generate_inputs)
 async def generate(
     request: Request,
     caller: AuthedJson,
@@ -325,7 +366,7 @@ async def _submit(
     spec = with_default_deadline(spec, res.settings)
     contract = build_contract(spec)
     if spec.signature is not None:
-        check_output_schema(contract.output_schema, res.settings, field="signature")
+        check_signature_schema(spec.signature, contract.output_schema, res.settings)
     for field, name in (("model", spec.model), ("escalateModel", spec.escalate_model)):
         if field == "escalateModel" and name is None:
             continue

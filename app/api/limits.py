@@ -3,7 +3,8 @@
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)   # 413
     check_job(spec, settings)                                          # 422 naming the field
     spec = with_default_deadline(spec, settings)                       # deadlineMs filled in
-    check_output_schema(contract.output_schema, settings, field="signature")
+    check_output_schema(tool.parameters, settings, field="tools[0].parameters")
+    check_signature_schema(spec.signature, contract.output_schema, settings)  # kept per text
 
 The caps are ``Settings.max_*`` (``REPROMPT_MAX_*``); JobSpec's own bounds still apply
 underneath them.
@@ -12,8 +13,7 @@ underneath them.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from typing import Any
+from typing import Any, Final
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -23,6 +23,8 @@ from app.core.errors import InvalidInput
 from app.core.spec import JobSpec
 from app.core.validation import check_schema
 from app.settings import Settings
+
+_HTTP1: Final = ("1.1", "1.0")
 
 
 class BodyLimit:
@@ -43,7 +45,11 @@ class BodyLimit:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        declared, content_type = _length_and_type(scope)
+        declared, content_type, chunked = _length_and_type(scope)
+        if declared is None and not chunked and scope.get("http_version") in _HTTP1:
+            # No body (HTTP/1 sends one only with either header): nothing to count.
+            await self.app(scope, receive, send)
+            return
         if declared is not None and declared.strip().isdigit() and int(declared) > self.max_bytes:
             await self._refuse(scope, receive, send)
             return
@@ -63,7 +69,7 @@ class BodyLimit:
             chunks.append(chunk)
             if not message.get("more_body", False):
                 body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
-                if _is_json(content_type) and not await _utf8(body, scope, receive, send):
+                if is_json(content_type) and not await _utf8(body, scope, receive, send):
                     return
                 replay = [{"type": "http.request", "body": body, "more_body": False}]
                 break
@@ -84,24 +90,31 @@ class BodyLimit:
         await response(scope, receive, send)
 
 
-def _length_and_type(scope: Scope) -> tuple[str | None, str]:
+def _length_and_type(scope: Scope) -> tuple[str | None, str, bool]:
     """The request's first ``content-length`` and ``content-type`` headers (as Starlette's
-    ``Headers.get`` reads them), in one pass over the headers."""
+    ``Headers.get`` reads them) and whether it has a ``transfer-encoding``, in one pass
+    over the headers."""
     declared: bytes | None = None
     content_type: bytes | None = None
+    chunked = False
     for name, value in scope["headers"]:
         if name == b"content-length":
             if declared is None:
                 declared = value
-        elif name == b"content-type" and content_type is None:
-            content_type = value
+        elif name == b"content-type":
+            if content_type is None:
+                content_type = value
+        elif name == b"transfer-encoding":
+            chunked = True
     return (
         None if declared is None else declared.decode("latin-1"),
         "" if content_type is None else content_type.decode("latin-1"),
+        chunked,
     )
 
 
-def _is_json(content_type: str) -> bool:
+def is_json(content_type: str) -> bool:
+    """``application/json`` or ``application/*+json`` (parameters aside)."""
     media = content_type.split(";", 1)[0].strip().lower()
     return media == "application/json" or (
         media.startswith("application/") and media.endswith("+json")
@@ -184,9 +197,39 @@ def check_tools(spec: JobSpec, settings: Settings) -> None:
 
 def check_output_schema(schema: Any, settings: Settings, *, field: str) -> None:
     """Size (compact JSON bytes) and nesting depth of a schema, given or compiled."""
+    _check_schema_measures(field, _measure(schema), settings)
+
+
+def check_signature_schema(signature: str, schema: Any, settings: Settings) -> None:
+    """``check_output_schema`` of the schema compiled from ``signature`` (names the field
+    ``signature``). The schema is the signature's alone, so its measures are kept by the
+    signature's text: jobs mostly repeat a few signatures."""
+    measures = _SIGNATURE_MEASURES.get(signature)
+    if measures is None:
+        measures = _measure(schema)
+        if len(signature) <= _SIGNATURE_TEXT_KEPT:
+            if len(_SIGNATURE_MEASURES) >= _SIGNATURES_KEPT:
+                del _SIGNATURE_MEASURES[next(iter(_SIGNATURE_MEASURES))]
+            _SIGNATURE_MEASURES[signature] = measures
+    _check_schema_measures("signature", measures, settings)
+
+
+# Signature text → (bytes, depth) of its compiled schema, oldest first (what
+# app.core.contract keeps compiled, kept as long: 256 texts up to 64 KiB).
+_SIGNATURE_MEASURES: dict[str, tuple[int, int]] = {}
+_SIGNATURES_KEPT: Final = 256
+_SIGNATURE_TEXT_KEPT: Final = 64 * 1024
+
+
+def _measure(schema: Any) -> tuple[int, int]:
     size = len(json.dumps(schema, separators=(",", ":"), ensure_ascii=False).encode())
+    return size, depth(schema)
+
+
+def _check_schema_measures(field: str, measures: tuple[int, int], settings: Settings) -> None:
+    size, levels = measures
     _at_most(field, size, settings.max_schema_bytes, "bytes of JSON", what="schema size")
-    _at_most(field, depth(schema), settings.max_schema_depth, "levels", what="schema depth")
+    _at_most(field, levels, settings.max_schema_depth, "levels", what="schema depth")
 
 
 def clamp_wait(wait_ms: int, settings: Settings) -> int:
@@ -196,25 +239,25 @@ def clamp_wait(wait_ms: int, settings: Settings) -> int:
 
 def depth(value: Any) -> int:
     """Nesting depth of a JSON value: a scalar is 0, ``{}`` and ``[]`` are 1."""
+    # Level by level (no recursion, however deep): the containers of one level hold the
+    # next level's values.
     deepest = 0
-    stack: list[tuple[Any, int]] = [(value, 0)]
-    while stack:
-        node, level = stack.pop()
-        children = _children(node)
-        if children is None:
-            deepest = max(deepest, level)
-            continue
-        deepest = max(deepest, level + 1)
-        stack.extend((child, level + 1) for child in children)
+    level: list[Any] = [value]
+    while level:
+        below: list[Any] = []
+        containers = False
+        for node in level:
+            if isinstance(node, dict):
+                containers = True
+                below.extend(node.values())
+            elif isinstance(node, list):
+                containers = True
+                below.extend(node)
+        if not containers:
+            break
+        deepest += 1
+        level = below
     return deepest
-
-
-def _children(node: Any) -> Iterator[Any] | None:
-    if isinstance(node, dict):
-        return iter(node.values())
-    if isinstance(node, list):
-        return iter(node)
-    return None
 
 
 def _at_most(field: str, value: int, cap: int, unit: str = "", *, what: str = "") -> None:

@@ -7,7 +7,7 @@ async def get_job(job_id: str, caller: Authed) -> Response:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Annotated, Final, cast
 
@@ -17,6 +17,7 @@ from fastapi.security.base import SecurityBase
 
 from app.api.auth import authenticate
 from app.api.fairness import Fairness
+from app.api.limits import is_json
 from app.api.problems import NotReady, UnsupportedMediaType
 from app.core import codes
 from app.outbound.kit import Outbound
@@ -75,11 +76,10 @@ class Bearer(SecurityBase):
         self.json_body = json_body
 
     async def __call__(self, request: Request) -> Caller:
-        headers = request.headers
+        content_type, authorization, declared = _caller_headers(request.scope["headers"])
         if self.json_body:
-            require_json(headers.get("content-type", ""))
+            require_json(content_type)
         res = _resources(request)
-        authorization = headers.get("authorization")
         token: str | None = None
         if authorization:
             scheme, _, credentials = authorization.partition(" ")
@@ -87,10 +87,32 @@ class Bearer(SecurityBase):
             if scheme and credentials and scheme.lower() == "bearer":
                 token = credentials
         tenant = authenticate(token, res.keys, present=authorization is not None)
-        declared = headers.get("content-length", "")
         body_bytes = int(declared) if declared.isdigit() else 0
         res.fairness.admit(tenant, body_bytes=body_bytes)  # 429 when faster than its share
         return Caller(res, tenant)
+
+
+def _caller_headers(headers: Iterable[tuple[bytes, bytes]]) -> tuple[str, str | None, str]:
+    """The first ``content-type`` (or ""), ``authorization`` (or None) and
+    ``content-length`` (or "") of ``headers`` (the ASGI scope's, names lower-case), as
+    ``Request.headers.get`` reads each, in one pass."""
+    content_type: bytes | None = None
+    authorization: bytes | None = None
+    length: bytes | None = None
+    for name, value in headers:
+        if name == b"authorization":
+            if authorization is None:
+                authorization = value
+        elif name == b"content-type":
+            if content_type is None:
+                content_type = value
+        elif name == b"content-length" and length is None:
+            length = value
+    return (
+        "" if content_type is None else content_type.decode("latin-1"),
+        None if authorization is None else authorization.decode("latin-1"),
+        "" if length is None else length.decode("latin-1"),
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,12 +125,9 @@ class Caller:
 
 def require_json(content_type: str) -> None:
     """415 unless a body comes as JSON: ``application/json`` or ``application/*+json``."""
-    media = content_type.split(";", 1)[0].strip().lower()
-    if media == "application/json" or (
-        media.startswith("application/") and media.endswith("+json")
-    ):
+    if is_json(content_type):
         return
-    shown = media or "none"
+    shown = content_type.split(";", 1)[0].strip().lower() or "none"
     raise UnsupportedMediaType(f"send the job as application/json (Content-Type was {shown})")
 
 
@@ -117,5 +136,8 @@ BEARER_DESCRIPTION: Final = (
 )
 
 Res = Annotated[Resources, Depends(get_resources)]
-Authed = Annotated[Caller, Depends(Bearer())]
-AuthedJson = Annotated[Caller, Depends(Bearer(json_body=True))]
+# The two callers a route may declare; ``app.api.lean``'s readers call the same ones.
+BEARER: Final = Bearer()
+BEARER_JSON: Final = Bearer(json_body=True)
+Authed = Annotated[Caller, Depends(BEARER)]
+AuthedJson = Annotated[Caller, Depends(BEARER_JSON)]

@@ -311,8 +311,12 @@ class JobStore(Role):
         """
         if not is_job_id(job_id):
             return None
+        heard, view = self._heard_end(job_id, tenant)
+        if heard:  # nothing to watch for (most long-polls of a job made here)
+            return view
         deadline = time.monotonic() + max(wait_ms, 0) / 1000
         async with self.hub.watch(self.channels["done"], job_id) as watch:
+            # Heard while the watch was set up (it may wait for the subscription)?
             heard, view = self._heard_end(job_id, tenant)
             if heard:
                 return view

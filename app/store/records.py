@@ -135,7 +135,9 @@ def _second(seconds: int) -> str:
 def job_view(raw: Mapping[Any, Any]) -> JobView | None:
     """A job from its hash's fields (missing ones are None); None if it is gone."""
     fields = {
-        k if type(k) is str else text(k): v.decode() if type(v) is bytes else text(v)
+        k if type(k) is str else text(k): (
+            v if type(v) is str else v.decode() if type(v) is bytes else text(v)
+        )
         for k, v in raw.items()
         if v is not None
     }

@@ -1,0 +1,169 @@
+"""The hot endpoints' inputs read directly, FastAPI's general machinery kept for the rest.
+
+    router = APIRouter(route_class=LeanRoute)
+
+    async def _submit_inputs(request: Request) -> dict[str, Any]:   # raise Unusual: FastAPI
+        spec = await json_body(request, JobSpec)
+        return {"request": request, "spec": spec, "caller": await BEARER_JSON(request)}
+
+    @router.post("/v1/jobs", ...)
+    @lean(_submit_inputs)
+    async def submit_job(request: Request, caller: AuthedJson, spec: JobBody) -> Response:
+
+FastAPI solves an endpoint's declared inputs generically on every request (each
+parameter's annotation inspected again, a dict of errors built, the body parsed as JSON and
+then validated) and wraps the endpoint in layers for what these endpoints never use: a
+third or more of the API's CPU per request. A ``LeanRoute`` whose endpoint has a reader
+(``lean``) calls the reader instead: it reads the common, valid request in a few lines
+(the body straight into its model with ``model_validate_json``) and returns the
+endpoint's arguments. Anything it does not expect (a body that does not validate, an odd
+parameter, a non-JSON body) raises ``Unusual`` before any side effect, and FastAPI's own
+handling answers the request exactly as it always did: every 4xx, its problem+json and
+the order of its checks stay FastAPI's. The declared signature still documents the
+endpoint (OpenAPI), and is what FastAPI solves whenever the reader steps aside.
+
+A reader authenticates last (``Bearer``: 401, 415, and the rate's 429 with its side
+effect): when it runs, nothing is left that could step aside. FastAPI's own telemetry
+(a global OpenTelemetry provider) and dependency overrides take the general path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any, Final, TypeVar
+
+from fastapi import Request
+from fastapi.responses import Response
+from fastapi.routing import APIRoute
+from pydantic import BaseModel, ValidationError
+from starlette.requests import ClientDisconnect
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from app.api.limits import is_json
+
+Reader = Callable[[Request], Awaitable[dict[str, Any]]]
+E = TypeVar("E", bound=Callable[..., Any])
+M = TypeVar("M", bound=BaseModel)
+
+_READER: Final = "__lean_reader__"
+# A query integer up to this many digits is read here (pydantic takes any size).
+_MAX_DIGITS: Final = 15
+
+
+class Unusual(Exception):
+    """The request is not the plain, valid one a reader handles: FastAPI reads it."""
+
+
+def lean(reader: Reader) -> Callable[[E], E]:
+    """Give an endpoint (of a ``LeanRoute``) the reader of its arguments. Apply it below
+    the route decorator: the route is built when that decorator runs."""
+
+    def attach(endpoint: E) -> E:
+        setattr(endpoint, _READER, reader)
+        return endpoint
+
+    return attach
+
+
+class LeanRoute(APIRoute):
+    """An ``APIRoute`` whose endpoint's reader (``lean``), if it has one, reads the
+    request; FastAPI's own handling serves the requests the reader steps aside from.
+
+    The lean path is the route's ASGI app: the arguments read, the endpoint called, its
+    response sent. It leaves out what FastAPI wraps around every endpoint for what a
+    reader never uses (exit stacks for dependencies with ``yield``, the endpoint's own
+    exception wrapper: an error goes to the same handlers one layer out, by
+    ``ExceptionMiddleware``). Served as the app's own route (``FastAPI(routes=...)``),
+    not through ``include_router``, whose copy of the route is FastAPI's handling only.
+    """
+
+    def __init__(self, path: str, endpoint: Callable[..., Any], **kwargs: Any) -> None:
+        super().__init__(path, endpoint, **kwargs)
+        reader: Reader | None = getattr(endpoint, _READER, None)
+        if reader is not None:
+            body = self.body_field is not None
+            self.app = _lean_app(reader, endpoint, body=body, general=self.app)
+
+
+def _lean_app(
+    reader: Reader, endpoint: Callable[..., Any], *, body: bool, general: ASGIApp
+) -> ASGIApp:
+    """``body``: the route takes one, read before the reader runs (and given to FastAPI
+    again when the reader steps aside)."""
+
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope.get("fastapi.telemetry") is not None or getattr(
+            scope.get("app"), "dependency_overrides", None
+        ):
+            await general(scope, receive, send)
+            return
+        request = Request(scope, receive, send)
+        read: bytes | None = None
+        if body:
+            try:
+                read = await request.body()
+            except ClientDisconnect:
+                await general(scope, receive, send)  # gone: as FastAPI answers that
+                return
+        try:
+            arguments = await reader(request)
+        except Unusual:
+            await general(scope, receive if read is None else _replaying(read, receive), send)
+            return
+        response: Response = await endpoint(**arguments)
+        await response(scope, receive, send)
+
+    return app
+
+
+def _replaying(body: bytes, receive: Receive) -> Receive:
+    replay: list[Message] = [{"type": "http.request", "body": body, "more_body": False}]
+
+    async def replayed() -> Message:
+        return replay.pop() if replay else await receive()
+
+    return replayed
+
+
+async def json_body(request: Request, model: type[M]) -> M:
+    """The request's JSON body as ``model``; ``Unusual`` unless it is there and valid."""
+    body = await request.body()  # read already (LeanRoute reads a route's body first)
+    if not is_json(request.headers.get("content-type", "")):
+        raise Unusual
+    if not body:
+        raise Unusual
+    try:
+        return model.model_validate_json(body)
+    except ValidationError:
+        raise Unusual from None
+
+
+def header(request: Request, name: str, *, max_length: int) -> str | None:
+    """Header ``name`` (its first value, as FastAPI reads it) if it has 1 to
+    ``max_length`` characters, None if absent; ``Unusual`` otherwise."""
+    value = request.headers.get(name)
+    if value is not None and not 0 < len(value) <= max_length:
+        raise Unusual
+    return value
+
+
+def query_int(request: Request, name: bytes, default: int) -> int:
+    """Query parameter ``name`` (its last value, as FastAPI reads it) when it is written
+    plainly as a non-negative integer, ``default`` if absent; ``Unusual`` otherwise."""
+    query: bytes = request.scope.get("query_string", b"")
+    if not query:
+        return default
+    if b"%" in query or b"+" in query:
+        raise Unusual  # escaped: Starlette's parser decodes it
+    value: bytes | None = None
+    for pair in query.split(b"&"):
+        key, _, given = pair.partition(b"=")
+        if key == name:
+            value = given
+    if value is None:
+        return default
+    if not (value.isdigit() and len(value) <= _MAX_DIGITS):
+        raise Unusual
+    if len(value) > 1 and value[:1] == b"0":
+        raise Unusual
+    return int(value)
