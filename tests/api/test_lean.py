@@ -145,6 +145,6 @@ def test_the_hot_routes_have_lean_readers(
         (method, route.path)
         for route in app.routes
         if isinstance(route, LeanRoute) and hasattr(route.endpoint, "__lean_reader__")
-        for method in route.methods
+        for method in route.methods or ()
     }
     assert found == HOT
