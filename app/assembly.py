@@ -313,6 +313,9 @@ def run_api(settings: Settings, *, embedded_worker: bool) -> int:
         port=settings.port,
         log_level="info",
         access_log=False,
+        # The API reads neither the client's address nor the scheme (Locations are paths):
+        # no X-Forwarded-* layer in front of every request.
+        proxy_headers=False,
         http=OnePieceHttp,  # uvicorn's httptools protocol, each response in one write
     )
     return 0
