@@ -212,6 +212,8 @@ class JobStore(Role):
             shard.tenant_index(tenant),
             shard.tenant_bytes(tenant, window),
             shard.idle,
+            shard.leases,  # a job handed to an idle worker is leased in the script
+            shard.running,
         ]
         if idempotency_key is not None:
             keys.append(shard.idempotency(tenant, idempotency_key))
@@ -250,7 +252,7 @@ class JobStore(Role):
                 ],
             )
             outcome, found = text(reply[0]), text(reply[1])
-            if len(reply) > 2:  # nobody on the idle list: skip it for a while
+            if len(reply) == 3:  # nobody on the idle list: skip it for a while
                 self._idle_empty[index] = time.monotonic() + WAKE_EMPTY_S
             if outcome == "full":
                 raise QueueFull(int(found))
