@@ -15,7 +15,8 @@
 --       25 '1' when PUBLISH counts every subscriber (one Redis), '' when it counts only this
 --       node's (a cluster)  26 '1': skip the idle list (this API process found it empty a
 --       moment ago), tell every worker
--- Returns {'created', id} | {'created', id, 'idle-empty'} (nobody on the idle list)
+-- Returns {'created', id} | {'created', id, 'idle-empty' | 'idle-queued'} (nobody on the
+--       idle list, or jobs queued on the shard: the API skips the list for a while)
 --       | {'created', id, '', 'handed'} (claimed for an idle worker, below)
 --       | {'existing', id} | {'conflict', id} | {'full', depth} | {'quota', bytes}
 
@@ -44,28 +45,28 @@ end
 -- claim). A registration older than ``stale`` ms, or one whose PUBLISH reaches nobody (the
 -- worker died: its subscription went with it), is dropped and the next tried; nothing is
 -- written before a worker heard the job, so a job nobody took goes the queue's way below.
--- Returns {owner, lease, cap, now} for the worker that took it, or nil; and whether the
--- list was empty.
+-- Returns {owner, lease, cap, now} for the worker that took it, or nil and why not when
+-- the API may skip a look for a while: 'empty' (nobody listed), 'queued' (jobs wait here,
+-- which go first: under load a submit spends one command on it, then none for a while).
 local function hand_off(idle, ring, running, channel, shard, stale, tenant, job)
+  if redis.call('LLEN', ring) > 0 then
+    return nil, 'queued'
+  end
   local entry = redis.call('LPOP', idle)
   if not entry then
-    return nil, true
-  end
-  if redis.call('LLEN', ring) > 0 then  -- jobs are queued here: they go first
-    redis.call('LPUSH', idle, entry)
-    return nil, false
+    return nil, 'empty'
   end
   local now = now_ms()
   for _ = 1, 3 do
     local token, ms, lease, cap, owner = listed(entry)
     if ms and not lease then  -- a worker that takes no hand-off: woken instead, below
       redis.call('LPUSH', idle, entry)
-      return nil, false
+      return nil, nil
     end
     if ms and now - ms <= stale then
       if cap > 0 and (tonumber(redis.call('HGET', running, tenant)) or 0) >= cap then
         redis.call('LPUSH', idle, entry)  -- the tenant is at its cap: the job waits
-        return nil, false
+        return nil, nil
       end
       local head = {}
       for i, v in ipairs(job) do
@@ -81,11 +82,11 @@ local function hand_off(idle, ring, running, channel, shard, stale, tenant, job)
     end
     entry = redis.call('LPOP', idle)
     if not entry then
-      return nil, true
+      return nil, 'empty'
     end
   end
   redis.call('LPUSH', idle, entry)
-  return nil, false
+  return nil, nil
 end
 
 local idem = KEYS[9]
@@ -118,9 +119,9 @@ end
 
 local id, tenant = ARGV[1], ARGV[2]
 local created = ARGV[16]
-local handed, empty = nil, false
+local handed, skip = nil, nil
 if ARGV[25] == '1' and ARGV[26] ~= '1' then
-  handed, empty = hand_off(KEYS[6], KEYS[3], KEYS[8], ARGV[14], ARGV[15], tonumber(ARGV[24]),
+  handed, skip = hand_off(KEYS[6], KEYS[3], KEYS[8], ARGV[14], ARGV[15], tonumber(ARGV[24]),
     tenant, claim_reply(id, 1, ARGV[4], tenant, created, ARGV[6], '', '', '', ARGV[22]))
 end
 local depth = 0
@@ -189,14 +190,14 @@ if handed then
 end
 -- Wake one worker when the queue was empty. A job queued behind others needs no wake-up:
 -- the claim that takes the jobs before it was woken by the first one, and a worker whose
--- claim got all it asked for claims again as soon as it has a free slot. An idle list the
--- hand-off found empty is told to the API (it skips the list for a while) whatever the
--- depth: under load no submit spends a command on it.
+-- claim got all it asked for claims again as soon as it has a free slot. Why the hand-off
+-- could not be, when it was for a while, is told to the API (it skips the look then)
+-- whatever the depth: under load a submit spends no command on it.
 if depth == 1 and wake_one(KEYS[6], ARGV[14], ARGV[15], tonumber(created), tonumber(ARGV[24]),
-    ARGV[25] == '1', ARGV[26] == '1' or empty) then
+    ARGV[25] == '1', ARGV[26] == '1' or skip == 'empty') then
   return {'created', id, 'idle-empty'}
 end
-if empty then
-  return {'created', id, 'idle-empty'}
+if skip then
+  return {'created', id, 'idle-' .. skip}
 end
 return {'created', id}
