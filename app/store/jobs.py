@@ -103,6 +103,9 @@ class JobStore(Role):
     ) -> None:
         super().__init__(redis, options, **fields)
         self._idle_empty = {}
+        # Shard → submits of this process in flight there: with one in flight, the others
+        # (a burst) try no hand-off, so none spends a command looking (lua/submit.lua).
+        self._submitting: dict[int, int] = {}
         # What this process knows of the jobs it made without reading them (``_unmoved``,
         # ``_heard_end``): a job made here while the subscription was live, with no
         # ``done`` message heard since (id → tenant, the hub's generation then), and the
@@ -218,39 +221,49 @@ class JobStore(Role):
         if idempotency_key is not None:
             keys.append(shard.idempotency(tenant, idempotency_key))
         while True:
-            reply = await self._run(
-                "submit",
-                keys,
-                [
-                    job_id,
-                    tenant,
-                    # Only an Idempotency-Key is checked against it (lua/submit.lua).
-                    "" if idempotency_key is None else body_digest(spec, metadata, model),
-                    spec_json,
-                    dumps(metadata),
-                    model or "",
-                    idempotency_key or "",
-                    self._queued_result,
-                    options.max_queued,
-                    options.idempotency_ttl_s,
-                    len(spec_json.encode()),
-                    options.max_tenant_bytes,
-                    2 * options.retention_s,
-                    self.channels["work"],
-                    index,
-                    now_ms,
-                    shard.job_prefix,
-                    _QUEUED_EVENT,
-                    (index_window + 1) * _INDEX_WINDOW_MS + lifetime_ms,
-                    id_floor(now_ms - lifetime_ms),
-                    "" if callback is None else dumps(callback),
-                    "" if trace is None else trace.dumps(),
-                    f"{_INDEX_MARK}{index_window:012d}",
-                    WAKE_STALE_MS,
-                    "1" if self.exact_publish else "",
-                    "1" if time.monotonic() < self._idle_empty.get(index, 0.0) else "",
-                ],
+            # '1': the list found empty (or jobs queued) lately, every worker is told; '2':
+            # another submit of this process to the shard is in flight (a burst), no hand-off.
+            busy = self._submitting.get(index, 0)
+            look = (
+                "1" if time.monotonic() < self._idle_empty.get(index, 0.0) else "2" if busy else ""
             )
+            self._submitting[index] = busy + 1
+            try:
+                reply = await self._run(
+                    "submit",
+                    keys,
+                    [
+                        job_id,
+                        tenant,
+                        # Only an Idempotency-Key is checked against it (lua/submit.lua).
+                        "" if idempotency_key is None else body_digest(spec, metadata, model),
+                        spec_json,
+                        dumps(metadata),
+                        model or "",
+                        idempotency_key or "",
+                        self._queued_result,
+                        options.max_queued,
+                        options.idempotency_ttl_s,
+                        len(spec_json.encode()),
+                        options.max_tenant_bytes,
+                        2 * options.retention_s,
+                        self.channels["work"],
+                        index,
+                        now_ms,
+                        shard.job_prefix,
+                        _QUEUED_EVENT,
+                        (index_window + 1) * _INDEX_WINDOW_MS + lifetime_ms,
+                        id_floor(now_ms - lifetime_ms),
+                        "" if callback is None else dumps(callback),
+                        "" if trace is None else trace.dumps(),
+                        f"{_INDEX_MARK}{index_window:012d}",
+                        WAKE_STALE_MS,
+                        "1" if self.exact_publish else "",
+                        look,
+                    ],
+                )
+            finally:
+                self._submitting[index] -= 1
             outcome, found = text(reply[0]), text(reply[1])
             if len(reply) == 3:  # nobody on the idle list: skip it for a while
                 self._idle_empty[index] = time.monotonic() + WAKE_EMPTY_S

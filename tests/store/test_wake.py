@@ -413,3 +413,25 @@ async def test_a_lone_worker_is_listed_and_the_api_skips_an_empty_list_for_a_whi
     api._idle_empty.clear()  # as WAKE_EMPTY_S later
     last = await submit(api)
     assert (await handed(alone)).job_id == last.id
+
+
+async def test_in_a_burst_of_submits_only_the_first_looks_for_a_worker_to_hand_its_job_to(
+    redis: Redis, make_store: StoreFactory
+) -> None:
+    """Submits of one API process in flight together to a shard (sent in one round trip)
+    would each spend a command on the hand-off before any reply could say the queue is
+    busy: only one tries it, the rest queue as before, the first of them waking one."""
+    api, a, b = make_store(), make_store(), make_store()
+    await listening(a, b)
+    await idle(a)
+    await idle(b)
+
+    jobs = await asyncio.gather(*(submit(api, tenant=f"t{i}") for i in range(5)))
+
+    [taken] = await a.handed()
+    assert taken.job_id == jobs[0].id
+    assert await tokens(redis, api) == [b.wake_token]  # b was woken, not handed a job
+    assert await woken(b) == [True]
+    assert nothing_handed(b)
+    claimed = await b.claim("b", n=10, register=True)
+    assert sorted(c.job_id for c in claimed) == sorted(j.id for j in jobs[1:])

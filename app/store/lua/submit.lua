@@ -14,7 +14,8 @@
 --       id: app/store/jobs.py)  24 how old (ms) an idle worker's registration may be
 --       25 '1' when PUBLISH counts every subscriber (one Redis), '' when it counts only this
 --       node's (a cluster)  26 '1': skip the idle list (this API process found it empty a
---       moment ago), tell every worker
+--       moment ago), tell every worker; '2': no hand-off (another submit of this API
+--       process to this shard is in flight: a burst), wake one as before
 -- Returns {'created', id} | {'created', id, 'idle-empty' | 'idle-queued'} (nobody on the
 --       idle list, or jobs queued on the shard: the API skips the list for a while)
 --       | {'created', id, '', 'handed'} (claimed for an idle worker, below)
@@ -120,7 +121,7 @@ end
 local id, tenant = ARGV[1], ARGV[2]
 local created = ARGV[16]
 local handed, skip = nil, nil
-if ARGV[25] == '1' and ARGV[26] ~= '1' then
+if ARGV[25] == '1' and ARGV[26] == '' then
   handed, skip = hand_off(KEYS[6], KEYS[3], KEYS[8], ARGV[14], ARGV[15], tonumber(ARGV[24]),
     tenant, claim_reply(id, 1, ARGV[4], tenant, created, ARGV[6], '', '', '', ARGV[22]))
 end
