@@ -277,14 +277,16 @@ class Leases(Role):
         Returns at once when such a message came since the last ``claim`` began: a submit
         publishes only when its tenant's queue was empty (lua/submit.lua), so a wake-up
         that arrives between a claim that found nothing and this wait must not be lost.
+        A job handed to this object ends the wait too (``woken`` and ``handed_only``: no
+        claim is needed for it; ``handed`` has it).
         """
         watch = self._work_watch()
         await self._listen()
-        self.woken = await watch.wait(0 if self._handed else timeout_s) or bool(self._handed)
+        self.woken = await watch.wait(timeout_s)
         self.handed_only = False
         if self.woken:
-            keys = watch.drain()
-            self.handed_only = all(key.startswith("h") for key in keys)
+            keys = watch.drain()  # a hand-off's message notifies this watch once
+            self.handed_only = bool(keys) and all(key.startswith("h") for key in keys)
             shards = [key for key in keys if key.isdigit()]
             return int(shards[-1]) if shards else None
         return None
