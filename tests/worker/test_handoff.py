@@ -20,6 +20,7 @@ from app.worker import Worker
 from tests.both import Store
 from tests.worker.harness import (
     LEASE_MS,
+    SLOW_MS,
     TENANT,
     Gate,
     eventually,
@@ -120,3 +121,24 @@ async def test_a_worker_that_stops_leaves_every_idle_list_and_takes_no_more_jobs
         view = await store.get(after.id, tenant=TENANT)
     assert view is not None
     assert view.status == "queued"  # nobody to hand it to: it waits in the queue
+
+
+async def test_a_handed_job_longer_than_its_lease_is_kept_by_heartbeats(
+    two_shards: tuple[Store, Redis], sim_url: str, tmp_path: Path
+) -> None:
+    store, redis = two_shards
+    async with sim_router(sim_url, tmp_path) as router:
+        worker = Worker(store, router, worker_settings())
+        async with running(worker):
+            await listed_on(store, redis, range(SHARDS), 1)
+            # The simulator answers after SLOW_MS, twice the lease.
+            spec = job(["slow"], name="slow")
+            key = next(k for k in map(str, range(100)) if store.keys.shard_for(TENANT, k, 0) == 0)
+            slow, _ = await store.submit(tenant=TENANT, spec=spec, idempotency_key=key)
+            view = await finished(store, slow.id)
+            handed = store.handed_total
+
+    assert SLOW_MS >= 2 * LEASE_MS
+    assert handed == 1  # it came by the hand-off, not a claim
+    assert view.status == "succeeded"
+    assert view.attempts == 1  # its lease, taken in the submit, was renewed: never reaped
