@@ -103,6 +103,9 @@ class JobStore(Role):
     ) -> None:
         super().__init__(redis, options, **fields)
         self._idle_empty = {}
+        # Shard → until when (monotonic s) a submit tries no hand-off: it found jobs queued
+        # there (load), so a look would most likely find them again; it still wakes one.
+        self._no_handoff: dict[int, float] = {}
         # Shard → submits of this process in flight there: with one in flight, the others
         # (a burst) try no hand-off, so none spends a command looking (lua/submit.lua).
         self._submitting: dict[int, int] = {}
@@ -221,12 +224,17 @@ class JobStore(Role):
         if idempotency_key is not None:
             keys.append(shard.idempotency(tenant, idempotency_key))
         while True:
-            # '1': the list found empty (or jobs queued) lately, every worker is told; '2':
-            # another submit of this process to the shard is in flight (a burst), no hand-off.
+            # '1': the list found empty lately, every worker is told; '2': no hand-off (jobs
+            # found queued lately, or another submit of this process to the shard is in
+            # flight: a burst), one worker woken as before.
             busy = self._submitting.get(index, 0)
-            look = (
-                "1" if time.monotonic() < self._idle_empty.get(index, 0.0) else "2" if busy else ""
-            )
+            now = time.monotonic()
+            if now < self._idle_empty.get(index, 0.0):
+                look = "1"
+            elif busy or now < self._no_handoff.get(index, 0.0):
+                look = "2"
+            else:
+                look = ""
             self._submitting[index] = busy + 1
             try:
                 reply = await self._run(
@@ -265,8 +273,9 @@ class JobStore(Role):
             finally:
                 self._submitting[index] -= 1
             outcome, found = text(reply[0]), text(reply[1])
-            if len(reply) == 3:  # nobody on the idle list: skip it for a while
-                self._idle_empty[index] = time.monotonic() + WAKE_EMPTY_S
+            if len(reply) == 3:  # nobody on the idle list, or jobs queued: for a while
+                skip = self._idle_empty if text(reply[2]) == "idle-empty" else self._no_handoff
+                skip[index] = time.monotonic() + WAKE_EMPTY_S
             if outcome == "full":
                 raise QueueFull(int(found))
             if outcome == "quota":

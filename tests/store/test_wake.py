@@ -172,6 +172,14 @@ async def test_jobs_queued_on_the_shard_go_first_and_a_tenant_at_its_cap_is_not_
     assert await woken(a) == [True]
     [claim] = await a.claim("a", n=4, register=True)
     assert claim.job_id == other.id
+    # Jobs were queued: for a while the API tries no hand-off, but still wakes one worker.
+    assert api._no_handoff
+    assert not api._idle_empty
+    await idle(a)
+    later = await submit(api, tenant="z")
+    assert nothing_handed(a)
+    assert await woken(a) == [True]
+    assert [c.job_id for c in await a.claim("a", n=4, register=True)] == [later.id]
 
 
 async def test_a_worker_that_died_while_listed_is_dropped_and_the_job_handed_to_the_next(

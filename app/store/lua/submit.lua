@@ -16,8 +16,9 @@
 --       node's (a cluster)  26 '1': skip the idle list (this API process found it empty a
 --       moment ago), tell every worker; '2': no hand-off (another submit of this API
 --       process to this shard is in flight: a burst), wake one as before
--- Returns {'created', id} | {'created', id, 'idle-empty' | 'idle-queued'} (nobody on the
---       idle list, or jobs queued on the shard: the API skips the list for a while)
+-- Returns {'created', id} | {'created', id, 'idle-empty'} (nobody on the idle list: the
+--       API skips the list for a while) | {'created', id, 'idle-queued'} (jobs queued on
+--       the shard: the API tries no hand-off for a while)
 --       | {'created', id, '', 'handed'} (claimed for an idle worker, below)
 --       | {'existing', id} | {'conflict', id} | {'full', depth} | {'quota', bytes}
 
