@@ -103,8 +103,9 @@ class JobStore(Role):
     ) -> None:
         super().__init__(redis, options, **fields)
         self._idle_empty = {}
-        # Shard → until when (monotonic s) a submit tries no hand-off: it found jobs queued
-        # there (load), so a look would most likely find them again; it still wakes one.
+        # Shard → until when (monotonic s) a submit tries no hand-off: one found jobs queued
+        # there or nobody listed (load: a look would most likely find that again, and
+        # hand-offs would keep the list empty); it still wakes one listed worker.
         self._no_handoff: dict[int, float] = {}
         # Shard → submits of this process in flight there: with one in flight, the others
         # (a burst) try no hand-off, so none spends a command looking (lua/submit.lua).
@@ -273,7 +274,7 @@ class JobStore(Role):
             finally:
                 self._submitting[index] -= 1
             outcome, found = text(reply[0]), text(reply[1])
-            if len(reply) == 3:  # nobody on the idle list, or jobs queued: for a while
+            if len(reply) == 3:  # nobody to wake, or no hand-off to try: for a while
                 skip = self._idle_empty if text(reply[2]) == "idle-empty" else self._no_handoff
                 skip[index] = time.monotonic() + WAKE_EMPTY_S
             if outcome == "full":

@@ -114,7 +114,10 @@ async def test_a_submit_hands_its_job_to_one_idle_worker_claimed_for_it(
     third = await submit(api)
     assert await woken(a, b) == [True, True]
     assert await redis.lrange(shard.tenant_queue("acme"), 0, -1) == [third.id.encode()]
-    assert api._idle_empty  # found empty: the next submits skip the list for a while
+    # Found nobody: for a while the next submits try no hand-off (the workers it took off
+    # come back with their commits), but wake one listed worker.
+    assert api._no_handoff
+    assert not api._idle_empty
 
 
 async def test_the_commit_of_a_handed_job_lists_its_worker_again_before_the_done_message(
@@ -410,15 +413,23 @@ async def test_a_lone_worker_is_listed_and_the_api_skips_an_empty_list_for_a_whi
 
     queued = await submit(api)  # the list is empty now: queued, the shared channel
     assert await woken(alone) == [True]
-    assert api._idle_empty  # found empty: the next submits skip it for WAKE_EMPTY_S
+    assert api._no_handoff  # no hand-off tried for WAKE_EMPTY_S
     assert [c.job_id for c in await alone.claim("w", n=4, register=True)] == [queued.id]
     assert await tokens(redis, api) == [alone.wake_token]  # a short claim: listed again
 
-    skipped = await submit(api)  # within WAKE_EMPTY_S: the list is not looked at
+    woke = await submit(api)  # within WAKE_EMPTY_S: woken on its own channel, not handed
+    assert nothing_handed(alone)
     assert await woken(alone) == [True]
-    assert [c.job_id for c in await alone.claim("w", n=4, register=True)] == [skipped.id]
+    # A claim that fills every slot it asked for takes it off the list.
+    assert [c.job_id for c in await alone.claim("w", n=1, register=True)] == [woke.id]
 
-    api._idle_empty.clear()  # as WAKE_EMPTY_S later
+    busy = await submit(api)  # a wake-up that finds nobody listed: the API skips the list
+    assert await woken(alone) == [True]
+    assert api._idle_empty
+    assert [c.job_id for c in await alone.claim("w", n=4, register=True)] == [busy.id]
+
+    api._no_handoff.clear()  # as WAKE_EMPTY_S later
+    api._idle_empty.clear()
     last = await submit(api)
     assert (await handed(alone)).job_id == last.id
 

@@ -16,9 +16,10 @@
 --       node's (a cluster)  26 '1': skip the idle list (this API process found it empty a
 --       moment ago), tell every worker; '2': no hand-off (another submit of this API
 --       process to this shard is in flight: a burst), wake one as before
--- Returns {'created', id} | {'created', id, 'idle-empty'} (nobody on the idle list: the
---       API skips the list for a while) | {'created', id, 'idle-queued'} (jobs queued on
---       the shard: the API tries no hand-off for a while)
+-- Returns {'created', id} | {'created', id, 'idle-empty'} (a wake-up found nobody on the
+--       idle list: the API skips the list for a while) | {'created', id, 'no-handoff'} (the
+--       hand-off found jobs queued or nobody listed: the API tries none for a while; the
+--       workers it took off the list come back with their commits)
 --       | {'created', id, '', 'handed'} (claimed for an idle worker, below)
 --       | {'existing', id} | {'conflict', id} | {'full', depth} | {'quota', bytes}
 
@@ -48,8 +49,9 @@ end
 -- worker died: its subscription went with it), is dropped and the next tried; nothing is
 -- written before a worker heard the job, so a job nobody took goes the queue's way below.
 -- Returns {owner, lease, cap, now} for the worker that took it, or nil and why not when
--- the API may skip a look for a while: 'empty' (nobody listed), 'queued' (jobs wait here,
--- which go first: under load a submit spends one command on it, then none for a while).
+-- the API is to try no hand-off for a while: 'empty' (nobody listed), 'queued' (jobs wait
+-- here, which go first). Under load a submit spends one command on it, then none for a
+-- while, and the workers stay listed: wake-ups go to one of them, as without hand-offs.
 local function hand_off(idle, ring, running, channel, shard, stale, tenant, job)
   if redis.call('LLEN', ring) > 0 then
     return nil, 'queued'
@@ -200,6 +202,6 @@ if depth == 1 and wake_one(KEYS[6], ARGV[14], ARGV[15], tonumber(created), tonum
   return {'created', id, 'idle-empty'}
 end
 if skip then
-  return {'created', id, 'idle-' .. skip}
+  return {'created', id, 'no-handoff'}
 end
 return {'created', id}
