@@ -310,7 +310,7 @@ class Worker:
             log.warning("job %s: release of a handed-over job failed: %r", claim.job_id, exc)
             return
         if released:
-            log.info("job %s: handed over without a free slot, released to the queue", claim.job_id)
+            log.info("job %s: handed over, not started here, released to the queue", claim.job_id)
 
     def _start(self, claim: Claim) -> None:
         job = _Job(claim)
