@@ -60,9 +60,8 @@ CHANNELS: Final = ("work", "done", "events", "cancel", "outbox")
 # drops an entry older than WAKE_STALE_MS as a worker that stopped claiming.
 WAKE_RENEW_S: Final = 10.0
 WAKE_STALE_MS: Final = 30_000
-# An API process whose wake-up found a shard's idle list empty skips it (and tells every
-# worker) for WAKE_EMPTY_S before it looks again; one whose hand-off found jobs queued or
-# nobody listed tries no hand-off for as long (it still wakes one listed worker).
+# An API process whose submit found jobs queued on a shard or nobody on its idle list
+# tries no hand-off there for WAKE_EMPTY_S (it still wakes one listed worker).
 WAKE_EMPTY_S: Final = 5.0
 # Each publish wakes every process subscribed to its channel: a role subscribes only to the
 # channels it waits on (``Role.HEARS``), so a job's end does not wake the workers nor its

@@ -94,15 +94,11 @@ class JobStore(Role):
     # long-polls (``wait``, ``submit(wait_ms=)``), ``events``
     HEARS: ClassVar[tuple[str, ...]] = ("done", "events")
     _spread = itertools.count()
-    # Shard → until when (monotonic s) a submit skips its idle list, found empty: with one
-    # worker nobody is listed, and the shared channel wakes just that one.
-    _idle_empty: dict[int, float]
 
     def __init__(
         self, redis: RedisClient, options: StoreOptions | None = None, **fields: Any
     ) -> None:
         super().__init__(redis, options, **fields)
-        self._idle_empty = {}
         # Shard → until when (monotonic s) a submit tries no hand-off: one found jobs queued
         # there or nobody listed (load: a look would most likely find that again, and
         # hand-offs would keep the list empty); it still wakes one listed worker.
@@ -225,17 +221,10 @@ class JobStore(Role):
         if idempotency_key is not None:
             keys.append(shard.idempotency(tenant, idempotency_key))
         while True:
-            # '1': the list found empty lately, every worker is told; '2': no hand-off (jobs
-            # found queued lately, or another submit of this process to the shard is in
-            # flight: a burst), one worker woken as before.
+            # '1': no hand-off (found impossible lately, or another submit of this process to
+            # the shard is in flight: a burst), one worker woken as before.
             busy = self._submitting.get(index, 0)
-            now = time.monotonic()
-            if now < self._idle_empty.get(index, 0.0):
-                look = "1"
-            elif busy or now < self._no_handoff.get(index, 0.0):
-                look = "2"
-            else:
-                look = ""
+            look = "1" if busy or time.monotonic() < self._no_handoff.get(index, 0.0) else ""
             self._submitting[index] = busy + 1
             try:
                 reply = await self._run(
@@ -274,9 +263,8 @@ class JobStore(Role):
             finally:
                 self._submitting[index] -= 1
             outcome, found = text(reply[0]), text(reply[1])
-            if len(reply) == 3:  # nobody to wake, or no hand-off to try: for a while
-                skip = self._idle_empty if text(reply[2]) == "idle-empty" else self._no_handoff
-                skip[index] = time.monotonic() + WAKE_EMPTY_S
+            if len(reply) == 3:  # no hand-off to try: for a while
+                self._no_handoff[index] = time.monotonic() + WAKE_EMPTY_S
             if outcome == "full":
                 raise QueueFull(int(found))
             if outcome == "quota":

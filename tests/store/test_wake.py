@@ -10,7 +10,8 @@ or that is older than ``WAKE_STALE_MS``, is dropped and the next worker tried; w
 nobody to take it the job is queued and every worker told on the shared channel. With
 jobs queued on the shard, a tenant at its cap, or an entry of a worker that takes no
 hand-off, the job is queued and one idle worker woken, as before. An API process that
-finds the list empty skips it for ``WAKE_EMPTY_S``: no command spent on it under load.
+finds jobs queued or nobody listed tries no hand-off for ``WAKE_EMPTY_S``: no command
+spent on it under load.
 """
 
 from __future__ import annotations
@@ -45,8 +46,18 @@ async def tokens(redis: Redis, store: Store) -> list[str]:
 
 async def woken(*stores: Store, within_s: float = 0.5) -> list[bool]:
     """Which of ``stores`` a wake-up (not a hand-off) reached within ``within_s``."""
-    await asyncio.gather(*(s.wait_for_work(within_s) for s in stores))
-    return [s.woken and not s.handed_only for s in stores]
+
+    async def wake_up(store: Store) -> bool:
+        deadline = time.monotonic() + within_s
+        while (left := deadline - time.monotonic()) > 0:
+            await store.wait_for_work(left)
+            if not store.woken:
+                return False
+            if not store.handed_only:
+                return True
+        return False
+
+    return list(await asyncio.gather(*(wake_up(s) for s in stores)))
 
 
 async def handed(store: Store, within_s: float = 2.0) -> Claim:
@@ -117,7 +128,6 @@ async def test_a_submit_hands_its_job_to_one_idle_worker_claimed_for_it(
     # Found nobody: for a while the next submits try no hand-off (the workers it took off
     # come back with their commits), but wake one listed worker.
     assert api._no_handoff
-    assert not api._idle_empty
 
 
 async def test_the_commit_of_a_handed_job_lists_its_worker_again_before_the_done_message(
@@ -177,7 +187,6 @@ async def test_jobs_queued_on_the_shard_go_first_and_a_tenant_at_its_cap_is_not_
     assert claim.job_id == other.id
     # Jobs were queued: for a while the API tries no hand-off, but still wakes one worker.
     assert api._no_handoff
-    assert not api._idle_empty
     await idle(a)
     later = await submit(api, tenant="z")
     assert nothing_handed(a)
@@ -262,7 +271,7 @@ async def test_a_claim_without_room_for_every_queued_job_hands_the_wake_up_on(
     api, a, b = make_store(), make_store(), make_store()
     await listening(a, b)
     await idle(b)
-    api._idle_empty[0] = time.monotonic() + 60  # the API skips the list: jobs queue
+    api._no_handoff[0] = time.monotonic() + 60  # the API tries no hand-off: jobs queue
     await submit(api, tenant="x")
     await submit(api, tenant="x")
     await woken(a, b, within_s=0.05)
@@ -409,7 +418,7 @@ async def test_a_lone_worker_is_listed_and_the_api_skips_an_empty_list_for_a_whi
 
     first = await submit(api)  # handed to it: no wake-up, no claim
     assert (await handed(alone)).job_id == first.id
-    assert not api._idle_empty
+    assert not api._no_handoff
 
     queued = await submit(api)  # the list is empty now: queued, the shared channel
     assert await woken(alone) == [True]
@@ -423,13 +432,11 @@ async def test_a_lone_worker_is_listed_and_the_api_skips_an_empty_list_for_a_whi
     # A claim that fills every slot it asked for takes it off the list.
     assert [c.job_id for c in await alone.claim("w", n=1, register=True)] == [woke.id]
 
-    busy = await submit(api)  # a wake-up that finds nobody listed: the API skips the list
+    busy = await submit(api)  # a wake-up that finds nobody listed: the shared channel
     assert await woken(alone) == [True]
-    assert api._idle_empty
     assert [c.job_id for c in await alone.claim("w", n=4, register=True)] == [busy.id]
 
     api._no_handoff.clear()  # as WAKE_EMPTY_S later
-    api._idle_empty.clear()
     last = await submit(api)
     assert (await handed(alone)).job_id == last.id
 

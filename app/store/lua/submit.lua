@@ -13,19 +13,18 @@
 --       ('' = none; app/tracecontext.py)  23 this index window's mark (a member below every
 --       id: app/store/jobs.py)  24 how old (ms) an idle worker's registration may be
 --       25 '1' when PUBLISH counts every subscriber (one Redis), '' when it counts only this
---       node's (a cluster)  26 '1': skip the idle list (this API process found it empty a
---       moment ago), tell every worker; '2': no hand-off (another submit of this API
---       process to this shard is in flight: a burst), wake one as before
--- Returns {'created', id} | {'created', id, 'idle-empty'} (a wake-up found nobody on the
---       idle list: the API skips the list for a while) | {'created', id, 'no-handoff'} (the
---       hand-off found jobs queued or nobody listed: the API tries none for a while; the
---       workers it took off the list come back with their commits)
+--       node's (a cluster)  26 '1': no hand-off (this API process found it impossible a
+--       moment ago, or another submit of it to this shard is in flight: a burst), wake one
+--       as before
+-- Returns {'created', id} | {'created', id, 'no-handoff'} (the hand-off or the wake-up
+--       found jobs queued or nobody listed: the API tries no hand-off for a while; the
+--       workers a hand-off took off the list come back with their commits)
 --       | {'created', id, '', 'handed'} (claimed for an idle worker, below)
 --       | {'existing', id} | {'conflict', id} | {'full', depth} | {'quota', bytes}
 
 -- Wake one idle worker on its own channel (``wake_listed``, lua/common.lua). Nobody to
--- wake: every worker is told on the shared channel, as a release or a reap does. Returns
--- true when the list was found empty, so the API can skip it for a while.
+-- wake (or ``skip``: known to be empty): every worker is told on the shared channel, as a
+-- release or a reap does. Returns true when the list was found empty.
 local function wake_one(idle, channel, shard, now, stale, exact, skip)
   if not skip then
     local woken, empty = wake_listed(idle, channel, shard, now, stale, exact)
@@ -124,7 +123,7 @@ end
 local id, tenant = ARGV[1], ARGV[2]
 local created = ARGV[16]
 local handed, skip = nil, nil
-if ARGV[25] == '1' and ARGV[26] == '' then
+if ARGV[25] == '1' and ARGV[26] ~= '1' then
   handed, skip = hand_off(KEYS[6], KEYS[3], KEYS[8], ARGV[14], ARGV[15], tonumber(ARGV[24]),
     tenant, claim_reply(id, 1, ARGV[4], tenant, created, ARGV[6], '', '', '', ARGV[22]))
 end
@@ -195,11 +194,11 @@ end
 -- Wake one worker when the queue was empty. A job queued behind others needs no wake-up:
 -- the claim that takes the jobs before it was woken by the first one, and a worker whose
 -- claim got all it asked for claims again as soon as it has a free slot. Why the hand-off
--- could not be, when it was for a while, is told to the API (it skips the look then)
--- whatever the depth: under load a submit spends no command on it.
+-- could not be, when it is likely to last a while, is told to the API (it tries none
+-- then) whatever the depth: under load a submit spends no command on it.
 if depth == 1 and wake_one(KEYS[6], ARGV[14], ARGV[15], tonumber(created), tonumber(ARGV[24]),
-    ARGV[25] == '1', ARGV[26] == '1' or skip == 'empty') then
-  return {'created', id, 'idle-empty'}
+    ARGV[25] == '1', skip == 'empty') then
+  return {'created', id, 'no-handoff'}
 end
 if skip then
   return {'created', id, 'no-handoff'}
