@@ -128,13 +128,13 @@ for _outcome in ("renewed", "lost", "failed"):
     LEASE_RENEWALS.labels(_outcome)  # every series from the start, at 0
 IDLE_WAITS = Counter(
     f"{P}worker_idle_waits",
-    "An idle worker's waits for work, by how they ended: woken (a wake-up came: a submit "
-    "chose this worker, or a requeue told every worker) or timeout (its once-a-second "
-    "look at the queue).",
+    "An idle worker's waits for work, by how they ended: handoff (a submit handed this "
+    "worker a job, claimed for it), woken (a wake-up came: a submit chose this worker, or "
+    "a requeue told every worker) or timeout (its once-a-second look at the queue).",
     ["ended"],
     registry=REGISTRY,
 )
-for _ended in ("woken", "timeout"):
+for _ended in ("handoff", "woken", "timeout"):
     IDLE_WAITS.labels(_ended)
 LEASES_EXPIRED = Counter(
     f"{P}leases_expired",

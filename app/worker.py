@@ -156,6 +156,10 @@ class Worker:
         self._capacity = settings.worker_concurrency
         self._slots = asyncio.Semaphore(self._capacity)
         self._hurry = asyncio.Event()
+        # Set while no claim is in flight: a job handed over meanwhile waits for it, so
+        # the slots the claim asked for are still free when its jobs come back.
+        self._claim_done = asyncio.Event()
+        self._claim_done.set()
         self._flushes = asyncio.Semaphore(FLUSHES_AT_ONCE)
         # Completion callbacks (#13): this worker sends its share of every shard's outbox.
         self.sender = (
@@ -183,6 +187,7 @@ class Worker:
             asyncio.create_task(self._heartbeats(), name="heartbeats"),
             asyncio.create_task(self._cancellations(), name="cancellations"),
             asyncio.create_task(self._reaper(stop), name="reaper"),
+            asyncio.create_task(self._receive(stop), name="hand-offs"),
         ]
         if self.sender is not None:
             background.append(asyncio.create_task(self.sender.run(stop), name="callbacks"))
@@ -210,14 +215,17 @@ class Worker:
                 return
             # Every free slot, in one round trip: a busy worker claims in batches.
             free = 1 + min(self._free_slots(), CLAIM_BATCH - 1)
+            self._claim_done.clear()
             try:
                 claims = await self.store.claim(self.worker_id, free, first=hint, register=True)
             except Exception:
+                self._claim_done.set()
                 self._slots.release()
                 failures += 1
                 log.warning("claim failed (%d in a row)", failures, exc_info=failures == 1)
                 await _wait(stop, min(0.1 * 2**failures, 5.0))
                 continue
+            self._claim_done.set()
             failures, hint = 0, None
             if not claims:
                 self._slots.release()
@@ -251,18 +259,58 @@ class Worker:
         The shard the work was queued on, when the wake-up said.
 
         The short claim before put this worker on the idle list of each shard it found
-        empty, so a submit there wakes this worker alone (``Leases.claim``); it looks at
-        the queues every ``IDLE_WAIT_S`` besides, which also bounds how long a job waits
-        when its wake-up went to a worker that died while idle."""
-        waiting = asyncio.ensure_future(self.store.wait_for_work(IDLE_WAIT_S))
-        if not await _before_stop(waiting, stop):
-            return None
-        if waiting.exception() is not None:
-            log.warning("waiting for work failed: %r", waiting.exception())
-            await _wait(stop, IDLE_WAIT_S)
-            return None
-        metrics.IDLE_WAITS.labels("woken" if self.store.woken else "timeout").inc()
-        return waiting.result()
+        empty, so a submit there hands this worker the job, claimed for it, or wakes it
+        alone (``Leases.claim``); it looks at the queues every ``IDLE_WAIT_S`` besides,
+        which also bounds how long a job waits when its wake-up went to a worker that died
+        while idle. A hand-off ends a wait too (counted as such), but needs no claim: the
+        job is started by ``_receive``, and the wait goes on to its deadline."""
+        deadline = time.monotonic() + IDLE_WAIT_S
+        while True:
+            left = max(0.0, deadline - time.monotonic())
+            waiting = asyncio.ensure_future(self.store.wait_for_work(left))
+            if not await _before_stop(waiting, stop):
+                return None
+            if waiting.exception() is not None:
+                log.warning("waiting for work failed: %r", waiting.exception())
+                await _wait(stop, IDLE_WAIT_S)
+                return None
+            handed = self.store.woken and self.store.handed_only
+            ended = "handoff" if handed else "woken" if self.store.woken else "timeout"
+            metrics.IDLE_WAITS.labels(ended).inc()
+            if not handed or time.monotonic() >= deadline:
+                return waiting.result()
+
+    async def _receive(self, stop: asyncio.Event) -> None:
+        """Start the jobs submits hand to this worker (``Leases.handed``: each claimed for
+        it already, as a claim would). A job that finds no free slot (a worker listed on
+        several shards can be handed one on each), or a worker that stops, releases it to
+        the front of its queue, its attempt not counted: never more than
+        ``worker_concurrency`` jobs at once, and none left to wait for its lease."""
+        while True:
+            try:
+                claims = await self.store.handed()
+            except Exception as exc:
+                log.warning("receiving handed-over jobs failed: %r", exc)
+                await asyncio.sleep(1.0)
+                continue
+            for claim in claims:
+                await self._claim_done.wait()  # the slots a claim in flight asked for are its
+                if stop.is_set() or self._slots.locked():
+                    await self._give_back(claim)
+                else:
+                    await self._slots.acquire()  # free (not locked): returns at once
+                    self._start(claim)
+
+    async def _give_back(self, claim: Claim) -> None:
+        """Release a handed-over job this worker does not start (best effort: else its
+        lease runs out and the reaper requeues it, counting an attempt)."""
+        try:
+            released = await self.store.release(claim)
+        except Exception as exc:
+            log.warning("job %s: release of a handed-over job failed: %r", claim.job_id, exc)
+            return
+        if released:
+            log.info("job %s: handed over, not started here, released to the queue", claim.job_id)
 
     def _start(self, claim: Claim) -> None:
         job = _Job(claim)
@@ -704,6 +752,7 @@ class Worker:
     # -- shutdown -----------------------------------------------------------------------
 
     async def _drain(self) -> None:
+        await self._unlist()
         tasks = {job.task for job in self._jobs.values() if job.task is not None}
         if tasks:
             timeout = self.settings.drain_timeout_s
@@ -719,8 +768,21 @@ class Worker:
                 hurry.cancel()
         await self._release_all()
 
+    async def _unlist(self) -> None:
+        """Off every idle list, so no submit hands this worker a job any more; the jobs
+        handed over just before are released (``_receive`` releases any later one)."""
+        try:
+            await self.store.unlist()
+        except Exception as exc:  # its entries go stale: submits drop them
+            log.warning("leaving the idle lists failed: %r", exc)
+        for claim in self.store.take_handed():
+            await self._give_back(claim)
+
     async def _release_all(self) -> None:
-        """Cancel every running job that is not committing; each releases its claim."""
+        """Cancel every running job that is not committing; each releases its claim, and
+        so is every job handed over and not started."""
+        for claim in self.store.take_handed():
+            await self._give_back(claim)
         jobs = [job for job in self._jobs.values() if job.task is not None]
         for job in jobs:
             if not job.committing:

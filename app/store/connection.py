@@ -53,15 +53,15 @@ SCRIPTS: Final = (
     "delivery_redeliver",
 )
 CHANNELS: Final = ("work", "done", "events", "cancel", "outbox")
-# A worker waiting for work is on each shard's idle list, and a submit wakes one of them on
-# its own channel (``Keys.wake_channel``; lua/submit.lua, lua/claim.lua). The worker renews
+# A worker waiting for work is on each shard's idle list, and a submit hands one of them
+# its job, claimed, or wakes one, on its own channel (``Keys.wake_channel``; lua/submit.lua,
+# lua/claim.lua). The worker renews
 # its entry every WAKE_RENEW_S (it claims at least once a second while it waits); a submit
 # drops an entry older than WAKE_STALE_MS as a worker that stopped claiming.
 WAKE_RENEW_S: Final = 10.0
 WAKE_STALE_MS: Final = 30_000
-# A lone worker (the only listener on ``work``, on one Redis) does not list itself: the
-# shared channel wakes just it. An API process that found a shard's idle list empty skips
-# it (and tells every worker) for WAKE_EMPTY_S before it looks again.
+# An API process whose submit found jobs queued on a shard or nobody on its idle list
+# tries no hand-off there for WAKE_EMPTY_S (it still wakes one listed worker).
 WAKE_EMPTY_S: Final = 5.0
 # Each publish wakes every process subscribed to its channel: a role subscribes only to the
 # channels it waits on (``Role.HEARS``), so a job's end does not wake the workers nor its

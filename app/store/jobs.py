@@ -94,15 +94,18 @@ class JobStore(Role):
     # long-polls (``wait``, ``submit(wait_ms=)``), ``events``
     HEARS: ClassVar[tuple[str, ...]] = ("done", "events")
     _spread = itertools.count()
-    # Shard → until when (monotonic s) a submit skips its idle list, found empty: with one
-    # worker nobody is listed, and the shared channel wakes just that one.
-    _idle_empty: dict[int, float]
 
     def __init__(
         self, redis: RedisClient, options: StoreOptions | None = None, **fields: Any
     ) -> None:
         super().__init__(redis, options, **fields)
-        self._idle_empty = {}
+        # Shard → until when (monotonic s) a submit tries no hand-off: one found jobs queued
+        # there or nobody listed (load: a look would most likely find that again, and
+        # hand-offs would keep the list empty); it still wakes one listed worker.
+        self._no_handoff: dict[int, float] = {}
+        # Shard → submits of this process in flight there: with one in flight, the others
+        # (a burst) try no hand-off, so none spends a command looking (lua/submit.lua).
+        self._submitting: dict[int, int] = {}
         # What this process knows of the jobs it made without reading them (``_unmoved``,
         # ``_heard_end``): a job made here while the subscription was live, with no
         # ``done`` message heard since (id → tenant, the hub's generation then), and the
@@ -212,46 +215,56 @@ class JobStore(Role):
             shard.tenant_index(tenant),
             shard.tenant_bytes(tenant, window),
             shard.idle,
+            shard.leases,  # a job handed to an idle worker is leased in the script
+            shard.running,
         ]
         if idempotency_key is not None:
             keys.append(shard.idempotency(tenant, idempotency_key))
         while True:
-            reply = await self._run(
-                "submit",
-                keys,
-                [
-                    job_id,
-                    tenant,
-                    # Only an Idempotency-Key is checked against it (lua/submit.lua).
-                    "" if idempotency_key is None else body_digest(spec, metadata, model),
-                    spec_json,
-                    dumps(metadata),
-                    model or "",
-                    idempotency_key or "",
-                    self._queued_result,
-                    options.max_queued,
-                    options.idempotency_ttl_s,
-                    len(spec_json.encode()),
-                    options.max_tenant_bytes,
-                    2 * options.retention_s,
-                    self.channels["work"],
-                    index,
-                    now_ms,
-                    shard.job_prefix,
-                    _QUEUED_EVENT,
-                    (index_window + 1) * _INDEX_WINDOW_MS + lifetime_ms,
-                    id_floor(now_ms - lifetime_ms),
-                    "" if callback is None else dumps(callback),
-                    "" if trace is None else trace.dumps(),
-                    f"{_INDEX_MARK}{index_window:012d}",
-                    WAKE_STALE_MS,
-                    "1" if self.exact_publish else "",
-                    "1" if time.monotonic() < self._idle_empty.get(index, 0.0) else "",
-                ],
-            )
+            # '1': no hand-off (found impossible lately, or another submit of this process to
+            # the shard is in flight: a burst), one worker woken as before.
+            busy = self._submitting.get(index, 0)
+            look = "1" if busy or time.monotonic() < self._no_handoff.get(index, 0.0) else ""
+            self._submitting[index] = busy + 1
+            try:
+                reply = await self._run(
+                    "submit",
+                    keys,
+                    [
+                        job_id,
+                        tenant,
+                        # Only an Idempotency-Key is checked against it (lua/submit.lua).
+                        "" if idempotency_key is None else body_digest(spec, metadata, model),
+                        spec_json,
+                        dumps(metadata),
+                        model or "",
+                        idempotency_key or "",
+                        self._queued_result,
+                        options.max_queued,
+                        options.idempotency_ttl_s,
+                        len(spec_json.encode()),
+                        options.max_tenant_bytes,
+                        2 * options.retention_s,
+                        self.channels["work"],
+                        index,
+                        now_ms,
+                        shard.job_prefix,
+                        _QUEUED_EVENT,
+                        (index_window + 1) * _INDEX_WINDOW_MS + lifetime_ms,
+                        id_floor(now_ms - lifetime_ms),
+                        "" if callback is None else dumps(callback),
+                        "" if trace is None else trace.dumps(),
+                        f"{_INDEX_MARK}{index_window:012d}",
+                        WAKE_STALE_MS,
+                        "1" if self.exact_publish else "",
+                        look,
+                    ],
+                )
+            finally:
+                self._submitting[index] -= 1
             outcome, found = text(reply[0]), text(reply[1])
-            if len(reply) > 2:  # nobody on the idle list: skip it for a while
-                self._idle_empty[index] = time.monotonic() + WAKE_EMPTY_S
+            if len(reply) == 3:  # no hand-off to try: for a while
+                self._no_handoff[index] = time.monotonic() + WAKE_EMPTY_S
             if outcome == "full":
                 raise QueueFull(int(found))
             if outcome == "quota":

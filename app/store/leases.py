@@ -3,7 +3,8 @@
     leases = Leases(redis, options)
     claims = await leases.claim("worker-1", n=8, register=True)  # [] when queues are empty
     if len(claims) < 8:                               # registered idle: a submit wakes it
-        await leases.wait_for_work(timeout_s=5)
+        await leases.wait_for_work(timeout_s=5)       # or hands it a job, claimed for it:
+    handed = await leases.handed()                    # (in a task of its own) those jobs
     lost = await leases.heartbeats([(c.job_id, c.token) for c in held])  # every lease at once
     ok = await leases.write(claim, turn=record, events=[...], progress=progress)
     ok = await leases.complete(claim, envelope=..., history=..., transcript=...)
@@ -21,8 +22,10 @@ import asyncio
 import contextlib
 import itertools
 import json
+import logging
 import secrets
 import time
+from collections import deque
 from collections.abc import AsyncGenerator, Sequence
 from enum import Enum
 from typing import Any, ClassVar, Final
@@ -51,13 +54,13 @@ from app.store.ids import is_job_id, shard_of
 from app.store.records import Claim, JobView, ReapResult, checkpoint, outputs, spend, text
 from app.tracecontext import TraceContext
 
+log = logging.getLogger(__name__)
+
 _REAP_BATCH: Final = 100
 # The most jobs one claim leases (a larger ``n`` is cut to it): the claim script keeps
 # Redis busy, and its reply (every spec) keeps the worker busy, in proportion; and the
 # script cannot lease more than about 4000 jobs in one ZADD.
 MAX_CLAIM: Final = 500
-# How often a worker alone on ``work`` looks for another (``Leases._count_workers``).
-_ALONE_CHECK_S: Final = 1.0
 # How long closing waits to take this worker off the idle lists (best effort).
 _UNLIST_S: Final = 2.0
 # The most leases one heartbeat script renews: about a millisecond of Redis per script.
@@ -101,15 +104,25 @@ class Leases(Role):
         self._lane = redis if lane is None else lane
         self._work: Watch | None = None
         self._listening = False
-        # Shard → (its entry on the shard's idle list, when it was written: monotonic s).
-        self._idle: dict[int, tuple[str, float]] = {}
-        # Whether this is the only worker listening on ``work`` (one Redis only): then it
-        # is not listed, and a submit tells it on the shared channel, one command less.
-        # Asked before a claim that may list it: every second while alone (a second
-        # worker is found at once), every WAKE_RENEW_S otherwise.
-        self._alone = False
-        self._alone_at = -WAKE_RENEW_S
+        # Shard → (its entry on the shard's idle list, when it was written: monotonic s,
+        # the subscription's generation then: a submit drops the entry of a worker it
+        # cannot reach, so after a reconnect the entry is written again).
+        self._idle: dict[int, tuple[str, float, int]] = {}
+        # What this object is listed as ("<token>/<lease ms>/<cap>/<worker id>"), set by
+        # the first claim that lists it; whether it is to be listed (``unlist`` ends it).
+        self._head = ""
+        self._listing = False
+        self._unlisted = False  # ``unlist`` was called: never listed again
+        # Jobs handed to this object by a submit (lua/submit.lua), as their messages came
+        # (shard, payload), and since when the hand-off took it off a shard's list (shard →
+        # the job id: its commit lists it there again).
+        self._handed: deque[tuple[int, str]] = deque()
+        self._handed_signal = asyncio.Event()  # jobs in ``_handed``
+        self._handoff_came = asyncio.Event()  # a hand-off came (``unlist`` waits for one)
+        self._taken: dict[int, str] = {}
+        self.handed_total = 0  # hand-offs heard so far
         self.woken = False  # whether the last ``wait_for_work`` ended by a message
+        self.handed_only = False  # ... and only by hand-offs (``handed`` has the jobs)
 
     @property
     def wake_token(self) -> str:
@@ -128,7 +141,50 @@ class Leases(Role):
         use)."""
         if self._work is None:
             self._work = self.hub.standing(self.channels["work"], also=[self.wake_channel])
+            self.hub.listen(self.wake_channel, self._heard_handoff)
         return self._work
+
+    def _heard_handoff(self, key: str, payload: str | None) -> None:
+        """A message on this object's own channel: a hand-off is ``h<shard>`` with the
+        entry the submit took off the list, the claimed job's values but the spec (JSON),
+        and the spec, a line each (lua/submit.lua)."""
+        if not key.startswith("h") or not key[1:].isdigit() or payload is None:
+            return  # a wake-up: ``wait_for_work`` has it
+        index = int(key[1:])
+        entry, _, job = payload.partition("\n")
+        held = self._idle.get(index)
+        if held is not None and held[0] == entry:  # off that list now (not a newer entry)
+            del self._idle[index]
+            self._taken[index] = job[2 : job.find('"', 2)]  # the job id, first of the values
+        self._handed.append((index, job))
+        self.handed_total += 1
+        self._handed_signal.set()
+        self._handoff_came.set()
+
+    def take_handed(self) -> list[Claim]:
+        """The jobs handed to this object since the last call (each already claimed for
+        it: start it, or ``release`` it), at once."""
+        claims = []
+        while self._handed:
+            index, job = self._handed.popleft()
+            head, _, spec = job.partition("\n")
+            try:
+                values = json.loads(head)
+                values.insert(2, spec)
+                claims.append(_claim(values))
+            except (ValueError, TypeError, IndexError) as exc:  # not ours to read: its lease
+                log.error("a job handed to this worker on shard %d is unreadable: %r", index, exc)
+        self._handed_signal.clear()
+        return claims
+
+    async def handed(self) -> list[Claim]:
+        """Wait for jobs handed to this object (``take_handed``); at least one."""
+        self._work_watch()
+        while True:
+            claims = self.take_handed()
+            if claims:
+                return claims
+            await self._handed_signal.wait()
 
     async def _listen(self) -> None:
         """Subscribe once: a wake-up published before would reach nobody."""
@@ -162,12 +218,12 @@ class Leases(Role):
         n = min(n, MAX_CLAIM)
         if register:
             await self._listen()
-            if self.exact_publish:
-                # Before the claim, so that a worker which finds itself alone is not
-                # listed and taken off again at its next look (a second worker starting
-                # would otherwise see its wake-ups all go to the other for a second).
-                await self._count_workers()
-        listed = register and not self._alone
+            self._listing = not self._unlisted
+            self._head = (
+                f"{self._token}/{self.options.lease_ms}/{self.options.max_in_flight}/{worker_id}"
+            )
+        listed = register and self._listing
+        generation = self.hub.generation
         # Wake-ups from here on may be for jobs this claim does not find: the next
         # ``wait_for_work`` returns at once for them, however soon they arrive.
         self._work_watch().reset()
@@ -178,7 +234,9 @@ class Leases(Role):
             index = (start + step) % shards
             shard = self.keys.shard(index)
             held = self._idle.get(index)
-            renew = held is not None and time.monotonic() - held[1] >= WAKE_RENEW_S
+            renew = held is not None and (
+                time.monotonic() - held[1] >= WAKE_RENEW_S or held[2] != generation
+            )
             reply = await self._control(
                 "claim",
                 [shard.ring, shard.leases, shard.running, shard.idle],
@@ -189,7 +247,7 @@ class Leases(Role):
                     self.options.lease_ms,
                     n - len(claims),
                     self.options.max_in_flight,
-                    self._token if listed else "",
+                    self._head if listed else "",
                     "" if held is None else held[0],
                     "1" if renew else "",
                     self.channels["work"],
@@ -202,41 +260,15 @@ class Leases(Role):
                 entry = text(reply[-1])
                 reply = reply[:-1]
                 if entry:
-                    self._idle[index] = (entry, time.monotonic())
+                    self._idle[index] = (entry, time.monotonic(), generation)
+                    self._taken.pop(index, None)
                 else:
                     self._idle.pop(index, None)
             for i in range(0, len(reply), 10):
-                job_id, attempt, spec, tenant, created, model, earlier, state, answer, trace = (
-                    reply[i : i + 10]
-                )
-                claims.append(
-                    Claim(
-                        job_id=text(job_id),
-                        token=int(attempt),
-                        attempt=int(attempt),
-                        spec=json.loads(spec),
-                        tenant=text(tenant),
-                        created_at_ms=int(created),
-                        model=text(model) or None,
-                        earlier=spend(earlier),
-                        checkpoint=checkpoint(state),
-                        outputs=outputs(answer),
-                        trace=TraceContext.loads(trace),
-                    )
-                )
+                claims.append(_claim(reply[i : i + 10]))
             if len(claims) >= n:
                 break
         return claims
-
-    async def _count_workers(self) -> None:
-        """Whether this worker is alone on ``work``, asked now and then (on one Redis; on a
-        cluster a node counts only its own subscribers)."""
-        now = time.monotonic()
-        if now - self._alone_at < (_ALONE_CHECK_S if self._alone else WAKE_RENEW_S):
-            return
-        self._alone_at = now
-        [(_, listeners)] = await self._lane.pubsub_numsub(self.channels["work"])
-        self._alone = int(listeners) <= 1
 
     async def wait_for_work(self, timeout_s: float) -> int | None:
         """Wait until a job is queued or requeued (a message on the ``work`` channel), or
@@ -245,24 +277,46 @@ class Leases(Role):
         Returns at once when such a message came since the last ``claim`` began: a submit
         publishes only when its tenant's queue was empty (lua/submit.lua), so a wake-up
         that arrives between a claim that found nothing and this wait must not be lost.
+        A job handed to this object ends the wait too (``woken`` and ``handed_only``: no
+        claim is needed for it; ``handed`` has it).
         """
         watch = self._work_watch()
         await self._listen()
         self.woken = await watch.wait(timeout_s)
+        self.handed_only = False
         if self.woken:
-            shards = [m for m in watch.drain() if m.isdigit()]
+            keys = watch.drain()  # a hand-off's message notifies this watch once
+            self.handed_only = bool(keys) and all(key.startswith("h") for key in keys)
+            shards = [key for key in keys if key.isdigit()]
             return int(shards[-1]) if shards else None
         return None
+
+    async def unlist(self, wait_s: float = 1.0) -> None:
+        """Leave every idle list for good (a worker that stops): no submit hands this
+        object a job from here on. A job a submit took its entry for just before is
+        waited for, up to ``wait_s``: it is in ``take_handed`` then, to be released."""
+        self._listing, self._unlisted = False, True
+        held, self._idle = self._idle, {}
+        before, owed = self.handed_total, 0
+        for index, (entry, _, _) in held.items():
+            if not int(await self._lane.lrem(self.keys.shard(index).idle, 1, entry)):
+                owed += 1  # taken by a hand-off (or dropped as dead or stale)
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(wait_s):
+                while self.handed_total - before < owed:
+                    self._handoff_came.clear()
+                    await self._handoff_came.wait()
 
     async def aclose(self) -> None:
         """Leave every idle list (best effort: a submit drops a dead worker's entry anyway)
         and stop the subscription."""
+        self._listing = False
         held, self._idle = self._idle, {}
         with contextlib.suppress(
             TimeoutError, StoreUnavailable, RedisError, RedisClusterException, OSError
         ):
             async with asyncio.timeout(_UNLIST_S):
-                for index, (entry, _) in held.items():
+                for index, (entry, _, _) in held.items():
                     await self._lane.lrem(self.keys.shard(index).idle, 1, entry)
         await super().aclose()
 
@@ -357,9 +411,21 @@ class Leases(Role):
         # The job_end event ({"status", "result"}: ``JobEnded``) is made by the script from
         # the result it stores: the envelope is serialised and sent once.
         appended = [_event(name, data.model_dump_json()) for name, data in events]
+        finished_ms = int(time.time() * 1000)
+        keys = [shard.job(claim.job_id), shard.leases, shard.running]
+        relist: list[str] = []
+        if self._taken.get(shard.index) == claim.job_id:
+            # A submit handed this job over and took this object off the shard's list: its
+            # slot frees now, and it lists itself again in the commit's script.
+            del self._taken[shard.index]
+            if self._listing and shard.index not in self._idle:
+                entry = f"{self._head} {finished_ms}"
+                keys.append(shard.idle)
+                relist.append(entry)
+                self._idle[shard.index] = (entry, time.monotonic(), self.hub.generation)
         reply = await self._run(
             "complete",
-            [shard.job(claim.job_id), shard.leases, shard.running],
+            keys,
             [
                 claim.job_id,
                 claim.token,
@@ -372,8 +438,9 @@ class Leases(Role):
                 ",".join(appended),
                 self.options.retention_s,
                 self.channels["done"],
-                int(time.time() * 1000),
+                finished_ms,
                 DONE_VIEW_MAX_BYTES,
+                *relist,
             ],
         )
         return Written(int(reply))
@@ -518,6 +585,25 @@ class Leases(Role):
                 for job_id in watch.drain():
                     if job_id:
                         yield job_id
+
+
+def _claim(values: Sequence[Any]) -> Claim:
+    """A claimed job from the 10 values a claim gives for it (``claim_reply``,
+    lua/common.lua)."""
+    job_id, attempt, spec, tenant, created, model, earlier, state, answer, trace = values
+    return Claim(
+        job_id=text(job_id),
+        token=int(attempt),
+        attempt=int(attempt),
+        spec=json.loads(spec),
+        tenant=text(tenant),
+        created_at_ms=int(created),
+        model=text(model) or None,
+        earlier=spend(earlier),
+        checkpoint=checkpoint(state),
+        outputs=outputs(answer),
+        trace=TraceContext.loads(trace),
+    )
 
 
 def _event(name: str, data: str) -> str:

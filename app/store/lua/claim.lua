@@ -4,8 +4,9 @@
 -- wait, the other tenants' go.
 -- KEYS: 1 ring  2 leases  3 running counts (hash: tenant → running jobs)  4 idle workers
 -- ARGV: 1 job key prefix  2 tenant queue prefix  3 worker id  4 lease ms  5 n
---       6 most running jobs per tenant (0: no cap)  7 the claimer's wake token ('': it
---       is not to be listed; a registration ARGV[8] is dropped)  8 its registration on the
+--       6 most running jobs per tenant (0: no cap)  7 what the claimer is listed as,
+--       "<token>/<lease ms>/<cap>/<worker id>" ('': it is not to be listed; a registration
+--       ARGV[8] is dropped)  8 its registration on the
 --       idle list ('': none)  9 '1': renew the registration (it is getting old)
 --       10 the work channel ('': no hand-on)  11 this shard's number  12 how old (ms) an
 --       idle worker's registration may be  13 '1' when PUBLISH counts every subscriber
@@ -18,10 +19,12 @@
 --
 -- The idle list: a claimer with a wake token whose claim comes back short (this shard's
 -- queues ran dry before n jobs) has slots to spare and waits for work: it registers,
--- "<token> <ms>" (the server's clock), so that a submit wakes it alone (lua/submit.lua). It
--- stays registered across claims (no command per job), renews the entry now and then so a
--- submit can tell it from a dead worker's, and leaves when a claim fills every slot it
--- asked for (a busy worker claims as soon as a slot frees, without a wake-up).
+-- "<token>/<lease ms>/<cap>/<worker id> <ms>" (the server's clock), so that a submit hands
+-- it the job, claimed for it in the submit's own script, or wakes it alone (lua/submit.lua).
+-- It stays registered across claims (no command per job), renews the entry now and then so
+-- a submit can tell it from a dead worker's, and leaves when a claim fills every slot it
+-- asked for (a busy worker claims as soon as a slot frees, without a wake-up) or when a
+-- submit hands it a job (it lists itself again with the job's commit: lua/complete.lua).
 --
 -- The ring holds exactly the tenants whose queue is not empty, each once (submit and
 -- requeue_front add a tenant when its queue goes from empty to one job, cancel drops it
@@ -196,20 +199,12 @@ for _, id in ipairs(picked) do
   local f = redis.call('HMGET', job, 'status', 'attempts', 'spec', 'tenant', 'created_ms',
     'model', 'spent', 'events', 'started_ms', 'checkpoint', 'outputs', 'trace')
   if f[1] == 'queued' then
-    local attempt = (tonumber(f[2]) or 0) + 1
-    local events = append(f[8], event('job_start', '{"attempt":' .. attempt .. '}'))
-    local fields = {'status', 'in_progress', 'attempts', attempt, 'owner', ARGV[3],
-      'started_ms', f[9] or now, 'events', events}
-    if cap > 0 then
-      redis.call('HINCRBY', KEYS[3], f[4], 1)
-      table.insert(fields, 'counted')
-      table.insert(fields, 1)
-    end
+    local attempt, fields = claimed(f[2], f[8], f[9], ARGV[3], now, KEYS[3], f[4], cap)
     redis.call('HSET', job, unpack(fields))
     table.insert(leased, lease_end)
     table.insert(leased, id)
-    for _, v in ipairs({id, attempt, f[3], f[4], f[5], f[6] or '', f[7] or '', f[10] or '',
-        f[11] or '', f[12] or ''}) do
+    for _, v in ipairs(claim_reply(id, attempt, f[3], f[4], f[5], f[6], f[7], f[10], f[11],
+        f[12])) do
       table.insert(out, v)
     end
   end

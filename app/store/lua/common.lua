@@ -89,9 +89,49 @@ local function uncount(running, tenant, counted)
   end
 end
 
+-- An idle-list entry: "<token>/<lease ms>/<cap>/<worker id> <ms registered>" (the lease,
+-- the per-tenant cap and the id its claims use: a submit claims a job for it, lua/submit.lua).
+-- Returns token, ms, and lease, cap, owner (nil for an entry without them: "<token> <ms>").
+local function listed(entry)
+  local sep = string.find(entry, ' ', 1, true)
+  if not sep then
+    return nil
+  end
+  local head, ms = string.sub(entry, 1, sep - 1), tonumber(string.sub(entry, sep + 1))
+  local token, lease, cap, owner = string.match(head, '^([^/]+)/(%d+)/(%d+)/(.+)$')
+  if not token then
+    return head, ms
+  end
+  return token, ms, tonumber(lease), tonumber(cap), owner
+end
+
+-- A queued job starts under a claim: what the claim writes to the job (attempts + 1 is the
+-- fencing token; job_start appended; started_ms kept from a first claim), and the attempt.
+-- With a cap on a tenant's running jobs the tenant's count grows and the job says so
+-- (``uncount``). Shared by the claim (lua/claim.lua) and the hand-off (lua/submit.lua).
+local function claimed(attempts, events, started, owner, now, running, tenant, cap)
+  local attempt = (tonumber(attempts) or 0) + 1
+  local fields = {'status', 'in_progress', 'attempts', attempt, 'owner', owner,
+    'started_ms', started or now,
+    'events', append(events, event('job_start', '{"attempt":' .. attempt .. '}'))}
+  if cap > 0 then
+    redis.call('HINCRBY', running, tenant, 1)
+    table.insert(fields, 'counted')
+    table.insert(fields, 1)
+  end
+  return attempt, fields
+end
+
+-- What a worker gets for a claimed job (``Leases.claim``): 10 values, in this order.
+local function claim_reply(id, attempt, spec, tenant, created, model, spent, checkpoint,
+    outputs, trace)
+  return {id, attempt, spec, tenant, created, model or '', spent or '', checkpoint or '',
+    outputs or '', trace or ''}
+end
+
 -- Wake one idle worker on its own channel: true when one was told, and whether the list
 -- was empty. A worker whose claim found this shard's queues empty with slots to spare is
--- on the idle list, "<token> <ms registered>" (lua/claim.lua); the list turns (LMOVE), so
+-- on the idle list (``listed``; lua/claim.lua); the list turns (LMOVE), so
 -- wake-ups go round the idle workers. A registration older than ``stale`` ms is a worker
 -- that stopped claiming (dead, stuck): dropped. On one Redis (``exact``), PUBLISH counts
 -- the subscribers it reached, so a worker that died (its subscription went with it) is
@@ -104,9 +144,9 @@ local function wake_listed(idle, channel, shard, now, stale, exact)
     if not entry then
       return false, true
     end
-    local sep = string.find(entry, ' ', 1, true)
-    if sep and now - tonumber(string.sub(entry, sep + 1)) <= stale then
-      local heard = redis.call('PUBLISH', channel .. ':' .. string.sub(entry, 1, sep - 1), shard)
+    local token, ms = listed(entry)
+    if ms and now - ms <= stale then
+      local heard = redis.call('PUBLISH', channel .. ':' .. token, shard)
       if heard > 0 or not exact then
         return true, false
       end

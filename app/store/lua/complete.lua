@@ -1,12 +1,19 @@
 -- Commit a job's end, fenced: a worker that lost its claim commits nothing (but the paid
 -- call of its last turn is still recorded while the job has not ended).
--- KEYS: 1 job  2 leases  3 running counts
+-- KEYS: 1 job  2 leases  3 running counts  [4 idle workers]
 -- ARGV: 1 id  2 token  3 status  4 result json  5 history json  6 transcript json
 --       7 last turn record json ('' = none)  8 its spend json ('' = none)
 --       9 events to append before job_end (json, comma-separated; '' = none)  10 retention s
 --       11 done channel  12 finished ms  13 the most bytes of a view the done message
---       carries (0: only the id)
+--       carries (0: only the id)  [14 the worker's new idle-list entry, with KEYS[4]]
 -- Returns 1 (committed), 0 (not ours), -1 (the job had already ended)
+--
+-- A worker that a submit handed this job to left the idle list then (lua/submit.lua); its
+-- slot frees now, so it lists itself again in this script (KEYS[4], ARGV[14]): listed
+-- before the done message goes out, so the caller's next job finds it.
+if KEYS[4] then
+  redis.call('RPUSH', KEYS[4], ARGV[14])
+end
 local f = redis.call('HMGET', KEYS[1], 'status', 'attempts', 'turns', 'events', 'spent',
   'tenant', 'counted', 'pauses', 'callback', 'created_ms', 'started_ms', 'metadata', 'model',
   'idem', 'action')

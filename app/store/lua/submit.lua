@@ -1,7 +1,8 @@
--- Create a job: idempotency, the tenant's caps, record, index, queue, wake: atomically.
+-- Create a job: idempotency, the tenant's caps, record, index, then hand it to an idle
+-- worker or queue it and wake one: atomically.
 -- KEYS: 1 job  2 tenant queue  3 ring  4 tenant index  5 tenant bytes (this window)
---       6 idle workers (lua/claim.lua)  [7 idempotency key]
--- ARGV: 1 id  2 tenant  3 body sha256 ('' without KEYS[7])  4 spec json  5 metadata json
+--       6 idle workers (lua/claim.lua)  7 leases  8 running counts  [9 idempotency key]
+-- ARGV: 1 id  2 tenant  3 body sha256 ('' without KEYS[9])  4 spec json  5 metadata json
 --       6 model ('' = none)  7 idempotency key ('' = none)  8 queued result json
 --       9 max queued (tenant, shard)  10 idempotency ttl s  11 job bytes
 --       12 max bytes (tenant, shard, window; 0 = none)
@@ -12,15 +13,18 @@
 --       ('' = none; app/tracecontext.py)  23 this index window's mark (a member below every
 --       id: app/store/jobs.py)  24 how old (ms) an idle worker's registration may be
 --       25 '1' when PUBLISH counts every subscriber (one Redis), '' when it counts only this
---       node's (a cluster)  26 '1': skip the idle list (this API process found it empty a
---       moment ago), tell every worker
--- Returns {'created', id} | {'created', id, 'idle-empty'} (nobody on the idle list)
+--       node's (a cluster)  26 '1': no hand-off (this API process found it impossible a
+--       moment ago, or another submit of it to this shard is in flight: a burst), wake one
+--       as before
+-- Returns {'created', id} | {'created', id, 'no-handoff'} (the hand-off or the wake-up
+--       found jobs queued or nobody listed: the API tries no hand-off for a while; the
+--       workers a hand-off took off the list come back with their commits)
+--       | {'created', id, '', 'handed'} (claimed for an idle worker, below)
 --       | {'existing', id} | {'conflict', id} | {'full', depth} | {'quota', bytes}
 
 -- Wake one idle worker on its own channel (``wake_listed``, lua/common.lua). Nobody to
--- wake: every worker is told on the shared channel, as a release or a reap does. Returns
--- true when the list was found empty (a lone worker does not list itself:
--- app/store/leases.py), so the API can skip it for a while.
+-- wake (or ``skip``: known to be empty): every worker is told on the shared channel, as a
+-- release or a reap does. Returns true when the list was found empty.
 local function wake_one(idle, channel, shard, now, stale, exact, skip)
   if not skip then
     local woken, empty = wake_listed(idle, channel, shard, now, stale, exact)
@@ -34,7 +38,61 @@ local function wake_one(idle, channel, shard, now, stale, exact, skip)
   return false
 end
 
-local idem = KEYS[7]
+-- The direct hand-off (one Redis only: ``exact``). An idle worker on the list while this
+-- shard has no queued job at all (the ring is empty) gets the job claimed for it here, as
+-- its claim would (``claimed``, lua/common.lua: its lease length, cap and id come with its
+-- entry), and the claimed job (``claim_reply``) in a message on its own channel: no claim,
+-- no round trip before the job runs. It leaves the list (so a burst does not pile onto one
+-- worker; it lists itself again with the job's commit, lua/complete.lua, or its next short
+-- claim). A registration older than ``stale`` ms, or one whose PUBLISH reaches nobody (the
+-- worker died: its subscription went with it), is dropped and the next tried; nothing is
+-- written before a worker heard the job, so a job nobody took goes the queue's way below.
+-- Returns {owner, lease, cap, now} for the worker that took it, or nil and why not when
+-- the API is to try no hand-off for a while: 'empty' (nobody listed), 'queued' (jobs wait
+-- here, which go first). Under load a submit spends one command on it, then none for a
+-- while, and the workers stay listed: wake-ups go to one of them, as without hand-offs.
+local function hand_off(idle, ring, running, channel, shard, stale, tenant, job)
+  if redis.call('LLEN', ring) > 0 then
+    return nil, 'queued'
+  end
+  local entry = redis.call('LPOP', idle)
+  if not entry then
+    return nil, 'empty'
+  end
+  local now = now_ms()
+  for _ = 1, 3 do
+    local token, ms, lease, cap, owner = listed(entry)
+    if ms and not lease then  -- a worker that takes no hand-off: woken instead, below
+      redis.call('LPUSH', idle, entry)
+      return nil, nil
+    end
+    if ms and now - ms <= stale then
+      if cap > 0 and (tonumber(redis.call('HGET', running, tenant)) or 0) >= cap then
+        redis.call('LPUSH', idle, entry)  -- the tenant is at its cap: the job waits
+        return nil, nil
+      end
+      local head = {}
+      for i, v in ipairs(job) do
+        if i ~= 3 then
+          table.insert(head, v)
+        end
+      end
+      local message = 'h' .. shard .. '\n' .. entry .. '\n' .. cjson.encode(head) .. '\n'
+        .. job[3]
+      if redis.call('PUBLISH', channel .. ':' .. token, message) > 0 then
+        return {owner, lease, cap, now}, false
+      end
+    end
+    entry = redis.call('LPOP', idle)
+    if not entry then
+      return nil, 'empty'
+    end
+  end
+  redis.call('LPUSH', idle, entry)
+  return nil, nil
+end
+
+local idem = KEYS[9]
 if idem then
   local held = redis.call('GET', idem)
   if held then
@@ -63,25 +121,43 @@ if tonumber(ARGV[12]) > 0 then
 end
 
 local id, tenant = ARGV[1], ARGV[2]
-local depth = redis.call('RPUSH', KEYS[2], id)
-if depth > tonumber(ARGV[9]) then
-  redis.call('RPOP', KEYS[2])
-  if tonumber(ARGV[12]) > 0 then
-    redis.call('DECRBY', KEYS[5], size)
-  end
-  return {'full', depth - 1}
+local created = ARGV[16]
+local handed, skip = nil, nil
+if ARGV[25] == '1' and ARGV[26] ~= '1' then
+  handed, skip = hand_off(KEYS[6], KEYS[3], KEYS[8], ARGV[14], ARGV[15], tonumber(ARGV[24]),
+    tenant, claim_reply(id, 1, ARGV[4], tenant, created, ARGV[6], '', '', '', ARGV[22]))
 end
--- The ring holds exactly the tenants with queued jobs, each once (lua/claim.lua).
-if depth == 1 then
-  redis.call('RPUSH', KEYS[3], tenant)
+local depth = 0
+if not handed then
+  depth = redis.call('RPUSH', KEYS[2], id)
+  if depth > tonumber(ARGV[9]) then
+    redis.call('RPOP', KEYS[2])
+    if tonumber(ARGV[12]) > 0 then
+      redis.call('DECRBY', KEYS[5], size)
+    end
+    return {'full', depth - 1}
+  end
+  -- The ring holds exactly the tenants with queued jobs, each once (lua/claim.lua).
+  if depth == 1 then
+    redis.call('RPUSH', KEYS[3], tenant)
+  end
 end
 
-local created = ARGV[16]
 local fields = {
-  'id', id, 'tenant', tenant, 'status', 'queued', 'created_ms', created, 'attempts', 0,
-  'spec', ARGV[4], 'metadata', ARGV[5], 'result', ARGV[8], 'bytes', size,
-  'events', '[' .. ARGV[18] .. ']',
+  'id', id, 'tenant', tenant, 'created_ms', created, 'spec', ARGV[4], 'metadata', ARGV[5],
+  'result', ARGV[8], 'bytes', size,
 }
+local queued = '[' .. ARGV[18] .. ']'
+if handed then  -- queued and claimed at once: both events, the claim's fields
+  local _, claim = claimed(0, queued, nil, handed[1], handed[4], KEYS[8], tenant, handed[3])
+  for _, v in ipairs(claim) do
+    table.insert(fields, v)
+  end
+else
+  for _, v in ipairs({'status', 'queued', 'attempts', 0, 'events', queued}) do
+    table.insert(fields, v)
+  end
+end
 if ARGV[6] ~= '' then
   table.insert(fields, 'model')
   table.insert(fields, ARGV[6])
@@ -111,11 +187,20 @@ end
 if tonumber(created) % 64 == 0 then
   redis.call('ZREMRANGEBYLEX', KEYS[4], '(' .. ARGV[23], '(' .. ARGV[20])
 end
+if handed then
+  redis.call('ZADD', KEYS[7], handed[4] + handed[2], id)
+  return {'created', id, '', 'handed'}
+end
 -- Wake one worker when the queue was empty. A job queued behind others needs no wake-up:
 -- the claim that takes the jobs before it was woken by the first one, and a worker whose
--- claim got all it asked for claims again as soon as it has a free slot.
+-- claim got all it asked for claims again as soon as it has a free slot. Why the hand-off
+-- could not be, when it is likely to last a while, is told to the API (it tries none
+-- then) whatever the depth: under load a submit spends no command on it.
 if depth == 1 and wake_one(KEYS[6], ARGV[14], ARGV[15], tonumber(created), tonumber(ARGV[24]),
-    ARGV[25] == '1', ARGV[26] == '1') then
-  return {'created', id, 'idle-empty'}
+    ARGV[25] == '1', skip == 'empty') then
+  return {'created', id, 'no-handoff'}
+end
+if skip then
+  return {'created', id, 'no-handoff'}
 end
 return {'created', id}
