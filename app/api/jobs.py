@@ -420,9 +420,31 @@ def _check_calling_validators(spec: JobSpec, res: Resources, router: Router) -> 
 def _job(job: JobView, status: int, headers: dict[str, str] | None = None) -> Response:
     """The job as ``respond(public_job(job))`` would answer it, written without parsing
     and re-writing what the store holds as JSON already."""
-    return Response(
-        public_job_json(job), status_code=status, headers=headers, media_type="application/json"
-    )
+    return JobResponse(public_job_json(job), status, headers)
+
+
+class JobResponse(Response):
+    """``Response(body, status, headers, media_type="application/json")``, its head as
+    Starlette writes it (the given headers, then ``content-length`` and ``content-type``),
+    put together directly: every job's answers go through here."""
+
+    media_type = "application/json"
+
+    def __init__(self, body: bytes, status: int, headers: dict[str, str] | None = None) -> None:
+        self.status_code = status
+        self.background = None
+        self.body = body
+        raw = (
+            []
+            if headers is None
+            else [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in headers.items()]
+        )
+        raw.append((b"content-length", str(len(body)).encode("latin-1")))
+        raw.append(_JSON_TYPE)
+        self.raw_headers = raw
+
+
+_JSON_TYPE: Final = (b"content-type", b"application/json")
 
 
 def _location(job: JobView) -> str:

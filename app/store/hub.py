@@ -34,6 +34,7 @@ log = logging.getLogger(__name__)
 
 ANY: Final = "*"  # watch every message of a channel
 _POLL_S: Final = 10.0
+_MESSAGE: Final = (b"message", "message")
 
 
 class Watch:
@@ -83,7 +84,11 @@ class Hub:
         self._watchers: dict[tuple[str, str], set[Watch]] = defaultdict(set)
         self._task: asyncio.Task[None] | None = None
         self._subscribed = asyncio.Event()
-        self._listeners: dict[str, list[Callable[[str, str | None], None]]] = defaultdict(list)
+        self._listeners: dict[str, list[Callable[[str, bytes | None], None]]] = defaultdict(list)
+        # A channel's name as the subscription's replies carry it (bytes, or str when the
+        # client decodes replies).
+        self._names: dict[bytes | str, str] = {c: c for c in self._channels}
+        self._names.update((c.encode(), c) for c in self._channels)
         # Moves each time the subscription goes live or is lost: while it has not moved
         # (and ``live``), no message published since was missed.
         self.generation = 0
@@ -113,9 +118,10 @@ class Hub:
         """Subscribed now (messages published from here on are heard)."""
         return self._subscribed.is_set()
 
-    def listen(self, channel: str, listener: Callable[[str, str | None], None]) -> None:
+    def listen(self, channel: str, listener: Callable[[str, bytes | None], None]) -> None:
         """Call ``listener(key, payload)`` for every message on ``channel`` (before its
-        watchers wake); it must be quick and must not raise."""
+        watchers wake), the payload as it came (UTF-8, not decoded: most messages are about
+        jobs nobody here waits for); it must be quick and must not raise."""
         self._check(channel)
         self._listeners[channel].append(listener)
 
@@ -156,14 +162,22 @@ class Hub:
             self._watchers[(name, key)].add(watcher)
         return watcher
 
-    def _dispatch(self, channel: str, data: str) -> None:
-        key, newline, carried = data.partition("\n")
-        payload = carried if newline else None
+    def _dispatch(self, channel: str, data: bytes | str) -> None:
+        if isinstance(data, str):
+            data = data.encode()
+        cut = data.find(b"\n")
+        if cut < 0:
+            key, payload = data.decode(), None
+        else:
+            key, payload = data[:cut].decode(), data[cut + 1 :]
         for listener in self._listeners.get(channel, ()):
             listener(key, payload)
-        for entry in ((channel, key), (channel, ANY)):
-            for watcher in tuple(self._watchers.get(entry, ())):
-                watcher._notify(key, payload)
+        waiting = self._watchers.get((channel, key)), self._watchers.get((channel, ANY))
+        if waiting[0] or waiting[1]:
+            text = None if payload is None else payload.decode()
+            for watchers in waiting:
+                for watcher in tuple(watchers or ()):
+                    watcher._notify(key, text)
 
     def _wake_all(self) -> None:
         for watchers in tuple(self._watchers.values()):
@@ -180,13 +194,25 @@ class Hub:
                 self._subscribed.set()
                 self._wake_all()  # anything published while we were away is re-read
                 backoff = 0.1
+                connection = pubsub.connection
+                if connection is None:  # pragma: no cover - subscribe sets it
+                    raise RedisError("pub/sub has no connection")
+                names = self._names
                 while True:
-                    # A bounded wait lets redis-py run its health check on an idle connection.
-                    message = await pubsub.get_message(
-                        ignore_subscribe_messages=True, timeout=_POLL_S
+                    # Read straight from the subscription's connection: ``get_message``
+                    # wraps each read in retry and bookkeeping layers (a lost connection
+                    # is handled here: resubscribe and wake everyone). A bounded wait lets
+                    # redis-py send its health check on an idle connection.
+                    await pubsub.check_health()
+                    reply = await connection.read_response(
+                        timeout=_POLL_S, disconnect_on_error=False, push_request=True
                     )
-                    if message is not None and message.get("type") == "message":
-                        self._dispatch(_text(message["channel"]), _text(message["data"]))
+                    # ["message", channel, data] (a RESP3 push is a list too); subscribe
+                    # confirmations and health-check replies are not messages.
+                    if isinstance(reply, list) and len(reply) == 3 and reply[0] in _MESSAGE:
+                        channel = names.get(reply[1])
+                        if channel is not None:
+                            self._dispatch(channel, reply[2])
             except asyncio.CancelledError:
                 self._subscribed.clear()
                 self.generation += 1
@@ -201,7 +227,3 @@ class Hub:
             finally:
                 with contextlib.suppress(RedisError, OSError, RuntimeError):
                     await pubsub.aclose()
-
-
-def _text(value: object) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)

@@ -44,12 +44,9 @@ class _JobIds:
             else:
                 random = secrets.randbits(self._RANDOM_BITS)
             self._last_ms, self._last_random = ms, random
-        n = (((ms << self._RANDOM_BITS) | random) << self._SHARD_BITS) | (shard & 0xFF)
-        chars = []
-        for _ in range(26):
-            chars.append(_ALPHABET[n & 31])
-            n >>= 5
-        return "job_" + "".join(reversed(chars))
+        return "job_" + _base32(
+            (((ms << self._RANDOM_BITS) | random) << self._SHARD_BITS) | (shard & 0xFF)
+        )
 
 
 new_job_id = _JobIds()
@@ -69,9 +66,30 @@ def shard_of(job_id: str) -> int:
 
 def id_floor(ms: int) -> str:
     """The smallest job id of millisecond ``ms``: ids below it were created before."""
-    n = (ms & (2**48 - 1)) << 80
-    chars = []
-    for _ in range(26):
-        chars.append(_ALPHABET[n & 31])
-        n >>= 5
-    return "job_" + "".join(reversed(chars))
+    return "job_" + _base32((ms & (2**48 - 1)) << 80)
+
+
+# Every pair of base32 characters (10 bits) by value: 13 lookups write an id's 26.
+_PAIRS: Final = tuple(a + b for a in _ALPHABET for b in _ALPHABET)
+
+
+def _base32(n: int) -> str:
+    """The 130-bit ``n`` as 26 base32 characters, most significant first."""
+    pairs = _PAIRS
+    return "".join(
+        [
+            pairs[(n >> 120) & 1023],
+            pairs[(n >> 110) & 1023],
+            pairs[(n >> 100) & 1023],
+            pairs[(n >> 90) & 1023],
+            pairs[(n >> 80) & 1023],
+            pairs[(n >> 70) & 1023],
+            pairs[(n >> 60) & 1023],
+            pairs[(n >> 50) & 1023],
+            pairs[(n >> 40) & 1023],
+            pairs[(n >> 30) & 1023],
+            pairs[(n >> 20) & 1023],
+            pairs[(n >> 10) & 1023],
+            pairs[n & 1023],
+        ]
+    )

@@ -371,11 +371,12 @@ class JobStore(Role):
 
     # -- what this process knows of the jobs it made -----------------------------------
 
-    def _heard(self, job_id: str, payload: str | None) -> None:
-        """A ``done`` message: a job made here has moved (ended, paused or cancelled)."""
+    def _heard(self, job_id: str, payload: bytes | None) -> None:
+        """A ``done`` message: a job made here has moved (ended, paused or cancelled).
+        (Every API process hears every job's: the payload of another's is not decoded.)"""
         made = self._made.pop(job_id, None)
         if made is not None and payload is not None:
-            self._ended[job_id] = (made[0], payload, time.monotonic())
+            self._ended[job_id] = (made[0], payload.decode(), time.monotonic())
             if len(self._ended) > _ENDED_KEPT:
                 self._ended.popitem(last=False)
 

@@ -143,33 +143,34 @@ def job_view(raw: Mapping[Any, Any]) -> JobView | None:
     }
     if "id" not in fields:
         return None
-
-    def moment(name: str) -> str | None:
-        value = fields.get(name)
-        return iso(int(value)) if value else None
-
+    get = fields.get
+    started, finished = get("started_ms"), get("finished_ms")
     result = fields["result"]
-    turns = fields.get("turns") or "[]"
+    turns = get("turns") or "[]"
+    # The common empty arrays and map (most jobs' history, transcript, metadata) without
+    # a parser: what each would parse to.
+    history, transcript, metadata = get("history"), get("transcript"), get("metadata")
+    action = get("action")
     return JobView(
         id=fields["id"],
         tenant=fields["tenant"],
         status=cast(JobStatus, fields["status"]),
         created_at=iso(int(fields["created_ms"])),
-        started_at=moment("started_ms"),
-        finished_at=moment("finished_ms"),
-        attempts=int(fields.get("attempts", "0")),
+        started_at=iso(int(started)) if started else None,
+        finished_at=iso(int(finished)) if finished else None,
+        attempts=int(get("attempts", "0")),
         result=Envelope.model_validate_json(result),
-        turns=_TURNS.validate_json(turns),
-        history=_HISTORY.validate_json(fields.get("history") or "[]"),
-        transcript=_TRANSCRIPT.validate_json(fields.get("transcript") or "[]"),
-        metadata=json.loads(fields.get("metadata", "{}")),
-        model=fields.get("model"),
-        idempotency_key=fields.get("idem"),
-        required_action=(
-            RequiredAction.model_validate_json(fields["action"]) if fields.get("action") else None
+        turns=() if turns == "[]" else _TURNS.validate_json(turns),
+        history=_HISTORY.validate_json(history) if history and history != "[]" else (),
+        transcript=(
+            _TRANSCRIPT.validate_json(transcript) if transcript and transcript != "[]" else ()
         ),
-        pauses=int(fields.get("pauses") or 0),
-        callback=_callback(fields),
+        metadata={} if metadata is None or metadata == "{}" else json.loads(metadata),
+        model=get("model"),
+        idempotency_key=get("idem"),
+        required_action=RequiredAction.model_validate_json(action) if action else None,
+        pauses=int(get("pauses") or 0),
+        callback=_callback(fields) if get("callback") else None,
         result_json=result,
         turns_json=turns,
     )

@@ -89,3 +89,33 @@ async def test_with_the_roles_apart_every_wait_wakes(redis: Redis, prefix: str) 
     finally:
         await jobs.aclose()
         await leases.aclose()
+
+
+async def test_a_lost_subscription_wakes_every_waiter_and_comes_back(
+    redis: Redis, prefix: str
+) -> None:
+    jobs, leases = JobStore(redis, prefix=prefix), Leases(redis, prefix=prefix)
+    try:
+        job, _ = await jobs.submit(tenant="acme", spec=SPEC)
+        await jobs.hub.start()
+        generation = jobs.hub.generation
+        async with jobs.hub.watch(jobs.channels["done"], job.id) as watch:
+            waiting = asyncio.ensure_future(watch.wait(30))
+            await asyncio.sleep(0.05)
+            await redis.client_kill_filter(_type="pubsub")  # every subscription drops
+            assert await asyncio.wait_for(waiting, 5) is True  # woken to re-read
+            for _ in range(100):  # back within its first backoff
+                if jobs.hub.live and jobs.hub.generation > generation:
+                    break
+                await asyncio.sleep(0.05)
+            assert jobs.hub.live
+            assert jobs.hub.generation >= generation + 2  # lost, then live again
+            # Messages are heard again, with the view the end carries.
+            [lease] = await leases.claim("w1")
+            await leases.complete(lease, envelope=SUCCESS, history=(), transcript=())
+            assert await watch.wait(5) is True
+            assert watch.payload is not None
+            assert job.id in watch.payload
+    finally:
+        await jobs.aclose()
+        await leases.aclose()

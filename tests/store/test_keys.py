@@ -6,6 +6,7 @@ import pytest
 from redis.crc import key_slot
 
 from app.store import new_job_id, shard_of
+from app.store.ids import _JobIds, id_floor
 from app.store.keys import Keys, shard_tag
 
 
@@ -55,3 +56,18 @@ def test_an_idempotency_key_always_picks_the_same_shard() -> None:
 def test_a_prefix_that_could_break_the_layout_is_refused(prefix: str) -> None:
     with pytest.raises(ValueError, match="prefix"):
         Keys(prefix)
+
+
+def test_a_job_id_is_its_time_random_and_shard_bits_in_crockford_base32() -> None:
+    alphabet = "0123456789abcdefghjkmnpqrstvwxyz"
+    for shard in (0, 1, 31, 200, 255):
+        for ms in (0, 1, 1_764_000_000_123, 2**48 - 1):
+            job_id = _JobIds()(ms, shard=shard)
+            value = 0
+            for char in job_id[4:]:
+                value = value * 32 + alphabet.index(char)
+            assert len(job_id) == 30
+            assert value >> 80 == ms
+            assert value & 0xFF == shard
+            assert id_floor(ms) == "job_" + job_id[4:14] + "0" * 16
+            assert id_floor(ms) <= job_id
