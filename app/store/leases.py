@@ -144,14 +144,19 @@ class Leases(Role):
             self.hub.listen(self.wake_channel, self._heard_handoff)
         return self._work
 
-    def _heard_handoff(self, key: str, payload: str | None) -> None:
+    def _heard_handoff(self, key: str, payload: bytes | None) -> None:
         """A message on this object's own channel: a hand-off is ``h<shard>`` with the
         entry the submit took off the list, the claimed job's values but the spec (JSON),
         and the spec, a line each (lua/submit.lua)."""
         if not key.startswith("h") or not key[1:].isdigit() or payload is None:
             return  # a wake-up: ``wait_for_work`` has it
         index = int(key[1:])
-        entry, _, job = payload.partition("\n")
+        try:
+            text = payload.decode()
+        except UnicodeDecodeError:  # not ours to read: its lease runs out, the reaper requeues
+            log.error("a job handed to this worker on shard %d is not UTF-8", index)
+            return
+        entry, _, job = text.partition("\n")
         held = self._idle.get(index)
         if held is not None and held[0] == entry:  # off that list now (not a newer entry)
             del self._idle[index]
