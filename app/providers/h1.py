@@ -386,7 +386,7 @@ class H1Transport(httpx.AsyncBaseTransport):
             reused = False  # something of the reply arrived
         else:
             raise httpx.RemoteProtocolError(f"more than {MAX_INTERIM} interim (1xx) replies")
-        stream = _Body(self, connection, request.method == "HEAD", status, headers, version)
+        stream = H1Body(self, connection, request.method == "HEAD", status, headers, version)
         stream.read_timeout = read_timeout
         return httpx.Response(
             status,
@@ -559,7 +559,7 @@ def _framing(
     return _LENGTH, int(first), keep_alive
 
 
-class _Body(httpx.AsyncByteStream):
+class H1Body(httpx.AsyncByteStream):
     """A reply's body as it arrives; the connection goes back to the pool at its end, or
     is closed when the body is dropped before it (``aclose``)."""
 
