@@ -385,6 +385,11 @@ class Router:
             breaker.release()
             raise
         breaker.record_success()
+        if (
+            response.transport_retries == tally.retries
+            and response.transport_wait_ms == tally.wait_ms
+        ):
+            return response  # the commonest: no retry, and the adapter's zeros already
         return replace(response, transport_retries=tally.retries, transport_wait_ms=tally.wait_ms)
 
 
