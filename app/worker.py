@@ -43,7 +43,7 @@ from app.core.events import LoopEvent, ToolsAnswered, TurnEnded, TurnStarted
 from app.core.loop import Runtime, WebhookCheck, run_job
 from app.core.model import ModelClient, ToolCall, ToolSpec
 from app.core.prompting import show_input, show_input_plain
-from app.core.spec import JobSpec, ToolDef, ValidatorSpec
+from app.core.spec import JobSpec, ToolDef, ValidatorSpec, stored_spec
 from app.core.tools import Tool, ToolAnswer
 from app.core.turn import Rejection, Spend, TurnRecord
 from app.core.validators import Verdict
@@ -385,7 +385,7 @@ class Worker:
         """The envelope, history and transcript to commit, or the pause for client tools;
         None when the job is not ours."""
         try:
-            spec = JobSpec.model_validate(job.claim.spec)
+            spec = stored_spec(job.claim.spec)
         except ValidationError as exc:
             detail = f"the stored job is not a valid job: {_fields(exc)}"
             return Envelope.failure(codes.INVALID_INPUT, detail), (), ()

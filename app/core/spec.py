@@ -7,7 +7,8 @@ spec.output_schema()   # the JSON Schema every answer is checked against
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from collections.abc import Mapping
+from typing import Any, Final, Literal, cast
 
 from pydantic import (
     BaseModel,
@@ -21,6 +22,7 @@ from pydantic import (
     model_validator,
 )
 from pydantic.alias_generators import to_camel
+from pydantic_core import SchemaValidator
 
 from app.core.model import StructuredOutput
 from app.core.unicode import escaped, surrogate_at, surrogate_path
@@ -339,3 +341,34 @@ class JobSpec(_Wire):
     @property
     def output_cap(self) -> int:
         return self.max_output_tokens_cap or max(self.max_output_tokens * 4, 4096)
+
+
+def stored_spec(data: Mapping[str, Any]) -> JobSpec:
+    """``JobSpec.model_validate(data)`` for a spec this service stored after validating it
+    (the worker's claimed job): every check but the per-field scan for unpaired surrogates,
+    which the client's submission passed already. Anything a client sends goes through
+    ``JobSpec.model_validate``."""
+    global _stored_validator  # built once, on first use
+    if _stored_validator is None:
+        _stored_validator = SchemaValidator(_without_unicode_scan(JobSpec.__pydantic_core_schema__))
+    return cast(JobSpec, _stored_validator.validate_python(data))
+
+
+_stored_validator: SchemaValidator | None = None
+
+
+def _without_unicode_scan(node: Any) -> Any:
+    """A copy of a core schema with every ``_Wire._valid_unicode`` before-validator taken
+    out (its inner schema in its place)."""
+    if isinstance(node, dict):
+        if node.get("type") == "function-before":
+            function = node.get("function", {}).get("function")
+            if getattr(function, "__func__", None) is _VALID_UNICODE:
+                return _without_unicode_scan(node["schema"])
+        return {key: _without_unicode_scan(value) for key, value in node.items()}
+    if isinstance(node, list):
+        return [_without_unicode_scan(value) for value in node]
+    return node
+
+
+_VALID_UNICODE: Final = _Wire.__dict__["_valid_unicode"].__func__

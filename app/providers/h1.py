@@ -386,11 +386,11 @@ class H1Transport(httpx.AsyncBaseTransport):
             reused = False  # something of the reply arrived
         else:
             raise httpx.RemoteProtocolError(f"more than {MAX_INTERIM} interim (1xx) replies")
-        stream = _Body(self, connection, request.method == "HEAD", status, headers, version)
+        stream = H1Body(self, connection, request.method == "HEAD", status, headers, version)
         stream.read_timeout = read_timeout
         return httpx.Response(
             status,
-            headers=headers,
+            headers=_response_headers(headers),
             stream=stream,
             extensions={"http_version": version, "reason_phrase": reason},
         )
@@ -474,13 +474,20 @@ async def _read_head(
     ):
         raise httpx.RemoteProtocolError(f"a malformed status line: {lines[0][:100]!r}")
     reason = rest[4:]
-    if len(reason.translate(None, _CONTROL)) != len(reason):
+    # One look at the whole head for a control character other than the lines' CRLFs
+    # (the commonest case: none); only then line by line, to say where.
+    clean = len(head.translate(None, _CONTROL)) == len(head) - 2 * (len(lines) - 1)
+    if not clean and len(reason.translate(None, _CONTROL)) != len(reason):
         raise httpx.RemoteProtocolError("a control character in the status line")
-    headers = _parse_headers(lines, 1)
+    headers = _parse_headers(lines, 1, clean)
     return int(code), reason, headers, version
 
 
-def _parse_headers(lines: list[bytes], first: int) -> list[tuple[bytes, bytes]]:
+def _parse_headers(
+    lines: list[bytes], first: int, clean: bool = False
+) -> list[tuple[bytes, bytes]]:
+    """The ``(name, value)`` pairs of header lines; ``clean`` when the caller checked
+    that they hold no control character."""
     headers: list[tuple[bytes, bytes]] = []
     for index in range(first, len(lines)):
         line = lines[index]
@@ -488,9 +495,16 @@ def _parse_headers(lines: list[bytes], first: int) -> list[tuple[bytes, bytes]]:
         if not colon or not name or not _TOKEN.issuperset(name):
             raise httpx.RemoteProtocolError(f"a malformed header line: {line[:100]!r}")
         value = value.strip(b" \t")
-        if len(value.translate(None, _CONTROL)) != len(value):
+        if not clean and len(value.translate(None, _CONTROL)) != len(value):
             raise httpx.RemoteProtocolError(f"a control character in header {name[:100]!r}")
         headers.append((name, value))
+    return headers
+
+
+def _response_headers(raw: list[tuple[bytes, bytes]]) -> httpx.Headers:
+    """``httpx.Headers(raw)`` for byte pairs, without its per-header normalising."""
+    headers = httpx.Headers()
+    headers._list = [(name, name.lower(), value) for name, value in raw]
     return headers
 
 
@@ -559,7 +573,7 @@ def _framing(
     return _LENGTH, int(first), keep_alive
 
 
-class _Body(httpx.AsyncByteStream):
+class H1Body(httpx.AsyncByteStream):
     """A reply's body as it arrives; the connection goes back to the pool at its end, or
     is closed when the body is dropped before it (``aclose``)."""
 

@@ -114,6 +114,10 @@ class Router:
         self._circuits = circuits
         self._retrier = retrier
         self._clock = clock
+        # Per (model or route, structured output asked): fixed by the configuration, asked
+        # for every job. Only configured names get in, so these stay small.
+        self._modes: dict[tuple[str | None, StructuredOutput], StructuredMode] = {}
+        self._styles: dict[tuple[str | None, StructuredOutput], PromptStyle] = {}
 
     def __repr__(self) -> str:
         return (
@@ -158,6 +162,9 @@ class Router:
     def structured_mode(self, model: str | None, requested: StructuredOutput) -> StructuredMode:
         """How ``model`` honours an output schema; a route reports its weakest model.
         ``"native"`` raises ``InvalidInput`` unless every model can constrain decoding."""
+        known = self._modes.get((model, requested))
+        if known is not None:
+            return known
         names = self.resolve(model)
         modes = [structured.mode_for(self._targets[n].capability, requested) for n in names]
         if requested == "native":
@@ -168,16 +175,22 @@ class Router:
                     " only be prompted for it",
                     field="structuredOutput",
                 )
-        return structured.weakest(modes)
+        mode = self._modes[model, requested] = structured.weakest(modes)
+        return mode
 
     def prompt_style(self, model: str | None, requested: StructuredOutput) -> PromptStyle:
         """How to prompt ``model`` (the providers file's ``prompt``). A route is compact only
         if every model on it is, and its schema enforced only if every model enforces it:
         the prompt is written once, whichever model answers."""
+        known = self._styles.get((model, requested))
+        if known is not None:
+            return known
         targets = [self._targets[n] for n in self.resolve(model)]
         compact = all(t.spec.prompt == "compact" for t in targets)
         enforced = all(structured.enforces_schema(t.capability, requested) for t in targets)
-        return PromptStyle("compact" if compact else "full", schema_enforced=enforced)
+        style = PromptStyle("compact" if compact else "full", schema_enforced=enforced)
+        self._styles[model, requested] = style
+        return style
 
     def without_tools(self, model: str | None) -> list[str]:
         """The models ``model`` (a model or a route) tries that cannot call tools."""
@@ -372,6 +385,11 @@ class Router:
             breaker.release()
             raise
         breaker.record_success()
+        if (
+            response.transport_retries == tally.retries
+            and response.transport_wait_ms == tally.wait_ms
+        ):
+            return response  # the commonest: no retry, and the adapter's zeros already
         return replace(response, transport_retries=tally.retries, transport_wait_ms=tally.wait_ms)
 
 

@@ -31,7 +31,7 @@ import json
 import logging
 import re
 import weakref
-from collections.abc import Iterator, Mapping
+from collections.abc import AsyncIterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -49,6 +49,8 @@ from app.core.errors import (
     ProviderTokenLimit,
     ProviderUnavailable,
 )
+from app.providers.h1 import H1Body, H1Transport
+from app.providers.http import _NoCookies
 
 logger = logging.getLogger(__name__)
 
@@ -147,7 +149,7 @@ async def post_json(
         request = _request(http, url, headers, body, timeout_s)
         # httpx's timeouts are per operation; asyncio.timeout bounds the whole exchange.
         async with asyncio.timeout(timeout_s):
-            response = await http.send(request, stream=True)
+            response = await _send(http, request)
             try:
                 if response.status_code >= 400:
                     cut = await _read(response, MAX_ERROR_BYTES, edge, cut=True)
@@ -169,6 +171,28 @@ async def post_json(
             model=edge.model,
         )
     return decoded, response.headers
+
+
+async def _send(http: httpx.AsyncClient, request: httpx.Request) -> httpx.Response:
+    """``http.send(request, stream=True)``; straight to the client's own ``H1Transport``
+    when httpx's layers around it have nothing to do: no proxy or other mount, no event
+    hook, no auth, no redirect followed, no cookies (``make_client``'s). Its info line per
+    request is turned off (``app.cli``), and nothing reads ``response.elapsed``."""
+    transport = http._transport
+    if (
+        type(transport) is H1Transport
+        and not http._mounts
+        and http._auth is None
+        and not http.follow_redirects
+        and not http.is_closed
+        and not http._event_hooks["request"]
+        and not http._event_hooks["response"]
+        and type(http._cookies) is _NoCookies
+    ):
+        response = await transport.handle_async_request(request)
+        response.request = request
+        return response
+    return await http.send(request, stream=True)
 
 
 # Per client, the parsed URL and merged headers of each (URL, call headers) it was given:
@@ -230,7 +254,15 @@ async def _read(response: httpx.Response, limit: int, edge: Edge, *, cut: bool =
     # Decoded when the provider compressed it; else as it comes, past httpx's decoder (a
     # reply already read, as a mock transport's, is only there for aiter_bytes).
     raw = not response.is_stream_consumed and "content-encoding" not in response.headers
-    async for chunk in response.aiter_raw() if raw else response.aiter_bytes():
+    stream = response.stream
+    if raw and type(stream) is H1Body:
+        # Our transport's own body, straight (``aiter_raw`` would wrap it in a generator
+        # and a chunker); ``post_json`` closes the response after.
+        response.is_stream_consumed = True
+        chunks: AsyncIterable[bytes] = stream
+    else:
+        chunks = response.aiter_raw() if raw else response.aiter_bytes()
+    async for chunk in chunks:
         content += chunk
         if len(content) > limit:
             if cut:

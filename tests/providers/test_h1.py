@@ -194,6 +194,9 @@ async def test_a_server_slow_to_send_its_head_times_out(http: httpx.AsyncClient)
         (OK_HEAD + b"x-h: 1\r\n" * (MAX_HEADERS + 1) + b"content-length: 0\r\n\r\n", "headers"),
         (b"HTTP/1.1 200 OK\r\nbad header\r\ncontent-length: 0\r\n\r\n", "malformed header"),
         (b"HTTP/1.1 200 OK\r\nx: a\x00b\r\ncontent-length: 0\r\n\r\n", "control character"),
+        (b"HTTP/1.1 200 OK\r\nx: a\rb\r\ncontent-length: 0\r\n\r\n", "control character"),
+        (b"HTTP/1.1 200 OK\r\nx: a\nb\r\ncontent-length: 0\r\n\r\n", "control character"),
+        (b"HTTP/1.1 200 O\x01K\r\ncontent-length: 0\r\n\r\n", "status line"),
         (b"HTTP/1.1 200 OK\r\n folded: x\r\ncontent-length: 0\r\n\r\n", "malformed header"),
         (b"HTTP/2 200 OK\r\ncontent-length: 0\r\n\r\n", "status line"),
         (b"HTTP/1.1 2000 OK\r\ncontent-length: 0\r\n\r\n", "status line"),
@@ -216,6 +219,9 @@ async def test_a_server_slow_to_send_its_head_times_out(http: httpx.AsyncClient)
         "too-many-headers",
         "no-colon",
         "nul-in-value",
+        "cr-in-value",
+        "lf-in-value",
+        "control-in-reason",
         "folded",
         "http2",
         "four-digit-status",
@@ -386,3 +392,31 @@ async def test_a_connection_idle_past_the_keepalive_expiry_is_closed_not_reused(
         await http.post(server.url, json={})
         assert transport.connections == 1  # the expired one was closed, not kept
     assert server.connections == 2
+
+
+async def test_post_json_keeps_the_connection_and_honours_httpx_hooks_when_a_client_has_them(
+    http: httpx.AsyncClient,
+) -> None:
+    async def ok(writer: asyncio.StreamWriter, index: int, server: RawServer) -> bool:
+        return await answer(writer, json_reply())
+
+    seen: list[int] = []
+
+    async def hook(response: httpx.Response) -> None:
+        seen.append(response.status_code)
+
+    async with RawServer(ok) as server:
+        for _ in range(3):  # straight to the pool: one connection, kept and reused
+            body, _ = await post_json(
+                http, server.url, headers={}, body={}, timeout_s=5, edge=Edge("p", "m")
+            )
+            assert body == {"ok": True}
+        assert server.connections == 1
+        assert pool(http).idle == 1
+        http.event_hooks = {"response": [hook]}  # through httpx's layers, which run it
+        body, _ = await post_json(
+            http, server.url, headers={}, body={}, timeout_s=5, edge=Edge("p", "m")
+        )
+    assert body == {"ok": True}
+    assert seen == [200]
+    assert server.connections == 1

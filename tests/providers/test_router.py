@@ -245,6 +245,20 @@ def test_structured_mode_reports_the_weakest_model_of_a_route(http: httpx.AsyncC
     assert router.structured_mode("b", "native") == "tool"
     assert router.structured_mode("fast", "auto") == "tool"
     assert router.structured_mode("fast", "prompt") == "prompt"
+    # Worked out once per (model, request): asked again, the same answers.
+    assert router.structured_mode("a", "auto") == "json_schema"
+    assert router.structured_mode("fast", "auto") == "tool"
+    assert router.prompt_style("fast", "auto") is router.prompt_style("fast", "auto")
+
+
+def test_a_refused_structured_mode_is_refused_every_time(http: httpx.AsyncClient) -> None:
+    router = build_router(route_config("http://127.0.0.1:9", b={"structured": "prompt"}), http)
+    for _ in range(2):
+        with pytest.raises(InvalidInput, match="b can only be prompted"):
+            router.structured_mode("fast", "native")
+        with pytest.raises(InvalidInput, match="unknown model"):
+            router.structured_mode("nope", "auto")
+    assert router.structured_mode("fast", "auto") == "prompt"
 
 
 async def test_native_structured_output_on_a_prompt_only_model_is_invalid_input(
