@@ -62,7 +62,7 @@ WAKE_RENEW_S: Final = 10.0
 WAKE_STALE_MS: Final = 30_000
 # An API process whose submit found jobs queued on a shard or nobody on its idle list
 # tries no hand-off there for WAKE_EMPTY_S (it still wakes one listed worker).
-WAKE_EMPTY_S: Final = 5.0
+WAKE_EMPTY_S: Final = 1.0
 # Each publish wakes every process subscribed to its channel: a role subscribes only to the
 # channels it waits on (``Role.HEARS``), so a job's end does not wake the workers nor its
 # queueing the API. ``done``/``events``: long-polls and event streams (``JobStore``);
