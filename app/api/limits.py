@@ -13,6 +13,7 @@ underneath them.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from typing import Any, Final
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -45,8 +46,10 @@ class BodyLimit:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        declared, content_type, chunked = _length_and_type(scope)
-        if declared is None and not chunked and scope.get("http_version") in _HTTP1:
+        declared, content_type, encoding = first_headers(
+            scope["headers"], b"content-length", b"content-type", b"transfer-encoding"
+        )
+        if declared is None and encoding is None and scope.get("http_version") in _HTTP1:
             # No body (HTTP/1 sends one only with either header): nothing to count.
             await self.app(scope, receive, send)
             return
@@ -69,7 +72,7 @@ class BodyLimit:
             chunks.append(chunk)
             if not message.get("more_body", False):
                 body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
-                if is_json(content_type) and not await _utf8(body, scope, receive, send):
+                if is_json(content_type or "") and not await _utf8(body, scope, receive, send):
                     return
                 replay = [{"type": "http.request", "body": body, "more_body": False}]
                 break
@@ -90,27 +93,14 @@ class BodyLimit:
         await response(scope, receive, send)
 
 
-def _length_and_type(scope: Scope) -> tuple[str | None, str, bool]:
-    """The request's first ``content-length`` and ``content-type`` headers (as Starlette's
-    ``Headers.get`` reads them) and whether it has a ``transfer-encoding``, in one pass
-    over the headers."""
-    declared: bytes | None = None
-    content_type: bytes | None = None
-    chunked = False
-    for name, value in scope["headers"]:
-        if name == b"content-length":
-            if declared is None:
-                declared = value
-        elif name == b"content-type":
-            if content_type is None:
-                content_type = value
-        elif name == b"transfer-encoding":
-            chunked = True
-    return (
-        None if declared is None else declared.decode("latin-1"),
-        "" if content_type is None else content_type.decode("latin-1"),
-        chunked,
-    )
+def first_headers(headers: Iterable[tuple[bytes, bytes]], *names: bytes) -> list[str | None]:
+    """The first value of each header of ``names`` (lower-case, as the ASGI scope has them),
+    None for one absent, as Starlette's ``Headers.get`` reads each: in one pass."""
+    found: dict[bytes, bytes] = {}
+    for name, value in headers:
+        if name in names and name not in found:
+            found[name] = value
+    return [found[name].decode("latin-1") if name in found else None for name in names]
 
 
 def is_json(content_type: str) -> bool:

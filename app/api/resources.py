@@ -7,7 +7,7 @@ async def get_job(job_id: str, caller: Authed) -> Response:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Annotated, Final, cast
 
@@ -17,7 +17,7 @@ from fastapi.security.base import SecurityBase
 
 from app.api.auth import authenticate
 from app.api.fairness import Fairness
-from app.api.limits import is_json
+from app.api.limits import first_headers, is_json
 from app.api.problems import NotReady, UnsupportedMediaType
 from app.core import codes
 from app.outbound.kit import Outbound
@@ -76,9 +76,11 @@ class Bearer(SecurityBase):
         self.json_body = json_body
 
     async def __call__(self, request: Request) -> Caller:
-        content_type, authorization, declared = _caller_headers(request.scope["headers"])
+        content_type, authorization, declared = first_headers(
+            request.scope["headers"], b"content-type", b"authorization", b"content-length"
+        )
         if self.json_body:
-            require_json(content_type)
+            require_json(content_type or "")
         res = _resources(request)
         token: str | None = None
         if authorization:
@@ -87,32 +89,9 @@ class Bearer(SecurityBase):
             if scheme and credentials and scheme.lower() == "bearer":
                 token = credentials
         tenant = authenticate(token, res.keys, present=authorization is not None)
-        body_bytes = int(declared) if declared.isdigit() else 0
+        body_bytes = int(declared) if declared is not None and declared.isdigit() else 0
         res.fairness.admit(tenant, body_bytes=body_bytes)  # 429 when faster than its share
         return Caller(res, tenant)
-
-
-def _caller_headers(headers: Iterable[tuple[bytes, bytes]]) -> tuple[str, str | None, str]:
-    """The first ``content-type`` (or ""), ``authorization`` (or None) and
-    ``content-length`` (or "") of ``headers`` (the ASGI scope's, names lower-case), as
-    ``Request.headers.get`` reads each, in one pass."""
-    content_type: bytes | None = None
-    authorization: bytes | None = None
-    length: bytes | None = None
-    for name, value in headers:
-        if name == b"authorization":
-            if authorization is None:
-                authorization = value
-        elif name == b"content-type":
-            if content_type is None:
-                content_type = value
-        elif name == b"content-length" and length is None:
-            length = value
-    return (
-        "" if content_type is None else content_type.decode("latin-1"),
-        None if authorization is None else authorization.decode("latin-1"),
-        "" if length is None else length.decode("latin-1"),
-    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from app.providers.retry import set_testing
 from tests.service import data_dir, providers, redis_url, sim_url, start_api
 
 __all__ = ["data_dir", "providers", "redis_url", "sim_url", "start_api"]
@@ -27,3 +28,14 @@ def _no_collector_in_cpu_bounds() -> Iterator[None]:
         yield
     finally:
         gc.enable()
+
+
+@pytest.fixture
+def no_sleeping() -> Iterator[None]:
+    """Provider retry waits are computed and recorded, never slept (the modules that call
+    providers use it: ``pytestmark = pytest.mark.usefixtures("no_sleeping")``)."""
+    set_testing(True)
+    try:
+        yield
+    finally:
+        set_testing(False)

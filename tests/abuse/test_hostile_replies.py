@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Iterator
 
 import pytest
 
@@ -24,9 +23,11 @@ from app.core.spec import JobSpec
 from app.providers.config import ModelConfig, ProviderConfig, ProvidersConfig
 from app.providers.h1 import H1Transport
 from app.providers.http import make_client
-from app.providers.retry import set_testing
 from app.providers.router import build_router
 from tests.providers.rawserver import OK_HEAD, RawServer, Script
+
+# Retry waits are computed and recorded, never slept (tests/abuse/conftest.py).
+pytestmark = pytest.mark.usefixtures("no_sleeping")
 
 BOUND_S = 10.0
 TIMEOUT_S = 1.0  # the provider's timeout_s: a dribbling server runs into it
@@ -35,15 +36,6 @@ MARK = b"HOSTILE-MARK"
 JOB = JobSpec.model_validate(
     {"task": "Name a city.", "signature": "{city :string}", "budget": {"maxTurns": 1}}
 )
-
-
-@pytest.fixture(autouse=True)
-def no_sleeping() -> Iterator[None]:
-    set_testing(True)
-    try:
-        yield
-    finally:
-        set_testing(False)
 
 
 def config(url: str) -> ProvidersConfig:

@@ -25,7 +25,6 @@ from app.core.loop import Runtime, run_job
 from app.core.spec import JobSpec
 from app.providers.config import ModelConfig, ProviderConfig, ProvidersConfig
 from app.providers.http import make_client
-from app.providers.retry import set_testing
 from app.providers.router import build_router
 from app.providers.transport import (
     BYTES_PER_TOKEN,
@@ -36,6 +35,9 @@ from app.providers.transport import (
     post_json,
     reply_cap,
 )
+
+# Retry waits are computed and recorded, never slept (tests/abuse/conftest.py).
+pytestmark = pytest.mark.usefixtures("no_sleeping")
 
 HUGE = 100 * 1024 * 1024  # what the hostile provider would send, in bytes
 CHUNK = 64 * 1024
@@ -132,15 +134,6 @@ def most_sent(server: HugeReplies) -> int:
 def hostile() -> Iterator[HugeReplies]:
     with HugeReplies() as server:
         yield server
-
-
-@pytest.fixture(autouse=True)
-def no_sleeping() -> Iterator[None]:
-    set_testing(True)
-    try:
-        yield
-    finally:
-        set_testing(False)
 
 
 def _config(url: str) -> ProvidersConfig:
