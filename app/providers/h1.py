@@ -370,7 +370,7 @@ class H1Transport(httpx.AsyncBaseTransport):
         read_timeout = timeouts.get("read")
         for _ in range(MAX_INTERIM + 1):
             try:
-                status, reason, headers, version = await _read_head(connection, read_timeout)
+                status, reason, headers, version, plain = await _read_head(connection, read_timeout)
             except _Stale:
                 if reused:
                     raise
@@ -390,7 +390,7 @@ class H1Transport(httpx.AsyncBaseTransport):
         stream.read_timeout = read_timeout
         return httpx.Response(
             status,
-            headers=_response_headers(headers),
+            headers=_response_headers(headers, plain=plain),
             stream=stream,
             extensions={"http_version": version, "reason_phrase": reason},
         )
@@ -432,8 +432,9 @@ class H1Transport(httpx.AsyncBaseTransport):
 async def _read_head(
     connection: _Connection,
     timeout: float | None,  # noqa: ASYNC109
-) -> tuple[int, bytes, list[tuple[bytes, bytes]], bytes]:
-    """``(status, reason, headers, http_version)`` of the next reply on ``connection``.
+) -> tuple[int, bytes, list[tuple[bytes, bytes]], bytes, bool]:
+    """``(status, reason, headers, http_version, plain)`` of the next reply on
+    ``connection``; ``plain`` when the whole head is ASCII (the commonest case).
 
     ``_Stale`` when the stream ends (or is reset) before any byte of it."""
     buffer = connection.buffer
@@ -480,7 +481,7 @@ async def _read_head(
     if not clean and len(reason.translate(None, _CONTROL)) != len(reason):
         raise httpx.RemoteProtocolError("a control character in the status line")
     headers = _parse_headers(lines, 1, clean)
-    return int(code), reason, headers, version
+    return int(code), reason, headers, version, head.isascii()
 
 
 def _parse_headers(
@@ -501,10 +502,14 @@ def _parse_headers(
     return headers
 
 
-def _response_headers(raw: list[tuple[bytes, bytes]]) -> httpx.Headers:
-    """``httpx.Headers(raw)`` for byte pairs, without its per-header normalising."""
+def _response_headers(raw: list[tuple[bytes, bytes]], *, plain: bool = False) -> httpx.Headers:
+    """``httpx.Headers(raw)`` for byte pairs, without its per-header normalising; with
+    ``plain`` (every name and value is ASCII) the encoding its first look-up would work
+    out by decoding each of them is given."""
     headers = httpx.Headers()
     headers._list = [(name, name.lower(), value) for name, value in raw]
+    if plain:
+        headers._encoding = "ascii"
     return headers
 
 
