@@ -69,6 +69,7 @@ async def test_reply_headers_read_as_httpx_decodes_them(
 
     async with RawServer(reply) as server:
         got = await http.post(server.url, json={})
+    assert got.headers._encoding in (None, encoding)  # given only when it is ASCII
     assert got.headers["x-note"] == value
     assert got.headers.encoding == encoding
     assert got.headers.raw == httpx.Headers(got.headers.raw).raw
