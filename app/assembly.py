@@ -35,7 +35,7 @@ from typing import Any
 from fastapi import FastAPI
 from pydantic import ValidationError
 
-from app import metrics
+from app import logs, metrics
 from app.api.app import create_app
 from app.api.fairness import Fairness
 from app.api.resources import Resources
@@ -327,10 +327,7 @@ def run_worker(settings: Settings | None = None) -> int:
     The first signal stops claiming and drains (``drain_timeout_s``); a second one
     releases whatever is still running at once.
     """
-    if not logging.getLogger().handlers:
-        logging.basicConfig(
-            level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-        )
+    logs.configure(logging.INFO)  # unless configured already (reprompt worker's CLI)
     # One line per model call at INFO (with its URL) is noise here: the job lines say it.
     logging.getLogger("httpx").setLevel(logging.WARNING)
     if settings is None:

@@ -31,6 +31,7 @@ from typing import Any, TextIO
 import httpx
 from pydantic import ValidationError
 
+from app import logs
 from app.child import free_loopback_port
 from app.client import ApiClient, ApiError
 from app.core.conversation import TranscriptEntry
@@ -80,10 +81,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
     ns = parser.parse_args(args)
     logging.getLogger("httpx").setLevel(logging.WARNING)  # no line per model call
-    logging.basicConfig(
-        level=logging.INFO if ns.command in SERVICE else logging.WARNING,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    logs.configure(logging.INFO if ns.command in SERVICE else logging.WARNING)
     try:
         if ns.command in ("serve", "api"):
             from app.assembly import run_api

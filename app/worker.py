@@ -333,13 +333,13 @@ class Worker:
         waited_s = max(0.0, time.time() - claim.created_at_ms / 1000)
         metrics.QUEUE_WAIT.observe(waited_s)
         metrics.JOBS_IN_PROGRESS.inc()
-        log.info(
-            "job %s started: attempt %d, tenant %s, queued %.3fs",
-            job.id,
-            claim.attempt,
-            claim.tenant,
-            waited_s,
-        )
+        # Logged as it starts, not with the end: a worker killed mid-job leaves this line
+        # to say it held the job (and which claim). Made whole here: no arguments to format.
+        if log.isEnabledFor(logging.INFO):
+            log.info(
+                f"job {job.id} started: attempt {claim.attempt}, tenant {claim.tenant}, "
+                f"queued {waited_s:.3f}s"
+            )
         with self._span(job):
             await self._run(job)
 
@@ -611,15 +611,7 @@ class Worker:
             return
         metrics.record_job(envelope, duration_s=duration_s)
         if log.isEnabledFor(logging.INFO):  # else nothing of the line is worked out
-            execution = envelope.execution
-            log.info(
-                "job %s %s%s: %d calls, %.3fs",
-                job.id,
-                envelope.job_status,
-                f" ({envelope.error})" if envelope.error else "",
-                0 if execution is None else execution.llm_calls,
-                duration_s,
-            )
+            log.info(_ended_line(job, envelope, duration_s))
 
     async def _pause(self, job: _Job, paused: Paused) -> None:
         """Hand the job to its client: ``requires_action`` with the checkpoint, fenced.
@@ -896,6 +888,20 @@ def _progress(event: TurnStarted | TurnEnded) -> Progress:
         remaining=event.remaining,
         model=event.model,
     )
+
+
+def _ended_line(job: _Job, envelope: Envelope, duration_s: float) -> str:
+    """A job's INFO line as it ends: ``job j_… succeeded: 1 calls, 152 tokens, $0.00012,
+    0.031s`` (``failed (budget-exhausted): …``; ``$?`` when a price is unknown). Made
+    whole here: the record carries no arguments to format."""
+    execution = envelope.execution
+    error = f" ({envelope.error})" if envelope.error else ""
+    if execution is None:
+        spent = "0 calls"
+    else:
+        cost = "?" if execution.cost is None else f"{execution.cost:.6g}"
+        spent = f"{execution.llm_calls} calls, {execution.tokens_used} tokens, ${cost}"
+    return f"job {job.id} {envelope.job_status}{error}: {spent}, {duration_s:.3f}s"
 
 
 def _earlier(claim: Claim) -> Spend | None:

@@ -36,6 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import httpx
 
+from app import logs
 from app.core.model import LLMRequest, LLMResponse
 from app.core.spec import JobSpec
 from app.core.turn import Spend
@@ -151,9 +152,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--profile", help="cProfile the last round into this file")
     args = parser.parse_args(argv)
 
-    handler = logging.StreamHandler(open("/dev/null", "w"))  # noqa: SIM115 (lives as long)
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    logging.basicConfig(level=logging.INFO, handlers=[handler])
+    logs.configure(logging.INFO, open("/dev/null", "w"))  # noqa: SIM115 (lives as long)
     logging.getLogger("httpx").setLevel(logging.WARNING)
 
     with Stack() as stack:

@@ -142,6 +142,36 @@ class LLMResponse:
     # count them all.
     alternatives: tuple[Choice, ...] = ()
 
+    def settled(
+        self,
+        *,
+        cost_usd: float | None,
+        warnings: tuple[str, ...],
+        transport_retries: int,
+        transport_wait_ms: int,
+        latency_ms: int,
+    ) -> LLMResponse:
+        """``dataclasses.replace(self, ...)`` of what the router works out once a call is
+        answered (its price, notes and totals), without ``replace``'s look at every field:
+        once per call."""
+        return LLMResponse(
+            self.content,
+            self.finish_reason,
+            self.model,
+            self.provider,
+            self.usage,
+            self.tool_calls,
+            self.refusal,
+            cost_usd,
+            self.structured_mode,
+            transport_retries,
+            transport_wait_ms,
+            latency_ms,
+            warnings,
+            self.response_model,
+            self.alternatives,
+        )
+
     @property
     def choices(self) -> tuple[LLMResponse, ...]:
         """Every answer of the call as a response of its own (the first is this one)."""

@@ -68,6 +68,7 @@ _CONTROL: Final = bytes(c for c in range(32) if c != 9) + b"\x7f"
 _NO_BODY_STATUS: Final = frozenset({204, 304})
 
 Origin = tuple[str, str, int, str | None]  # scheme, host, port, TLS server name
+_Header = tuple[bytes, bytes, bytes]  # name, name lowercased, value: as httpx.Headers keeps it
 
 
 class _Stale(Exception):
@@ -370,7 +371,7 @@ class H1Transport(httpx.AsyncBaseTransport):
         read_timeout = timeouts.get("read")
         for _ in range(MAX_INTERIM + 1):
             try:
-                status, reason, headers, version = await _read_head(connection, read_timeout)
+                status, reason, headers, version, plain = await _read_head(connection, read_timeout)
             except _Stale:
                 if reused:
                     raise
@@ -388,12 +389,13 @@ class H1Transport(httpx.AsyncBaseTransport):
             raise httpx.RemoteProtocolError(f"more than {MAX_INTERIM} interim (1xx) replies")
         stream = H1Body(self, connection, request.method == "HEAD", status, headers, version)
         stream.read_timeout = read_timeout
-        return httpx.Response(
-            status,
-            headers=_response_headers(headers),
-            stream=stream,
-            extensions={"http_version": version, "reason_phrase": reason},
+        response = httpx.Response(
+            status, stream=stream, extensions={"http_version": version, "reason_phrase": reason}
         )
+        # Set rather than passed: the Response would copy them into new Headers, and its
+        # copy would work its encoding out again.
+        response.headers = _response_headers(headers, plain=plain)
+        return response
 
     async def _stream_body(
         self,
@@ -432,8 +434,9 @@ class H1Transport(httpx.AsyncBaseTransport):
 async def _read_head(
     connection: _Connection,
     timeout: float | None,  # noqa: ASYNC109
-) -> tuple[int, bytes, list[tuple[bytes, bytes]], bytes]:
-    """``(status, reason, headers, http_version)`` of the next reply on ``connection``.
+) -> tuple[int, bytes, list[_Header], bytes, bool]:
+    """``(status, reason, headers, http_version, plain)`` of the next reply on
+    ``connection``; ``plain`` when the whole head is ASCII (the commonest case).
 
     ``_Stale`` when the stream ends (or is reset) before any byte of it."""
     buffer = connection.buffer
@@ -480,15 +483,13 @@ async def _read_head(
     if not clean and len(reason.translate(None, _CONTROL)) != len(reason):
         raise httpx.RemoteProtocolError("a control character in the status line")
     headers = _parse_headers(lines, 1, clean)
-    return int(code), reason, headers, version
+    return int(code), reason, headers, version, head.isascii()
 
 
-def _parse_headers(
-    lines: list[bytes], first: int, clean: bool = False
-) -> list[tuple[bytes, bytes]]:
-    """The ``(name, value)`` pairs of header lines; ``clean`` when the caller checked
-    that they hold no control character."""
-    headers: list[tuple[bytes, bytes]] = []
+def _parse_headers(lines: list[bytes], first: int, clean: bool = False) -> list[_Header]:
+    """The ``(name, lowercased name, value)`` of header lines (httpx's own triples);
+    ``clean`` when the caller checked that they hold no control character."""
+    headers: list[_Header] = []
     for index in range(first, len(lines)):
         line = lines[index]
         name, colon, value = line.partition(b":")
@@ -497,14 +498,18 @@ def _parse_headers(
         value = value.strip(b" \t")
         if not clean and len(value.translate(None, _CONTROL)) != len(value):
             raise httpx.RemoteProtocolError(f"a control character in header {name[:100]!r}")
-        headers.append((name, value))
+        headers.append((name, name.lower(), value))
     return headers
 
 
-def _response_headers(raw: list[tuple[bytes, bytes]]) -> httpx.Headers:
-    """``httpx.Headers(raw)`` for byte pairs, without its per-header normalising."""
+def _response_headers(parsed: list[_Header], *, plain: bool = False) -> httpx.Headers:
+    """``httpx.Headers`` of parsed headers, without its per-header normalising; with
+    ``plain`` (every name and value is ASCII) the encoding its first look-up would work
+    out by decoding each of them is given."""
     headers = httpx.Headers()
-    headers._list = [(name, name.lower(), value) for name, value in raw]
+    headers._list = parsed
+    if plain:
+        headers._encoding = "ascii"
     return headers
 
 
@@ -534,14 +539,13 @@ _LENGTH, _CHUNKED, _UNTIL_CLOSE = 0, 1, 2
 
 
 def _framing(
-    head_only: bool, status: int, headers: list[tuple[bytes, bytes]], version: bytes
+    head_only: bool, status: int, headers: list[_Header], version: bytes
 ) -> tuple[int, int, bool]:
     """``(mode, content length, keep alive)`` of a reply, from its head (RFC 9112 §6)."""
     keep_alive = version == b"HTTP/1.1"
     encoding: bytes | None = None
     lengths: list[bytes] = []
-    for name, value in headers:
-        lowered = name.lower()
+    for _, lowered, value in headers:
         if lowered == b"connection":
             tokens = {token.strip().lower() for token in value.split(b",")}
             if b"close" in tokens:
@@ -585,7 +589,7 @@ class H1Body(httpx.AsyncByteStream):
         connection: _Connection,
         head_only: bool,
         status: int,
-        headers: list[tuple[bytes, bytes]],
+        headers: list[_Header],
         version: bytes,
     ) -> None:
         self._pool = pool

@@ -243,8 +243,7 @@ class Router:
             cost, cost_warning = cost_of(target.price, response.usage, name)
             if cost_warning:
                 warnings.append(cost_warning)
-            return replace(
-                response,
+            return response.settled(
                 cost_usd=cost,
                 warnings=(*warnings, *response.warnings),
                 transport_retries=retries + response.transport_retries,

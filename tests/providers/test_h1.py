@@ -53,6 +53,29 @@ async def test_a_reply_split_into_single_bytes_is_read_whole(http: httpx.AsyncCl
     assert server.connections == 1  # kept alive across the split reply
 
 
+@pytest.mark.parametrize(
+    ("extra", "value", "encoding"),
+    [
+        (b"x-note: plain\r\n", "plain", "ascii"),
+        ("x-note: caf\u00e9\r\n".encode(), "caf\u00e9", "utf-8"),
+        (b"x-note: caf\xe9\r\n", "caf\u00e9", "iso-8859-1"),
+    ],
+)
+async def test_reply_headers_read_as_httpx_decodes_them(
+    http: httpx.AsyncClient, extra: bytes, value: str, encoding: str
+) -> None:
+    async def reply(writer: asyncio.StreamWriter, index: int, server: RawServer) -> bool:
+        return await answer(writer, json_reply(b"{}", extra))
+
+    async with RawServer(reply) as server:
+        got = await http.post(server.url, json={})
+    assert got.headers._encoding in (None, encoding)  # given only when it is ASCII
+    assert got.headers["x-note"] == value
+    assert got.headers.encoding == encoding
+    assert got.headers.raw == httpx.Headers(got.headers.raw).raw
+    assert dict(got.headers) == dict(httpx.Headers(got.headers.raw))
+
+
 async def test_a_chunked_reply_with_extensions_and_trailers_is_read_and_kept_alive(
     http: httpx.AsyncClient,
 ) -> None:
