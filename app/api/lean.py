@@ -46,6 +46,9 @@ E = TypeVar("E", bound=Callable[..., Any])
 M = TypeVar("M", bound=BaseModel)
 
 _READER: Final = "__lean_reader__"
+# Set in a request's scope by ``app.api.front`` when it hands a request a reader stepped
+# aside from to the app's full stack: the route's FastAPI handling serves it at once.
+GENERAL: Final = "reprompt.general"
 # A query integer up to this many digits is read here (pydantic takes any size).
 _MAX_DIGITS: Final = 15
 
@@ -80,9 +83,12 @@ class LeanRoute(APIRoute):
     def __init__(self, path: str, endpoint: Callable[..., Any], **kwargs: Any) -> None:
         super().__init__(path, endpoint, **kwargs)
         reader: Reader | None = getattr(endpoint, _READER, None)
+        # ``app.api.front`` serves a route with a reader itself: the reader, whether the
+        # body is read first, and the endpoint.
+        self.reader = reader
+        self.reads_body = self.body_field is not None
         if reader is not None:
-            body = self.body_field is not None
-            self.app = _lean_app(reader, endpoint, body=body, general=self.app)
+            self.app = _lean_app(reader, endpoint, body=self.reads_body, general=self.app)
 
 
 def _lean_app(
@@ -92,8 +98,10 @@ def _lean_app(
     again when the reader steps aside)."""
 
     async def app(scope: Scope, receive: Receive, send: Send) -> None:
-        if scope.get("fastapi.telemetry") is not None or getattr(
-            scope.get("app"), "dependency_overrides", None
+        if (
+            GENERAL in scope
+            or scope.get("fastapi.telemetry") is not None
+            or getattr(scope.get("app"), "dependency_overrides", None)
         ):
             await general(scope, receive, send)
             return
