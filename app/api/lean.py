@@ -30,16 +30,18 @@ effect): when it runs, nothing is left that could step aside. FastAPI's own tele
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Any, Final, TypeVar
+from typing import Any, Final, TypeVar, cast
 
 from fastapi import Request
 from fastapi.responses import Response
 from fastapi.routing import APIRoute
 from pydantic import BaseModel, ValidationError
+from pydantic_core import SchemaValidator
 from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.api.limits import is_json
+from app.core.spec import _without_unicode_scan as without_unicode_scan
 
 Reader = Callable[[Request], Awaitable[dict[str, Any]]]
 E = TypeVar("E", bound=Callable[..., Any])
@@ -141,9 +143,25 @@ async def json_body(request: Request, model: type[M]) -> M:
     if not body:
         raise Unusual
     try:
+        if body.isascii() and b"\\u" not in body:
+            return cast(M, _unscanned(model).validate_json(body))
         return model.model_validate_json(body)
     except ValidationError:
         raise Unusual from None
+
+
+def _unscanned(model: type[BaseModel]) -> SchemaValidator:
+    """``model``'s validator without the per-field scan for unpaired surrogates: an ASCII
+    body without a ``\\u`` escape holds none (every string it decodes to is ASCII), and
+    the scan is a Python call per field. Built once per model."""
+    validator = _UNSCANNED.get(model)
+    if validator is None:
+        validator = SchemaValidator(without_unicode_scan(model.__pydantic_core_schema__))
+        _UNSCANNED[model] = validator
+    return validator
+
+
+_UNSCANNED: dict[type[BaseModel], SchemaValidator] = {}
 
 
 def header(request: Request, name: str, *, max_length: int) -> str | None:
