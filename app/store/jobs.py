@@ -44,6 +44,7 @@ from app.store.ids import id_floor, is_job_id, new_job_id
 from app.store.records import (
     Event,
     JobView,
+    LazyView,
     StoredOutputs,
     callback_status,
     events_of,
@@ -280,7 +281,7 @@ class JobStore(Role):
                 continue
             break
         return (
-            JobView(
+            LazyView(
                 id=job_id,
                 tenant=tenant,
                 status="queued",
@@ -288,7 +289,7 @@ class JobStore(Role):
                 started_at=None,
                 finished_at=None,
                 attempts=0,
-                result=Envelope.in_progress(),
+                result=None,  # type: ignore[arg-type]  # parsed from result_json when read
                 turns=(),
                 history=(),
                 transcript=(),
