@@ -167,6 +167,15 @@ def with_default_deadline(spec: JobSpec, settings: Settings) -> JobSpec:
     return spec.model_copy(update={"budget": budget})
 
 
+def stored_spec_json(spec: JobSpec, settings: Settings) -> dict[str, Any]:
+    """``with_default_deadline(spec, settings).model_dump(mode="json", by_alias=True)``,
+    what the store keeps, without copying the spec and its budget to fill the deadline in."""
+    dumped = spec.model_dump(mode="json", by_alias=True)
+    if spec.budget.deadline_ms is None:
+        dumped["budget"]["deadlineMs"] = settings.job_default_deadline_ms
+    return dumped
+
+
 def check_data(value: Any, settings: Settings, *, field: str, cap: str = "input") -> None:
     """Nesting depth (first: the size is measured with a recursive encoder) and compact
     JSON bytes of data the client sends along (``input``, ``fallback.data``, a tool's
