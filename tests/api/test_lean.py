@@ -289,3 +289,37 @@ def test_the_hot_routes_have_lean_readers(
         for method in route.methods or ()
     }
     assert found == HOT
+
+
+class _Stamp:
+    """A middleware an embedding process might add: it marks every response."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        async def stamped(message: Any) -> None:
+            if message["type"] == "http.response.start":
+                message["headers"] = [*message["headers"], (b"x-stamp", b"1")]
+            await send(message)
+
+        await self.app(scope, receive, stamped)
+
+
+def test_a_middleware_added_to_the_app_sees_every_request(
+    redis_url: str, data_dir: Path, providers: ProvidersConfig, served: list[str]
+) -> None:
+    app = _app(redis_url, data_dir, providers, lean=True)
+    app.add_middleware(_Stamp)
+    with (
+        serve(app) as url,
+        httpx.Client(
+            base_url=url, headers={"authorization": f"Bearer {KEYS['alice']}"}, timeout=30
+        ) as http,
+    ):
+        created = http.post("/v1/jobs", json=VALID)
+        assert created.status_code == 202
+        got = http.get(f"/v1/jobs/{created.json()['id']}?waitMs=5000")
+        assert got.status_code == 200
+        assert created.headers["x-stamp"] == got.headers["x-stamp"] == "1"
+    assert served == []  # the front left them to FastAPI's stack, which holds the layer
