@@ -21,9 +21,9 @@ import pytest
 from fastapi import FastAPI
 from starlette.exceptions import HTTPException
 
-from app.api import jobs
 from app.api.front import FrontedFastAPI
 from app.api.lean import LeanRoute
+from app.api.limits import check_job
 from app.assembly import api_app as create_app
 from app.core.spec import JobSpec
 from app.providers.config import ProvidersConfig
@@ -80,7 +80,6 @@ def served(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 @pytest.fixture
 def raising(monkeypatch: pytest.MonkeyPatch) -> None:
     """A job whose task names an exception has the submit endpoint raise it."""
-    check_job = jobs.check_job
 
     def check(spec: JobSpec, settings: Settings) -> None:
         if spec.task == "raise RuntimeError":
@@ -91,7 +90,7 @@ def raising(monkeypatch: pytest.MonkeyPatch) -> None:
             raise QueueFull(7)
         check_job(spec, settings)
 
-    monkeypatch.setattr(jobs, "check_job", check)
+    monkeypatch.setattr("app.api.jobs.check_job", check)
 
 
 @pytest.fixture
@@ -195,7 +194,7 @@ def exchange(http: httpx.Client, job_id: str) -> list[tuple[int, str, dict[str, 
     return answers
 
 
-def refused(url: str) -> list[tuple[int, dict[str, str], Any]]:
+def refused(url: str) -> list[tuple[int, str, dict[str, str], Any]]:
     """Bodies over the cap (32 KiB), over a socket of their own: one declared too large
     (refused before a byte is read) and one sent in chunks, counted as it comes (refused
     once past the cap; nothing more is sent, so the server leaves nothing unread)."""
@@ -221,7 +220,7 @@ def refused(url: str) -> list[tuple[int, dict[str, str], Any]]:
         status_line, *lines = head_part.decode("latin-1").split("\r\n")
         headers = dict(line.lower().split(": ", 1) for line in lines)
         headers.pop("date", None)
-        answers.append((int(status_line.split()[1]), headers, json.loads(body)))
+        answers.append((int(status_line.split()[1]), "POST", headers, json.loads(body)))
     return answers
 
 
