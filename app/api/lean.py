@@ -25,6 +25,10 @@ endpoint (OpenAPI), and is what FastAPI solves whenever the reader steps aside.
 A reader authenticates last (``Bearer``: 401, 415, and the rate's 429 with its side
 effect): when it runs, nothing is left that could step aside. FastAPI's own telemetry
 (a global OpenTelemetry provider) and dependency overrides take the general path.
+
+The app's front (``app.api.front``) calls a route's reader and endpoint itself, without
+FastAPI's middleware and router in between; the route's own ASGI app below serves the
+requests that come through FastAPI's stack (the front off or stepping aside).
 """
 
 from __future__ import annotations
