@@ -19,6 +19,7 @@ from fastapi.openapi.utils import get_openapi
 from app import __version__
 from app.api import callbacks, events, jobs, problems, system
 from app.api.events import SSE_EVENTS
+from app.api.front import FrontedFastAPI
 from app.api.limits import BodyLimit
 from app.api.resources import Resources
 from app.gcsettle import settle_gc
@@ -49,7 +50,7 @@ def create_app(
             settle_gc()
             yield
 
-    app = FastAPI(
+    app = FrontedFastAPI(
         title="reprompt",
         version=__version__,
         description=DESCRIPTION,

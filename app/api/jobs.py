@@ -27,7 +27,7 @@ from app.api.limits import (
     check_signature_schema,
     check_tools,
     clamp_wait,
-    with_default_deadline,
+    stored_spec_json,
 )
 from app.api.problems import NotFound
 from app.api.resources import BEARER, BEARER_JSON, Authed, AuthedJson, Caller, Resources
@@ -363,8 +363,7 @@ async def _submit(
                 "embedded local model); give another model, or no tools",
                 field="tools",
             )
-    spec = with_default_deadline(spec, res.settings)
-    contract = build_contract(spec)
+    contract = build_contract(spec)  # the budget plays no part in it
     if spec.signature is not None:
         check_signature_schema(spec.signature, contract.output_schema, res.settings)
     for field, name in (("model", spec.model), ("escalateModel", spec.escalate_model)):
@@ -377,7 +376,7 @@ async def _submit(
         router.structured_mode(name, spec.structured_output)  # "native" needs every model
     job, created = await res.store.submit(
         tenant=tenant,
-        spec=spec.model_dump(mode="json", by_alias=True),
+        spec=stored_spec_json(spec, res.settings),  # with the default deadline filled in
         idempotency_key=idempotency_key,
         metadata=dict(spec.metadata),
         model=spec.model or router.default,

@@ -25,27 +25,36 @@ endpoint (OpenAPI), and is what FastAPI solves whenever the reader steps aside.
 A reader authenticates last (``Bearer``: 401, 415, and the rate's 429 with its side
 effect): when it runs, nothing is left that could step aside. FastAPI's own telemetry
 (a global OpenTelemetry provider) and dependency overrides take the general path.
+
+The app's front (``app.api.front``) calls a route's reader and endpoint itself, without
+FastAPI's middleware and router in between; the route's own ASGI app below serves the
+requests that come through FastAPI's stack (the front off or stepping aside).
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Any, Final, TypeVar
+from typing import Any, Final, TypeVar, cast
 
 from fastapi import Request
 from fastapi.responses import Response
 from fastapi.routing import APIRoute
 from pydantic import BaseModel, ValidationError
+from pydantic_core import SchemaValidator
 from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.api.limits import is_json
+from app.core.spec import _without_unicode_scan as without_unicode_scan
 
 Reader = Callable[[Request], Awaitable[dict[str, Any]]]
 E = TypeVar("E", bound=Callable[..., Any])
 M = TypeVar("M", bound=BaseModel)
 
 _READER: Final = "__lean_reader__"
+# Set in a request's scope by ``app.api.front`` when it hands a request a reader stepped
+# aside from to the app's full stack: the route's FastAPI handling serves it at once.
+GENERAL: Final = "reprompt.general"
 # A query integer up to this many digits is read here (pydantic takes any size).
 _MAX_DIGITS: Final = 15
 
@@ -80,9 +89,12 @@ class LeanRoute(APIRoute):
     def __init__(self, path: str, endpoint: Callable[..., Any], **kwargs: Any) -> None:
         super().__init__(path, endpoint, **kwargs)
         reader: Reader | None = getattr(endpoint, _READER, None)
+        # ``app.api.front`` serves a route with a reader itself: the reader, whether the
+        # body is read first, and the endpoint.
+        self.reader = reader
+        self.reads_body = self.body_field is not None
         if reader is not None:
-            body = self.body_field is not None
-            self.app = _lean_app(reader, endpoint, body=body, general=self.app)
+            self.app = _lean_app(reader, endpoint, body=self.reads_body, general=self.app)
 
 
 def _lean_app(
@@ -92,8 +104,10 @@ def _lean_app(
     again when the reader steps aside)."""
 
     async def app(scope: Scope, receive: Receive, send: Send) -> None:
-        if scope.get("fastapi.telemetry") is not None or getattr(
-            scope.get("app"), "dependency_overrides", None
+        if (
+            GENERAL in scope
+            or scope.get("fastapi.telemetry") is not None
+            or getattr(scope.get("app"), "dependency_overrides", None)
         ):
             await general(scope, receive, send)
             return
@@ -133,9 +147,25 @@ async def json_body(request: Request, model: type[M]) -> M:
     if not body:
         raise Unusual
     try:
+        if body.isascii() and b"\\u" not in body:
+            return cast(M, _unscanned(model).validate_json(body))
         return model.model_validate_json(body)
     except ValidationError:
         raise Unusual from None
+
+
+def _unscanned(model: type[BaseModel]) -> SchemaValidator:
+    """``model``'s validator without the per-field scan for unpaired surrogates: an ASCII
+    body without a ``\\u`` escape holds none (every string it decodes to is ASCII), and
+    the scan is a Python call per field. Built once per model."""
+    validator = _UNSCANNED.get(model)
+    if validator is None:
+        validator = SchemaValidator(without_unicode_scan(model.__pydantic_core_schema__))
+        _UNSCANNED[model] = validator
+    return validator
+
+
+_UNSCANNED: dict[type[BaseModel], SchemaValidator] = {}
 
 
 def header(request: Request, name: str, *, max_length: int) -> str | None:

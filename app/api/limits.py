@@ -46,16 +46,24 @@ class BodyLimit:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        checked = await self.checked(scope, receive, send)
+        if checked is not None:
+            await self.app(scope, checked, send)
+
+    async def checked(self, scope: Scope, receive: Receive, send: Send) -> Receive | None:
+        """The ``receive`` the app reads an HTTP request's body from (the body replayed,
+        once read in full and found within the cap), or None when the request has been
+        answered (413, or the 422 of a JSON body that is not UTF-8). ``app.api.front``
+        calls it for the routes it serves itself."""
         declared, content_type, encoding = first_headers(
             scope["headers"], b"content-length", b"content-type", b"transfer-encoding"
         )
         if declared is None and encoding is None and scope.get("http_version") in _HTTP1:
             # No body (HTTP/1 sends one only with either header): nothing to count.
-            await self.app(scope, receive, send)
-            return
+            return receive
         if declared is not None and declared.strip().isdigit() and int(declared) > self.max_bytes:
             await self._refuse(scope, receive, send)
-            return
+            return None
         chunks: list[bytes] = []
         size = 0
         while True:
@@ -68,19 +76,19 @@ class BodyLimit:
             size += len(chunk)
             if size > self.max_bytes:
                 await self._refuse(scope, receive, send)
-                return
+                return None
             chunks.append(chunk)
             if not message.get("more_body", False):
                 body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
                 if is_json(content_type or "") and not await _utf8(body, scope, receive, send):
-                    return
+                    return None
                 replay = [{"type": "http.request", "body": body, "more_body": False}]
                 break
 
         async def replayed() -> Message:
             return replay.pop() if replay else await receive()
 
-        await self.app(scope, replayed, send)
+        return replayed
 
     async def _refuse(self, scope: Scope, receive: Receive, send: Send) -> None:
         response = problem(
@@ -157,6 +165,15 @@ def with_default_deadline(spec: JobSpec, settings: Settings) -> JobSpec:
         return spec
     budget = spec.budget.model_copy(update={"deadline_ms": settings.job_default_deadline_ms})
     return spec.model_copy(update={"budget": budget})
+
+
+def stored_spec_json(spec: JobSpec, settings: Settings) -> dict[str, Any]:
+    """``with_default_deadline(spec, settings).model_dump(mode="json", by_alias=True)``,
+    what the store keeps, without copying the spec and its budget to fill the deadline in."""
+    dumped = spec.model_dump(mode="json", by_alias=True)
+    if spec.budget.deadline_ms is None:
+        dumped["budget"]["deadlineMs"] = settings.job_default_deadline_ms
+    return dumped
 
 
 def check_data(value: Any, settings: Settings, *, field: str, cap: str = "input") -> None:

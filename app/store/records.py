@@ -8,6 +8,7 @@ read back into those models here, so nothing above the store handles raw dicts.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -151,7 +152,7 @@ def job_view(raw: Mapping[Any, Any]) -> JobView | None:
     # a parser: what each would parse to.
     history, transcript, metadata = get("history"), get("transcript"), get("metadata")
     action = get("action")
-    return JobView(
+    return LazyView(
         id=fields["id"],
         tenant=fields["tenant"],
         status=cast(JobStatus, fields["status"]),
@@ -159,8 +160,8 @@ def job_view(raw: Mapping[Any, Any]) -> JobView | None:
         started_at=iso(int(started)) if started else None,
         finished_at=iso(int(finished)) if finished else None,
         attempts=int(get("attempts", "0")),
-        result=Envelope.model_validate_json(result),
-        turns=() if turns == "[]" else _TURNS.validate_json(turns),
+        result=None,  # type: ignore[arg-type]  # parsed from result_json when read
+        turns=() if turns == "[]" else None,  # type: ignore[arg-type]  # likewise
         history=_HISTORY.validate_json(history) if history and history != "[]" else (),
         transcript=(
             _TRANSCRIPT.validate_json(transcript) if transcript and transcript != "[]" else ()
@@ -174,6 +175,54 @@ def job_view(raw: Mapping[Any, Any]) -> JobView | None:
         result_json=result,
         turns_json=turns,
     )
+
+
+class LazyView(JobView):
+    """A ``JobView`` made from the JSON the store holds: its ``result`` and ``turns``, given
+    as None, are parsed from ``result_json`` and ``turns_json`` when first read. A job's
+    answer (``public_job_json``) passes that JSON on and never reads them: the API's
+    submit and long-poll parse neither."""
+
+    __slots__ = ()
+    __hash__ = JobView.__hash__
+
+    def __eq__(self, other: object) -> bool:
+        # As JobView's: the compared fields equal (a JobView and a LazyView alike).
+        if not isinstance(other, JobView):
+            return NotImplemented
+        return all(getattr(self, name) == getattr(other, name) for name in _COMPARED)
+
+    @property
+    def result(self) -> Envelope:
+        result: Envelope | None = _RESULT.__get__(self)
+        if result is None:
+            assert self.result_json is not None
+            result = Envelope.model_validate_json(self.result_json)
+            _RESULT.__set__(self, result)
+        return result
+
+    @result.setter
+    def result(self, value: Envelope | None) -> None:  # the dataclass's __init__ only
+        _RESULT.__set__(self, value)
+
+    @property
+    def turns(self) -> tuple[TurnRecord, ...]:
+        turns: tuple[TurnRecord, ...] | None = _TURNS_SLOT.__get__(self)
+        if turns is None:
+            assert self.turns_json is not None
+            turns = _TURNS.validate_json(self.turns_json)
+            _TURNS_SLOT.__set__(self, turns)
+        return turns
+
+    @turns.setter
+    def turns(self, value: tuple[TurnRecord, ...] | None) -> None:  # likewise
+        _TURNS_SLOT.__set__(self, value)
+
+
+# JobView's own slots (the properties above shadow them in LazyView).
+_RESULT: Final = JobView.__dict__["result"]
+_TURNS_SLOT: Final = JobView.__dict__["turns"]
+_COMPARED: Final = tuple(f.name for f in dataclasses.fields(JobView) if f.compare)
 
 
 def public_job(view: JobView) -> Job:

@@ -21,7 +21,7 @@ import pytest
 from pydantic import SecretStr
 from redis import Redis
 
-from app.api.limits import with_default_deadline
+from app.api.limits import stored_spec_json, with_default_deadline
 from app.assembly import api_app
 from app.core import codes
 from app.core.spec import JobSpec
@@ -153,3 +153,19 @@ def test_the_default_is_ten_minutes_within_the_cap() -> None:
     assert with_default_deadline(spec, Settings()).budget.deadline_ms == 600_000
     capped = Settings(max_deadline_ms=60_000)
     assert with_default_deadline(spec, capped).budget.deadline_ms == 60_000
+
+
+@pytest.mark.parametrize(
+    "budget", [{"maxTurns": 1}, {"maxTurns": 2, "deadlineMs": 1200}, {"maxCostUsd": 0.5}]
+)
+def test_the_stored_spec_is_the_spec_with_its_default_deadline(budget: dict[str, Any]) -> None:
+    spec = JobSpec.model_validate({**JOB, "budget": budget})
+    for settings in (Settings(), Settings(max_deadline_ms=60_000)):
+        stored = stored_spec_json(spec, settings)
+        assert stored == with_default_deadline(spec, settings).model_dump(
+            mode="json", by_alias=True
+        )
+        assert json.dumps(stored) == json.dumps(
+            with_default_deadline(spec, settings).model_dump(mode="json", by_alias=True)
+        )
+    assert spec.budget.deadline_ms == budget.get("deadlineMs")  # the spec itself unchanged

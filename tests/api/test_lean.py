@@ -1,11 +1,16 @@
-"""The hot endpoints read a plain, valid request themselves (app.api.lean) and answer it as
-FastAPI's general handling does: the same requests, sent to an API that reads them lean
-and to one that solves every request generically (any dependency override sends each
-request down FastAPI's general path), get the same answers, valid or not."""
+"""The hot endpoints read a plain, valid request themselves (app.api.lean), served by the
+app's front (app.api.front) without FastAPI's layers, and answer it as FastAPI's general
+handling does: the same requests, sent to an API that serves them through its front, to
+one whose front is off (the lean routes behind FastAPI's full stack) and to one that
+solves every request generically (any dependency override sends each request down
+FastAPI's general path), get the same answers, valid or not: the body limit's 413 and
+422, exceptions raised in an endpoint (handled ones and the 500), odd queries and
+headers."""
 
 from __future__ import annotations
 
 import json
+import socket
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,10 +19,16 @@ from typing import Any
 import httpx
 import pytest
 from fastapi import FastAPI
+from starlette.exceptions import HTTPException
 
+from app.api.front import FrontedFastAPI
 from app.api.lean import LeanRoute
+from app.api.limits import check_job
 from app.assembly import api_app as create_app
+from app.core.spec import JobSpec
 from app.providers.config import ProvidersConfig
+from app.settings import Settings
+from app.store.errors import QueueFull
 from tests.service import KEYS, api_keys, serve, settings_for
 
 HOT = {("POST", "/v1/jobs"), ("GET", "/v1/jobs/{job_id}"), ("POST", "/v1/generate")}
@@ -31,23 +42,67 @@ def _general_path() -> None:
     general path."""
 
 
-def _app(redis_url: str, data_dir: Path, providers: ProvidersConfig, *, lean: bool) -> FastAPI:
+def _app(
+    redis_url: str,
+    data_dir: Path,
+    providers: ProvidersConfig,
+    *,
+    lean: bool,
+    front: bool = True,
+    root_path: str = "",
+) -> FastAPI:
     settings = settings_for(
         redis_url, data_dir, api_keys=api_keys(), key_prefix=f"lean{uuid.uuid4().hex[:8]}"
     )
     app = create_app(settings, providers=providers)
+    assert isinstance(app, FrontedFastAPI)
+    app.front = front
+    app.root_path = root_path
     if not lean:
         app.dependency_overrides[_general_path] = _general_path
     return app
 
 
 @pytest.fixture
-def both(redis_url: str, data_dir: Path, providers: ProvidersConfig) -> Iterator[tuple[str, str]]:
+def served(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The paths of the requests the front served itself (without FastAPI's stack)."""
+    paths: list[str] = []
+    serve_lean = FrontedFastAPI._serve
+
+    async def counted(self: FrontedFastAPI, *args: Any) -> None:
+        paths.append(args[3]["path"])  # (front, route, params, scope, receive, send)
+        await serve_lean(self, *args)
+
+    monkeypatch.setattr(FrontedFastAPI, "_serve", counted)
+    return paths
+
+
+@pytest.fixture
+def raising(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A job whose task names an exception has the submit endpoint raise it."""
+
+    def check(spec: JobSpec, settings: Settings) -> None:
+        if spec.task == "raise RuntimeError":
+            raise RuntimeError("an unexpected failure")
+        if spec.task == "raise HTTPException":
+            raise HTTPException(418, "short and stout", headers={"X-Teapot": "yes"})
+        if spec.task == "raise QueueFull":
+            raise QueueFull(7)
+        check_job(spec, settings)
+
+    monkeypatch.setattr("app.api.jobs.check_job", check)
+
+
+@pytest.fixture
+def three(
+    redis_url: str, data_dir: Path, providers: ProvidersConfig
+) -> Iterator[tuple[str, str, str]]:
     with (
-        serve(_app(redis_url, data_dir, providers, lean=True)) as lean,
+        serve(_app(redis_url, data_dir, providers, lean=True)) as front,
+        serve(_app(redis_url, data_dir, providers, lean=True, front=False)) as lean,
         serve(_app(redis_url, data_dir, providers, lean=False)) as general,
     ):
-        yield lean, general
+        yield front, lean, general
 
 
 def answer(response: httpx.Response, job_id: str) -> tuple[int, str, dict[str, str], Any]:
@@ -61,11 +116,15 @@ def answer(response: httpx.Response, job_id: str) -> tuple[int, str, dict[str, s
             "idempotent-replayed",
             "www-authenticate",
             "allow",
+            "connection",
+            "x-teapot",
         )
         if name in response.headers
     }
     if "location" in response.headers:
-        headers["location"] = response.headers["location"].rsplit("/", 1)[0] + "/…"
+        origin = f"{response.request.url.scheme}://{response.request.url.netloc.decode()}"
+        location = response.headers["location"].removeprefix(origin)  # a redirect's has it
+        headers["location"] = location.rsplit("/", 1)[0] + "/…"
     text = response.text.replace(job_id, "{job_id}")
     try:
         body = json.loads(text)
@@ -89,6 +148,9 @@ def exchange(http: httpx.Client, job_id: str) -> list[tuple[int, str, dict[str, 
         ({}, json.dumps({**VALID, "model": "no-such-model"}).encode()),
         ({}, b'{"task": "x", '),
         ({}, b'{"task": "\\ud800", "signature": "{a :string}"}'),
+        # Valid text that is not ASCII: escaped, and as UTF-8 (the full validation's way).
+        ({}, b'{"task": "caf\\u00e9", "signature": "{a :string}"}'),
+        ({}, '{"task": "café", "signature": "{a :string}"}'.encode()),
         ({}, b""),
         ({}, b"[]"),
         ({"content-type": "text/plain"}, json.dumps(VALID).encode()),
@@ -98,6 +160,14 @@ def exchange(http: httpx.Client, job_id: str) -> list[tuple[int, str, dict[str, 
         ({"idempotency-key": "first-key"}, json.dumps(VALID).encode()),
         ({"idempotency-key": ""}, json.dumps(VALID).encode()),
         ({"idempotency-key": "k" * 256}, json.dumps(VALID).encode()),
+        # The body limit: not UTF-8 (JSON or not); too large: ``refused``.
+        ({}, b'{"task": "caf\xe9", "signature": "{a :string}"}'),
+        ({"content-type": "text/plain"}, b"\xff\xfe"),
+        # Exceptions raised in the endpoint (the ``raising`` fixture).
+        # (the server closes the connection after a 500: a client that knows)
+        ({"connection": "close"}, json.dumps({**VALID, "task": "raise RuntimeError"}).encode()),
+        ({}, json.dumps({**VALID, "task": "raise HTTPException"}).encode()),
+        ({}, json.dumps({**VALID, "task": "raise QueueFull"}).encode()),
     ]
     for path in ("/v1/jobs", "/v1/generate?waitMs=0", "/v1/generate?waitMs=x"):
         for headers, body in bodies:
@@ -117,24 +187,94 @@ def exchange(http: httpx.Client, job_id: str) -> list[tuple[int, str, dict[str, 
     answers.append(answer(http.get(f"/v1/jobs/{job_id}", headers=two_keys), job_id))
     answers.append(answer(http.get(f"/v1/jobs/{job_id}", headers={"authorization": "x"}), job_id))
     answers.append(answer(http.delete(f"/v1/jobs/{job_id}"), job_id))
+    answers.append(answer(http.head(f"/v1/jobs/{job_id}"), job_id))
+    answers.append(answer(http.options("/v1/jobs"), job_id))
+    answers.append(answer(http.get(f"/v1/jobs/{job_id}/"), job_id))
+    answers.append(answer(http.post("/v1/jobs/", json=VALID), job_id))
     return answers
 
 
-def test_the_hot_endpoints_answer_as_fastapi_does(both: tuple[str, str]) -> None:
+def refused(url: str) -> list[tuple[int, str, dict[str, str], Any]]:
+    """Bodies over the cap (32 KiB), over a socket of their own: one declared too large
+    (refused before a byte is read) and one sent in chunks, counted as it comes (refused
+    once past the cap; nothing more is sent, so the server leaves nothing unread)."""
+    port = int(url.rsplit(":", 1)[1])
+    auth = f"Authorization: Bearer {KEYS['alice']}"
+    head = f"POST /v1/jobs HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n{auth}\r\n"
+    chunk = b"x" * 40_000
+    sent = [
+        (head + "Content-Length: 99999\r\n\r\n").encode(),
+        (head + "Transfer-Encoding: chunked\r\n\r\n").encode()
+        + f"{len(chunk):x}\r\n".encode()
+        + chunk
+        + b"\r\n",
+    ]
+    answers = []
+    for request in sent:
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+            sock.sendall(request)
+            received = b""
+            while data := sock.recv(65536):
+                received += data
+        head_part, _, body = received.partition(b"\r\n\r\n")
+        status_line, *lines = head_part.decode("latin-1").split("\r\n")
+        headers = dict(line.lower().split(": ", 1) for line in lines)
+        headers.pop("date", None)
+        answers.append((int(status_line.split()[1]), "POST", headers, json.loads(body)))
+    return answers
+
+
+@pytest.mark.usefixtures("raising")
+def test_the_hot_endpoints_answer_as_fastapi_does(
+    three: tuple[str, str, str], served: list[str]
+) -> None:
     runs = []
-    for url in both:
+    for url in three:
         with httpx.Client(
             base_url=url, headers={"authorization": f"Bearer {KEYS['alice']}"}, timeout=30
         ) as http:
             created = http.post("/v1/jobs", json=VALID)
             assert created.status_code == 202
             runs.append(exchange(http, created.json()["id"]))
-    lean, general = runs
-    assert len(lean) == len(general)
-    for mine, theirs in zip(lean, general, strict=True):
-        assert mine == theirs
-    statuses = {status for status, *_ in lean}
-    assert {200, 202, 401, 404, 405, 415, 422} <= statuses  # valid and invalid, both ways
+        runs[-1].extend(refused(url))
+        if url == three[0]:
+            assert len(served) > 50  # the front served most of them itself
+            count = len(served)
+    assert len(served) == count  # and nothing when it is off, or with an override
+    front, lean, general = runs
+    assert len(front) == len(lean) == len(general)
+    for mine, behind, theirs in zip(front, lean, general, strict=True):
+        assert mine == behind == theirs
+    statuses = {answer[0] for answer in front}
+    # valid and invalid, both ways; the body limit; raised in the endpoint
+    assert {200, 202, 401, 404, 405, 413, 415, 418, 422, 429, 500} <= statuses
+    problems = [answer[-1] for answer in front if isinstance(answer[-1], dict)]
+    assert {"internal-error", "queue-full", "content-too-large"} <= {
+        p.get("code") for p in problems
+    }
+
+
+def test_under_a_root_path_fastapi_serves_every_request(
+    redis_url: str, data_dir: Path, providers: ProvidersConfig, served: list[str]
+) -> None:
+    runs = []
+    for front in (True, False):
+        app = _app(redis_url, data_dir, providers, lean=True, front=front, root_path="/base")
+        with (
+            serve(app) as url,
+            httpx.Client(
+                base_url=url, headers={"authorization": f"Bearer {KEYS['alice']}"}, timeout=30
+            ) as http,
+        ):
+            created = http.post("/base/v1/jobs", json=VALID)
+            assert created.status_code == 202, created.text
+            job_id = created.json()["id"]
+            got = http.get(f"/base/v1/jobs/{job_id}?waitMs=5000")
+            assert got.status_code == 200
+            runs.append([answer(created, job_id), answer(got, job_id)])
+            runs[-1].append(answer(http.post("/base/v1/jobs", content=b"{"), job_id))
+    assert runs[0] == runs[1]
+    assert served == []
 
 
 def test_the_hot_routes_have_lean_readers(
@@ -148,3 +288,37 @@ def test_the_hot_routes_have_lean_readers(
         for method in route.methods or ()
     }
     assert found == HOT
+
+
+class _Stamp:
+    """A middleware an embedding process might add: it marks every response."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        async def stamped(message: Any) -> None:
+            if message["type"] == "http.response.start":
+                message["headers"] = [*message["headers"], (b"x-stamp", b"1")]
+            await send(message)
+
+        await self.app(scope, receive, stamped)
+
+
+def test_a_middleware_added_to_the_app_sees_every_request(
+    redis_url: str, data_dir: Path, providers: ProvidersConfig, served: list[str]
+) -> None:
+    app = _app(redis_url, data_dir, providers, lean=True)
+    app.add_middleware(_Stamp)
+    with (
+        serve(app) as url,
+        httpx.Client(
+            base_url=url, headers={"authorization": f"Bearer {KEYS['alice']}"}, timeout=30
+        ) as http,
+    ):
+        created = http.post("/v1/jobs", json=VALID)
+        assert created.status_code == 202
+        got = http.get(f"/v1/jobs/{created.json()['id']}?waitMs=5000")
+        assert got.status_code == 200
+        assert created.headers["x-stamp"] == got.headers["x-stamp"] == "1"
+    assert served == []  # the front left them to FastAPI's stack, which holds the layer

@@ -4,6 +4,7 @@ checked-in document (so the document cannot drift from the answers)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,7 @@ from app.core.envelope import Envelope, Execution
 from app.core.job import Job
 from app.core.turn import Rejection
 from app.store import JobView, public_job, public_job_json
-from app.store.records import job_view
+from app.store.records import LazyView, job_view
 from tests.api.conftest import finished, scripted
 
 DOCUMENT = json.loads(
@@ -223,6 +224,7 @@ def test_a_job_is_written_as_its_response_model_writes_it() -> None:
             "created_ms": "1763790000000",
             "attempts": str(view.attempts),
             "result": view.result.model_dump_json(),
+            "turns": json.dumps(json.loads(expected)["turns"], separators=(",", ":")),
             "history": json.dumps([h.model_dump(mode="json") for h in view.history]),
             "transcript": json.dumps([t.model_dump(mode="json") for t in view.transcript]),
             "metadata": json.dumps(view.metadata),
@@ -235,3 +237,10 @@ def test_a_job_is_written_as_its_response_model_writes_it() -> None:
         assert stored is not None
         assert stored.result_json == fields["result"]
         assert public_job_json(stored) == public_job(stored).model_dump_json().encode()
+        # result and turns are parsed when read (LazyView), and compare as a JobView's do
+        assert (stored.result, stored.turns) == (view.result, view.turns)
+        assert isinstance(stored, LazyView)
+        plain = JobView(**{f.name: getattr(stored, f.name) for f in dataclasses.fields(JobView)})
+        assert stored == plain
+        assert plain == stored
+        assert stored != dataclasses.replace(plain, result=Envelope.failure("cancelled", "x"))

@@ -1,0 +1,339 @@
+"""The API's outermost ASGI callable: the hot routes served in a few steps, FastAPI's full
+stack for everything else.
+
+    app = FrontedFastAPI(...)      # a FastAPI; create_app builds one
+
+A request to FastAPI passes a dozen layers before its route's app runs: FastAPI's own
+``__call__`` (which asks OpenTelemetry whether a global provider is configured), Starlette's,
+``ServerErrorMiddleware``, FastAPI's exception telemetry and body limit, ``BodyLimit``,
+``ExceptionMiddleware``, an exit stack, the router trying route after route, the route's
+``handle``: about a fifth of the API's CPU per job. ``FrontedFastAPI.__call__`` serves the
+routes with a reader (``app.api.lean``: ``POST /v1/jobs``, ``GET /v1/jobs/{id}``,
+``POST /v1/generate``) itself, doing what those layers do for them and nothing else:
+
+- the body limit: ``BodyLimit.checked``, the same 413 and the UTF-8 422;
+- an exception the route raises: the handler ``ExceptionMiddleware`` would pick (the
+  same objects, taken from the built stack), its answer sent as that middleware sends it;
+  an exception no handler takes (or one a handler raises) as ``ServerErrorMiddleware``
+  does: its handler's answer (the app's 500) unless a response started, then re-raised
+  for the server to log;
+- the router's match: the route's own pattern, a request that an earlier route would
+  take left to the router; the scope gets the route, endpoint and path parameters.
+
+Everything else goes to FastAPI unchanged, and so does every request while any of these
+holds: FastAPI's telemetry is on (a global OpenTelemetry provider, or one given to the
+app), a dependency override is set, a ``root_path`` is set (the app's or the server's),
+the app runs in debug, the built stack holds a layer the front does not know (a
+middleware added by an embedding process, FastAPI's ``max_body_size``). A reader that
+steps aside (``Unusual``) hands the request, its body replayed, to the full stack, which
+serves it through the route's FastAPI handling (``GENERAL``). ``front = False`` on an app
+turns the front off (the tests compare both ways).
+
+The exception handlers, layers and routes are read from the app when it first serves a
+request (the middleware stack is built then, as Starlette would) and again whenever the
+route list changes.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Final
+
+from fastapi import FastAPI, Request
+from fastapi.middleware.asyncexitstack import AsyncExitStackMiddleware
+from fastapi.routing import APIRoute
+from starlette._utils import is_async_callable
+from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
+from starlette.middleware.errors import ServerErrorMiddleware
+from starlette.middleware.exceptions import ExceptionMiddleware
+from starlette.requests import ClientDisconnect
+from starlette.responses import Response
+from starlette.routing import BaseRoute, Route
+from starlette.types import ASGIApp, ExceptionHandler, Receive, Scope, Send
+
+from app.api.lean import GENERAL, LeanRoute, Unusual, _replaying
+from app.api.limits import BodyLimit
+
+# FastAPI's own layers that do nothing for a request without telemetry and without
+# ``max_body_size`` (by module and name: older FastAPI versions have neither).
+_INERT: Final = frozenset(
+    {
+        ("fastapi.telemetry._asgi", "ExceptionTelemetryMiddleware"),
+        ("fastapi._body_limit", "AppBodyLimitMiddleware"),
+    }
+)
+
+
+@dataclass(frozen=True, slots=True)
+class _Candidate:
+    route: LeanRoute
+    pattern: re.Pattern[str]
+    # Earlier routes that take the same method: one whose pattern matches the path would
+    # serve the request, not ``route``.
+    before: tuple[re.Pattern[str], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class _Front:
+    routes: tuple[int, int]  # id and length of the route list this was read from
+    by_method: dict[str, tuple[_Candidate, ...]]  # empty: the front serves nothing
+    limit: BodyLimit | None
+    handlers: dict[Any, ExceptionHandler]  # ExceptionMiddleware's
+    status_handlers: dict[int, ExceptionHandler]
+    server_error: ServerErrorMiddleware | None
+
+
+class FrontedFastAPI(FastAPI):
+    """``FastAPI`` whose ``__call__`` serves the routes with a reader itself when nothing
+    needs the general stack (the module's docstring says when)."""
+
+    front: bool = True
+    _front: _Front | None = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and self.front:
+            found = self._lean_route(scope)
+            if found is not None:
+                front, route, params = found
+                await self._serve(front, route, params, scope, receive, send)
+                return
+        await super().__call__(scope, receive, send)
+
+    def _lean_route(self, scope: Scope) -> tuple[_Front, LeanRoute, dict[str, Any]] | None:
+        if self.root_path or scope.get("root_path") or self.dependency_overrides:
+            return None
+        front = self._front
+        routes = self.router.routes
+        if front is None or front.routes != (id(routes), len(routes)):
+            front = self._front = self._read_front()
+        candidates = front.by_method.get(scope["method"])
+        if not candidates:
+            return None
+        path: str = scope["path"]
+        for candidate in candidates:
+            match = candidate.pattern.match(path)
+            if match is None:
+                continue
+            if any(earlier.match(path) for earlier in candidate.before):
+                return None  # the router would pick an earlier route
+            if "fastapi.telemetry" in scope or _telemetry_on(self):
+                return None
+            route = candidate.route
+            params = match.groupdict()
+            for key, value in params.items():
+                params[key] = route.param_convertors[key].convert(value)
+            return front, route, params
+        return None
+
+    def _read_front(self) -> _Front:
+        """What the front needs, read from the app's built stack and routes."""
+        if self.middleware_stack is None:
+            self.middleware_stack = self.build_middleware_stack()
+        routes = self.router.routes
+        key = (id(routes), len(routes))
+        layers = None
+        if not self.debug and getattr(self, "max_body_size", None) is None:
+            layers = _layers(self.middleware_stack, self.router)
+        if layers is None:
+            return _Front(key, {}, None, {}, {}, None)
+        server_error, limit, handlers, status_handlers = layers
+        return _Front(key, _candidates(routes), limit, handlers, status_handlers, server_error)
+
+    async def _serve(
+        self,
+        front: _Front,
+        route: LeanRoute,
+        params: dict[str, Any],
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+    ) -> None:
+        """The request as the stack serves it through ``route``'s lean app."""
+        scope["app"] = self
+        if "router" not in scope:
+            scope["router"] = self.router
+        scope["route"] = route
+        scope["endpoint"] = route.endpoint
+        scope["path_params"] = {**scope.get("path_params", {}), **params}
+        started = False  # a response began: an error cannot be answered any more
+
+        async def sender(message: Any) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        read: bytes | None = None
+        response: Response | None = None
+        try:
+            try:
+                if front.limit is not None:
+                    checked = await front.limit.checked(scope, receive, sender)
+                    if checked is None:
+                        return  # answered: 413, or a JSON body that is not UTF-8
+                    receive = checked
+                response, read = await _lean_response(route, Request(scope, receive, send))
+            except Exception as exc:
+                if not await _handled(front, exc, scope, receive, sender):
+                    raise
+                return
+            if response is not None:
+                started = True
+                await response(scope, receive, send)
+                return
+        except Exception as exc:
+            await _server_error(front, exc, scope, receive, send, started=started)
+            raise
+        # A reader stepped aside: FastAPI's handling of the route serves the request.
+        scope[GENERAL] = True
+        await super().__call__(scope, receive if read is None else _replaying(read, receive), send)
+
+
+async def _lean_response(
+    route: LeanRoute, request: Request
+) -> tuple[Response | None, bytes | None]:
+    """The endpoint's response, from the arguments its reader read, and the body read (if
+    the route reads one); no response when the reader stepped aside or the client left
+    while the body came (FastAPI answers those)."""
+    assert route.reader is not None
+    read: bytes | None = None
+    try:
+        if route.reads_body:
+            read = await request.body()
+        arguments = await route.reader(request)
+    except (Unusual, ClientDisconnect):
+        return None, read
+    response: Response = await route.endpoint(**arguments)
+    return response, read
+
+
+async def _handled(
+    front: _Front, exc: Exception, scope: Scope, receive: Receive, send: Send
+) -> bool:
+    """``exc`` answered by the handler ``ExceptionMiddleware`` would call; False when
+    none takes it."""
+    handler = _handler(front, exc)
+    if handler is None:
+        return False
+    answer = await _call(handler, Request(scope, receive, send), exc)
+    if answer is not None:
+        await answer(scope, receive, send)
+    exc.__traceback__ = None  # as Starlette does: a reused exception's would grow
+    return True
+
+
+def _layers(
+    stack: ASGIApp, router: ASGIApp
+) -> (
+    tuple[ServerErrorMiddleware, BodyLimit | None, dict[Any, ExceptionHandler], dict[int, Any]]
+    | None
+):
+    """The layers of the built stack the front does the work of; None when the stack holds
+    one it does not know (FastAPI serves every request then)."""
+    limit: BodyLimit | None = None
+    exceptions: ExceptionMiddleware | None = None
+    server_error: ServerErrorMiddleware | None = None
+    layer: ASGIApp | None = stack
+    while layer is not router:
+        if isinstance(layer, ServerErrorMiddleware) and server_error is None:
+            server_error = layer
+        elif isinstance(layer, BodyLimit) and limit is None:
+            limit = layer
+        elif isinstance(layer, ExceptionMiddleware) and exceptions is None:
+            exceptions = layer
+        elif (
+            not isinstance(layer, AsyncExitStackMiddleware)
+            and (
+                type(layer).__module__,
+                type(layer).__name__,
+            )
+            not in _INERT
+        ):
+            return None
+        layer = getattr(layer, "app", None)
+        if layer is None:
+            return None
+    if server_error is None or exceptions is None:
+        return None
+    # Starlette keeps these privately; they are the ones its middleware looks up.
+    return (
+        server_error,
+        limit,
+        exceptions._exception_handlers,
+        exceptions._status_handlers,
+    )
+
+
+def _candidates(routes: list[BaseRoute]) -> dict[str, tuple[_Candidate, ...]]:
+    """Per method, the routes with a reader, in the router's order."""
+    by_method: dict[str, list[_Candidate]] = {}
+    for index, route in enumerate(routes):
+        if not (isinstance(route, LeanRoute) and route.reader is not None and route.methods):
+            continue
+        for method in route.methods:
+            before = _earlier(routes[:index], method)
+            if before is not None:
+                candidate = _Candidate(route, route.path_regex, before)
+                by_method.setdefault(method, []).append(candidate)
+    return {method: tuple(found) for method, found in by_method.items()}
+
+
+def _telemetry_on(app: FastAPI) -> bool:
+    """Whether FastAPI's own telemetry would observe a request (``FastAPI.__call__``'s
+    test; versions without native telemetry have none)."""
+    native = getattr(app, "_native_telemetry", None)
+    return native is not None and bool(native.enabled())
+
+
+def _earlier(routes: list[BaseRoute], method: str) -> tuple[re.Pattern[str], ...] | None:
+    """The patterns of the routes of ``routes`` that take ``method``; None when one of
+    them is not a plain route (a mount, an included router): the router decides then."""
+    found: list[re.Pattern[str]] = []
+    for route in routes:
+        if type(route) not in (Route, APIRoute, LeanRoute):
+            return None
+        assert isinstance(route, Route)
+        if route.methods is None or method in route.methods:
+            found.append(route.path_regex)
+    return tuple(found)
+
+
+def _handler(front: _Front, exc: Exception) -> ExceptionHandler | None:
+    """The handler ``ExceptionMiddleware`` calls for ``exc`` (Starlette's lookup)."""
+    if isinstance(exc, HTTPException):
+        handler = front.status_handlers.get(exc.status_code)
+        if handler is not None:
+            return handler
+    for kind in type(exc).__mro__:
+        handler = front.handlers.get(kind)
+        if handler is not None:
+            return handler
+    return None
+
+
+async def _server_error(
+    front: _Front, exc: Exception, scope: Scope, receive: Receive, send: Send, *, started: bool
+) -> None:
+    """``ServerErrorMiddleware``'s answer to ``exc`` (the caller re-raises it)."""
+    layer = front.server_error
+    assert layer is not None
+    request = Request(scope)
+    handler = layer.handler
+    if handler is None:
+        response: Response | None = layer.error_response(request, exc)
+    else:
+        response = await _call(handler, request, exc)
+    if not started and response is not None:
+        await response(scope, receive, send)
+
+
+async def _call(handler: Callable[..., Any], request: Request, exc: Exception) -> Response | None:
+    """An exception handler's answer, as Starlette calls one (a plain function in a thread)."""
+    if is_async_callable(handler):
+        answer: Response | None = await handler(request, exc)
+    else:
+        answer = await run_in_threadpool(handler, request, exc)
+    return answer
