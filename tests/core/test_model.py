@@ -19,7 +19,7 @@ def test_settled_is_replace_of_its_five_fields_and_carries_every_other_one() -> 
         tool_calls=(ToolCall("c1", "look", "{}"),),
         refusal="no",
         cost_usd=0.5,
-        structured_mode="native",
+        structured_mode="tool",
         transport_retries=1,
         transport_wait_ms=20,
         latency_ms=30,
