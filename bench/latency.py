@@ -1,0 +1,233 @@
+"""Where one job's time goes at one caller: hop-by-hop timestamps across processes.
+
+    .venv/bin/python bench/latency.py                  # 5 rounds of 200 jobs, split deployment
+    .venv/bin/python bench/latency.py --rounds 9 --n 300 --show 3
+    .venv/bin/python bench/latency.py --before /tmp/before-lat   # this tree vs another, interleaved
+
+bench/overhead.py's split deployment (one redis-server, one ``reprompt api``, two
+``reprompt worker``, the simulator at 0 ms), one caller: ``POST /v1/jobs`` then
+``GET /v1/jobs/{id}?waitMs=60000``, against a direct ``POST /v1/chat/completions`` to the
+simulator, in interleaved rounds. The added p50 per round is p50(jobs) − p50(direct); the
+figure is the median over rounds.
+
+With ``--trace`` (the default) every process runs with bench/latency_site on its
+``PYTHONPATH``: its ``sitecustomize`` wraps a few functions (the HTTP protocol's reads and
+writes, the store's script calls, the pub/sub hub, the worker's steps, the provider call)
+and records ``time.monotonic_ns()`` at each, which is comparable across processes. The
+report is each hop's median offset from the client's POST, over every traced job, and the
+median time between consecutive hops. Tracing costs a few µs per hop; ``--no-trace``
+measures the p50s without it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import collections
+import contextlib
+import os
+import signal
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+SITE = Path(__file__).with_name("latency_site")
+
+
+def _setup_trace(out: Path) -> Any:
+    os.environ["RP_LATENCY_TRACE"] = str(out)
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        [str(SITE), *filter(None, [os.environ.get("PYTHONPATH")])]
+    )
+    sys.path.insert(0, str(SITE))
+    import httpcore._backends.anyio as anyio_backend
+    import sitecustomize  # type: ignore[import-not-found]  # the tracer, for this process
+
+    if not hasattr(anyio_backend.AnyIOStream.read, "__wrapped__"):  # imported before
+        sitecustomize._patch_anyio_stream(anyio_backend)
+    return sitecustomize
+
+
+async def _one_job(h: Any, url: str, i: int, mark: Any) -> bool:
+    from bench.common import job_body
+
+    mark("cli.post")
+    r = await h.post(f"{url}/v1/jobs", json=job_body(i))
+    mark("cli.202")
+    if r.status_code != 202:
+        return False
+    job_id = r.json()["id"]
+    while True:
+        mark("cli.get")
+        r = await h.get(f"{url}/v1/jobs/{job_id}", params={"waitMs": 60000})
+        status: str = r.json()["status"]
+        mark("cli.got", status)
+        if status not in ("queued", "in_progress"):
+            return status == "succeeded"
+
+
+async def _one_direct(h: Any, sim_url: str, messages: Any, mark: Any) -> bool:
+    import json
+
+    body = {"model": "sim-model", "messages": messages, "max_completion_tokens": 1024}
+    mark("cli.direct")
+    r = await h.post(f"{sim_url}/v1/chat/completions", json=body)
+    json.loads(r.json()["choices"][0]["message"]["content"])
+    mark("cli.direct.done")
+    return r.status_code == 200
+
+
+async def _cell(kind: str, target: str, messages: Any, n: int, mark: Any) -> list[float]:
+    from bench.common import client
+
+    lat: list[float] = []
+    async with client(8) as h:
+        for i in range(-5, n):  # 5 warm-up calls
+            t0 = time.perf_counter()
+            if kind == "jobs":
+                ok = await _one_job(h, target, max(i, 0), mark if i >= 0 else _quiet)
+            else:
+                ok = await _one_direct(h, target, messages, mark if i >= 0 else _quiet)
+            if i >= 0:
+                if not ok:
+                    raise RuntimeError(f"{kind} call {i} failed")
+                lat.append(time.perf_counter() - t0)
+    return lat
+
+
+def _quiet(*_: Any) -> None:
+    pass
+
+
+def _collect(out: Path, pids: list[int], tracer: Any) -> list[tuple[int, str, str, int]]:
+    """Every process's events, oldest first: (ns, role:label, detail, pid)."""
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGUSR1)
+    tracer.dump()
+    time.sleep(1.0)
+    events = []
+    for path in out.glob("*.txt"):
+        pid = int(path.stem)
+        for line in path.read_text().splitlines():
+            ns, label, detail, role = line.split("\t")
+            events.append((int(ns), f"{role}:{label}", detail, pid))
+        path.unlink()
+    events.sort()
+    return events
+
+
+def budget(events: list[tuple[int, str, str, int]], show: int) -> list[str]:
+    """Each job's events from its POST to its answer; each hop's median offset."""
+    jobs: list[list[tuple[int, str, str, int]]] = []
+    current: list[tuple[int, str, str, int]] | None = None
+    for event in events:
+        if event[1] == "bench:cli.post":
+            current = [event]
+            jobs.append(current)
+        elif current is not None:
+            current.append(event)
+            if event[1] == "bench:cli.got" and event[2] not in ("queued", "in_progress"):
+                current = None
+    jobs = [j for j in jobs if j[-1][1] == "bench:cli.got"]
+    offsets: dict[str, list[float]] = collections.defaultdict(list)
+    firsts: dict[str, int] = collections.Counter()
+    for job in jobs:
+        t0 = job[0][0]
+        seen: collections.Counter[str] = collections.Counter()
+        for ns, label, _, _ in job:
+            seen[label] += 1
+            key = label if seen[label] == 1 else f"{label}#{seen[label]}"
+            offsets[key].append((ns - t0) / 1000)
+            firsts[key] += 1
+    lines = [f"{len(jobs)} traced jobs; hops seen in at least half of them, by median offset:", ""]
+    lines.append("| hop | jobs | median µs from POST | p25 | p75 | step from previous |")
+    lines.append("|---|---:|---:|---:|---:|---:|")
+    rows = [(statistics.median(v), k, v) for k, v in offsets.items() if len(v) >= len(jobs) / 2]
+    rows.sort()
+    previous = 0.0
+    for med, key, values in rows:
+        q = statistics.quantiles(values, n=4) if len(values) > 1 else [med, med, med]
+        step = med - previous
+        lines.append(
+            f"| {key} | {len(values)} | {med:.0f} | {q[0]:.0f} | {q[2]:.0f} | {step:+.0f} |"
+        )
+        previous = med
+    for job in jobs[len(jobs) // 2 : len(jobs) // 2 + show]:
+        t0 = job[0][0]
+        lines += ["", f"one job ({(job[-1][0] - t0) / 1000:.0f} µs):", ""]
+        last = t0
+        for ns, label, detail, pid in job:
+            at, step = (ns - t0) / 1000, (ns - last) / 1000
+            lines.append(f"  {at:8.0f}  {step:+7.0f}  {label:28s} {detail} [{pid}]")
+            last = ns
+    return lines
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--n", type=int, default=200, help="jobs (and direct calls) per round")
+    parser.add_argument("--show", type=int, default=2, help="print this many jobs' timelines")
+    parser.add_argument("--no-trace", action="store_true")
+    parser.add_argument(
+        "--before", type=Path, help="also run this source tree's services, interleaved"
+    )
+    parser.add_argument("--serve", action="store_true", help="one serve process, not split")
+    ns = parser.parse_args()
+    out = Path(tempfile.mkdtemp(prefix="rp-latency-"))
+    tracer = None if ns.no_trace else _setup_trace(out)
+    mark = _quiet if tracer is None else tracer.mark
+
+    from bench.common import Stack, raise_fd_limit
+    from bench.overhead import capture_messages, deploy
+
+    raise_fd_limit()
+    trees: dict[str, Path | None] = {"this": None}
+    if ns.before is not None:
+        trees["before"] = ns.before
+    p50s: dict[str, list[float]] = collections.defaultdict(list)
+    kind = "serve" if ns.serve else "split"
+    with Stack() as stack:
+        sim = stack.sim(latency_ms=0, jitter_ms=0, seed=1)
+        deployments = {}
+        for name, code in trees.items():
+            dstack = stack.enter_context(Stack(code) if code is not None else Stack())
+            url, procs, _, _ = deploy(dstack, kind, sim.url)
+            deployments[name] = (url, [p.pid for p in procs])
+        messages = capture_messages(next(iter(deployments.values()))[0])
+        pids = [sim.pid, *(p for _, ps in deployments.values() for p in ps)]
+        if tracer is not None:
+            _collect(out, pids, tracer)  # start-up and warm-up events out of the way
+        events: list[tuple[int, str, str, int]] = []
+        for rnd in range(ns.rounds):
+            direct = asyncio.run(_cell("direct", sim.url, messages, ns.n, mark))
+            d50 = statistics.median(direct) * 1000
+            p50s["direct"].append(d50)
+            line = [f"round {rnd}: direct p50 {d50:.2f} ms"]
+            for name, (url, _) in deployments.items():
+                lat = asyncio.run(_cell("jobs", url, messages, ns.n, mark))
+                j50 = statistics.median(lat) * 1000
+                p50s[name].append(j50 - d50)
+                line.append(f"{name} jobs p50 {j50:.2f} (+{j50 - d50:.2f})")
+                if tracer is not None and name == "this":
+                    events += _collect(out, pids, tracer)
+                elif tracer is not None:
+                    _collect(out, pids, tracer)
+            print(" | ".join(line), flush=True)
+    print()
+    for name, values in p50s.items():
+        print(f"{name}: median over {len(values)} rounds {statistics.median(values):+.2f} ms")
+    if tracer is not None:
+        print()
+        print("\n".join(budget(events, ns.show)))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
