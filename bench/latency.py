@@ -7,8 +7,9 @@
 bench/overhead.py's split deployment (one redis-server, one ``reprompt api``, two
 ``reprompt worker``, the simulator at 0 ms), one caller: ``POST /v1/jobs`` then
 ``GET /v1/jobs/{id}?waitMs=60000``, against a direct ``POST /v1/chat/completions`` to the
-simulator, in interleaved rounds. The added p50 per round is p50(jobs) − p50(direct); the
-figure is the median over rounds.
+simulator: one call of each in turn (and of ``--before``'s API), so the machine's moods
+fall on all alike. The added p50 of a round is p50(jobs) − p50(direct); the figure is the
+median over rounds.
 
 With ``--trace`` (the default) every process runs with bench/latency_site on its
 ``PYTHONPATH``: its ``sitecustomize`` wraps a few functions (the HTTP protocol's reads and
@@ -82,21 +83,31 @@ async def _one_direct(h: Any, sim_url: str, messages: Any, mark: Any) -> bool:
     return r.status_code == 200
 
 
-async def _cell(kind: str, target: str, messages: Any, n: int, mark: Any) -> list[float]:
+async def _alternating(
+    targets: list[tuple[str, str]], sim_url: str, messages: Any, n: int, mark: Any
+) -> dict[str, list[float]]:
+    """``n`` calls of each target (``("direct", sim_url)`` or ``(name, api_url)``: a job),
+    one of each in turn (the order rotating), so that the machine's moods fall on all
+    alike. Only the jobs of the first API are traced."""
     from bench.common import client
 
-    lat: list[float] = []
-    async with client(8) as h:
-        for i in range(-5, n):  # 5 warm-up calls
-            t0 = time.perf_counter()
-            if kind == "jobs":
-                ok = await _one_job(h, target, max(i, 0), mark if i >= 0 else _quiet)
-            else:
-                ok = await _one_direct(h, target, messages, mark if i >= 0 else _quiet)
-            if i >= 0:
-                if not ok:
-                    raise RuntimeError(f"{kind} call {i} failed")
-                lat.append(time.perf_counter() - t0)
+    lat: dict[str, list[float]] = {name: [] for name, _ in targets}
+    traced = next(name for name, _ in targets if name != "direct")
+    async with contextlib.AsyncExitStack() as stack:
+        http = {name: await stack.enter_async_context(client(8)) for name, _ in targets}
+        for i in range(-5, n):  # 5 warm-up calls of each
+            turn = targets[i % len(targets) :] + targets[: i % len(targets)]
+            for name, url in turn:
+                marks = mark if i >= 0 and name == traced else _quiet
+                t0 = time.perf_counter()
+                if name == "direct":
+                    ok = await _one_direct(http[name], sim_url, messages, marks)
+                else:
+                    ok = await _one_job(http[name], url, max(i, 0), marks)
+                if i >= 0:
+                    if not ok:
+                        raise RuntimeError(f"{name} call {i} failed")
+                    lat[name].append(time.perf_counter() - t0)
     return lat
 
 
@@ -205,24 +216,25 @@ def main() -> int:
         if tracer is not None:
             _collect(out, pids, tracer)  # start-up and warm-up events out of the way
         events: list[tuple[int, str, str, int]] = []
+        targets = [("direct", sim.url), *((name, url) for name, (url, _) in deployments.items())]
         for rnd in range(ns.rounds):
-            direct = asyncio.run(_cell("direct", sim.url, messages, ns.n, mark))
-            d50 = statistics.median(direct) * 1000
+            lat = asyncio.run(_alternating(targets, sim.url, messages, ns.n, mark))
+            d50 = statistics.median(lat["direct"]) * 1000
             p50s["direct"].append(d50)
             line = [f"round {rnd}: direct p50 {d50:.2f} ms"]
-            for name, (url, _) in deployments.items():
-                lat = asyncio.run(_cell("jobs", url, messages, ns.n, mark))
-                j50 = statistics.median(lat) * 1000
+            for name in deployments:
+                j50 = statistics.median(lat[name]) * 1000
                 p50s[name].append(j50 - d50)
                 line.append(f"{name} jobs p50 {j50:.2f} (+{j50 - d50:.2f})")
-                if tracer is not None and name == "this":
-                    events += _collect(out, pids, tracer)
-                elif tracer is not None:
-                    _collect(out, pids, tracer)
+            if tracer is not None:
+                events += _collect(out, pids, tracer)
             print(" | ".join(line), flush=True)
     print()
     for name, values in p50s.items():
-        print(f"{name}: median over {len(values)} rounds {statistics.median(values):+.2f} ms")
+        what = "p50" if name == "direct" else "added p50"
+        print(
+            f"{name}: {what}, median over {len(values)} rounds {statistics.median(values):+.2f} ms"
+        )
     if tracer is not None:
         print()
         print("\n".join(budget(events, ns.show)))
