@@ -133,6 +133,94 @@ def _collect(out: Path, pids: list[int], tracer: Any) -> list[tuple[int, str, st
     return events
 
 
+# One job's way, hop by hop: each the first event of that name after the one before it.
+PATH = (
+    ("bench:cli.post", "client sends POST /v1/jobs"),
+    ("api:http.rx", "its first bytes reach the API"),
+    ("api:api.submit.in", "API: request read, JobStore.submit called"),
+    ("api:redis.send", "API: submit script written to Redis"),
+    ("worker:hub.msg", "Redis: script run, hand-off heard by the worker"),
+    ("worker:w.start", "worker: hand-off dispatched, job task made"),
+    ("worker:w.process.in", "worker: job task runs"),
+    ("worker:w.execute.in", "worker: metrics, 'started' log line, span"),
+    ("worker:loop.in", "worker: stored spec read, runtime built"),
+    ("worker:prov.call.in", "worker: turn loop up to the model call"),
+    ("worker:prov.write.out", "worker: request written"),
+    ("sim:http.rx", "simulator hears it"),
+    ("sim:http.write", "simulator: answer's head written"),
+    ("worker:prov.head", "worker reads the head"),
+    ("worker:loop.out", "worker: body read, answer checked, loop ends"),
+    ("worker:w.complete.in", "worker: commit called"),
+    ("worker:redis.send", "worker: commit script written"),
+    ("api:hub.msg", "Redis: script run, done heard by the API"),
+    ("api:api.wait.out", "API: long-poll has the view"),
+    ("api:api.flush.in", "API: response made"),
+    ("bench:cli.read", "client reads it"),
+    ("bench:cli.got", "client: response parsed"),
+)
+# Off the way (beside it): (from, to, what).
+BESIDE = (
+    ("api:redis.send", "api:redis.recv", "API: submit script's round trip"),
+    ("api:redis.recv", "api:api.flush.in", "API: 202 made after the reply"),
+    ("api:api.flush.in", "bench:cli.202", "client: 202 read and parsed"),
+    ("bench:cli.get", "api:api.wait.in", "GET reaches the long-poll"),
+    ("worker:redis.send", "worker:redis.recv", "worker: commit script's round trip"),
+)
+
+
+def _first(job: list[tuple[int, str, str, int]], label: str, after: int) -> int | None:
+    return next((ns for ns, name, _, _ in job if name == label and ns >= after), None)
+
+
+def path_budget(jobs: list[list[tuple[int, str, str, int]]]) -> list[str]:
+    """Median µs of each hop of ``PATH`` over the jobs where every hop was seen."""
+    steps: dict[str, list[float]] = collections.defaultdict(list)
+    totals: list[float] = []
+    early = 0
+    for job in jobs:
+        t0 = at = job[0][0]
+        found = []
+        for label, _ in PATH[1:]:
+            t = _first(job, label, at)
+            if t is None:
+                break
+            found.append((label, (t - at) / 1000))
+            at = t
+        else:
+            for label, step in found:
+                steps[label].append(step)
+            totals.append((at - t0) / 1000)
+            wait_in = _first(job, "api:api.wait.in", t0)
+            done = _first(job, "api:hub.msg", t0)
+            if wait_in is not None and done is not None and done < wait_in:
+                early += 1
+    lines = [
+        f"The way of one job: {len(totals)} jobs with every hop seen, median µs of each"
+        f" (total {statistics.median(totals):.0f}; the job had ended before its GET"
+        f" reached the long-poll in {early}):",
+        "",
+        "| hop | ends when | median µs | p25 | p75 |",
+        "|---|---|---:|---:|---:|",
+    ]
+    for label, what in PATH[1:]:
+        values = steps[label]
+        q = statistics.quantiles(values, n=4)
+        lines.append(
+            f"| {label} | {what} | {statistics.median(values):.0f} | {q[0]:.0f} | {q[2]:.0f} |"
+        )
+    lines += ["", "Beside the way:", "", "| from | to | what | median µs |", "|---|---|---|---:|"]
+    for start, end, what in BESIDE:
+        values = []
+        for job in jobs:
+            a = _first(job, start, job[0][0])
+            b = None if a is None else _first(job, end, a)
+            if a is not None and b is not None:
+                values.append((b - a) / 1000)
+        if values:
+            lines.append(f"| {start} | {end} | {what} | {statistics.median(values):.0f} |")
+    return [*lines, ""]
+
+
 def budget(events: list[tuple[int, str, str, int]], show: int) -> list[str]:
     """Each job's events from its POST to its answer; each hop's median offset."""
     jobs: list[list[tuple[int, str, str, int]]] = []
@@ -156,7 +244,8 @@ def budget(events: list[tuple[int, str, str, int]], show: int) -> list[str]:
             key = label if seen[label] == 1 else f"{label}#{seen[label]}"
             offsets[key].append((ns - t0) / 1000)
             firsts[key] += 1
-    lines = [f"{len(jobs)} traced jobs; hops seen in at least half of them, by median offset:", ""]
+    lines = path_budget(jobs)
+    lines += [f"{len(jobs)} traced jobs; hops seen in at least half of them, by median offset:", ""]
     lines.append("| hop | jobs | median µs from POST | p25 | p75 | step from previous |")
     lines.append("|---|---:|---:|---:|---:|---:|")
     rows = [(statistics.median(v), k, v) for k, v in offsets.items() if len(v) >= len(jobs) / 2]
@@ -190,7 +279,13 @@ def main() -> int:
         "--before", type=Path, help="also run this source tree's services, interleaved"
     )
     parser.add_argument("--serve", action="store_true", help="one serve process, not split")
+    parser.add_argument("--analyze", type=Path, help="only report the events a run saved")
     ns = parser.parse_args()
+    if ns.analyze is not None:
+        saved = [line.split("\t") for line in ns.analyze.read_text().splitlines()]
+        events = [(int(ns_), label, detail, int(pid)) for ns_, label, detail, pid in saved]
+        print("\n".join(budget(events, ns.show)))
+        return 0
     out = Path(tempfile.mkdtemp(prefix="rp-latency-"))
     tracer = None if ns.no_trace else _setup_trace(out)
     mark = _quiet if tracer is None else tracer.mark
@@ -236,7 +331,9 @@ def main() -> int:
             f"{name}: {what}, median over {len(values)} rounds {statistics.median(values):+.2f} ms"
         )
     if tracer is not None:
-        print()
+        saved = out / "events.tsv"
+        saved.write_text("".join(f"{a}\t{b}\t{c}\t{d}\n" for a, b, c, d in events))
+        print(f"\n(events in {saved}: --analyze {saved})\n")
         print("\n".join(budget(events, ns.show)))
     return 0
 

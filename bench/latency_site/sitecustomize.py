@@ -140,16 +140,15 @@ def _patch_serving(module: Any) -> None:
 
 
 def _patch_batching(module: Any) -> None:
-    cls = module.Batcher
-    _wrap_sync(cls, "_flush", "batch.flush", lambda a, k: len(a[0]._queue))
-    send = cls._send
+    cls = module._Line
+    send = cls.send
 
-    async def sent(self: Any, batch: Any) -> None:
-        mark("redis.send", " ".join(str(b[0][0]) for b in batch))
-        await send(self, batch)
-        mark("redis.recv", len(batch))
+    def sent(self: Any, command: Any, future: Any) -> None:
+        mark("redis.send", command[0][:24])
+        send(self, command, future)
 
-    cls._send = sent
+    cls.send = sent
+    _wrap_sync(cls, "data_received", "redis.recv", lambda a, k: len(a[1]))
 
 
 def _patch_hub(module: Any) -> None:
@@ -173,7 +172,7 @@ def _patch_jobs(module: Any) -> None:
 
 def _patch_leases(module: Any) -> None:
     cls = module.Leases
-    _wrap_sync(cls, "_heard_handoff", "w.heard", lambda a, k: a[1])
+    _wrap_sync(cls, "_heard_own", "w.heard", lambda a, k: a[1])
     _wrap_async(cls, "handed", "w.handed", lambda a, k, r: "" if r is None else len(r))
     _wrap_async(cls, "claim", "w.claim", lambda a, k, r: "" if r is None else len(r))
     _wrap_async(cls, "complete", "w.complete", lambda a, k, r: a[1].job_id)
