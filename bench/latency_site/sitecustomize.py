@@ -140,15 +140,26 @@ def _patch_serving(module: Any) -> None:
 
 
 def _patch_batching(module: Any) -> None:
-    cls = module._Line
-    send = cls.send
+    line = getattr(module, "_Line", None)
+    if line is None:  # the Batcher before it had a connection of its own
+        batcher = module.Batcher
+        send = batcher._send
 
-    def sent(self: Any, command: Any, future: Any) -> None:
+        async def sent(self: Any, batch: Any) -> None:
+            mark("redis.send", " ".join(str(b[0][0]) for b in batch))
+            await send(self, batch)
+            mark("redis.recv", len(batch))
+
+        batcher._send = sent
+        return
+    write = line.send
+
+    def written(self: Any, command: Any, future: Any) -> None:
         mark("redis.send", command[0][:24])
-        send(self, command, future)
+        write(self, command, future)
 
-    cls.send = sent
-    _wrap_sync(cls, "data_received", "redis.recv", lambda a, k: len(a[1]))
+    line.send = written
+    _wrap_sync(line, "data_received", "redis.recv", lambda a, k: len(a[1]))
 
 
 def _patch_hub(module: Any) -> None:
@@ -172,7 +183,8 @@ def _patch_jobs(module: Any) -> None:
 
 def _patch_leases(module: Any) -> None:
     cls = module.Leases
-    _wrap_sync(cls, "_heard_own", "w.heard", lambda a, k: a[1])
+    heard = "_heard_own" if hasattr(cls, "_heard_own") else "_heard_handoff"
+    _wrap_sync(cls, heard, "w.heard", lambda a, k: a[1])
     _wrap_async(cls, "handed", "w.handed", lambda a, k, r: "" if r is None else len(r))
     _wrap_async(cls, "claim", "w.claim", lambda a, k, r: "" if r is None else len(r))
     _wrap_async(cls, "complete", "w.complete", lambda a, k, r: a[1].job_id)
