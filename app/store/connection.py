@@ -26,7 +26,7 @@ from redis.exceptions import NoScriptError
 
 from app.core.envelope import Envelope
 from app.core.spec import CALLBACK_EVENTS
-from app.store.batching import Batcher
+from app.store.batching import Batcher, pipelines
 from app.store.hub import Hub
 from app.store.ids import is_job_id, shard_of
 from app.store.keys import Keys, ShardKeys
@@ -170,9 +170,9 @@ class Role:
         self._redis = redis
         self.keys = Keys(self.options.prefix, shards=self.options.shards)
         self._scripts = {name: redis.register_script(_script_source(name)) for name in SCRIPTS}
-        # Script calls and job reads of one turn of the loop share a round trip (not on a
+        # Script calls and job reads go pipelined on a connection of their own (not on a
         # cluster: a batch would span its nodes).
-        self._batcher = Batcher(redis) if isinstance(redis, Redis) else None
+        self._batcher = Batcher(redis) if isinstance(redis, Redis) and pipelines(redis) else None
         self._queued_result = Envelope.in_progress().model_dump_json()
         self.channels = {name: self.keys.channel(name) for name in CHANNELS}
         heard = [self.channels[name] for name in self.hears()]

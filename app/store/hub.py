@@ -27,14 +27,20 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, Final
 
+import hiredis
 from redis.asyncio import Redis
-from redis.exceptions import RedisError
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import InvalidResponse, RedisError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from app.store.batching import parse_error
 
 log = logging.getLogger(__name__)
 
 ANY: Final = "*"  # watch every message of a channel
 _POLL_S: Final = 10.0
 _MESSAGE: Final = (b"message", "message")
+_PING: Final = b"*1\r\n$4\r\nPING\r\n"
 
 
 class Watch:
@@ -121,7 +127,8 @@ class Hub:
     def listen(self, channel: str, listener: Callable[[str, bytes | None], None]) -> None:
         """Call ``listener(key, payload)`` for every message on ``channel`` (before its
         watchers wake), the payload as it came (UTF-8, not decoded: most messages are about
-        jobs nobody here waits for); it must be quick and must not raise."""
+        jobs nobody here waits for); it must be quick (one that raises is logged, and the
+        others still hear the message)."""
         self._check(channel)
         self._listeners[channel].append(listener)
 
@@ -171,7 +178,10 @@ class Hub:
         else:
             key, payload = data[:cut].decode(), data[cut + 1 :]
         for listener in self._listeners.get(channel, ()):
-            listener(key, payload)
+            try:
+                listener(key, payload)
+            except Exception:  # a listener's bug: the others still hear theirs
+                log.exception("a listener of %s failed", channel)
         waiting = self._watchers.get((channel, key)), self._watchers.get((channel, ANY))
         if waiting[0] or waiting[1]:
             text = None if payload is None else payload.decode()
@@ -190,29 +200,18 @@ class Hub:
             pubsub = self._redis.pubsub(ignore_subscribe_messages=True)
             try:
                 await pubsub.subscribe(*self._channels)
+                connection = pubsub.connection
+                if connection is None:  # pragma: no cover - subscribe sets it
+                    raise RedisError("pub/sub has no connection")
+                # Read here from now on: each message is dispatched from the protocol as
+                # it is parsed, not by a task reading through redis-py's layers (a
+                # read, a timeout and a retry per message).
+                subscription = _Subscription(self, connection)
                 self.generation += 1
                 self._subscribed.set()
                 self._wake_all()  # anything published while we were away is re-read
                 backoff = 0.1
-                connection = pubsub.connection
-                if connection is None:  # pragma: no cover - subscribe sets it
-                    raise RedisError("pub/sub has no connection")
-                names = self._names
-                while True:
-                    # Read straight from the subscription's connection: ``get_message``
-                    # wraps each read in retry and bookkeeping layers (a lost connection
-                    # is handled here: resubscribe and wake everyone). A bounded wait lets
-                    # redis-py send its health check on an idle connection.
-                    await pubsub.check_health()
-                    reply = await connection.read_response(
-                        timeout=_POLL_S, disconnect_on_error=False, push_request=True
-                    )
-                    # ["message", channel, data] (a RESP3 push is a list too); subscribe
-                    # confirmations and health-check replies are not messages.
-                    if isinstance(reply, list) and len(reply) == 3 and reply[0] in _MESSAGE:
-                        channel = names.get(reply[1])
-                        if channel is not None:
-                            self._dispatch(channel, reply[2])
+                await subscription.watch()
             except asyncio.CancelledError:
                 self._subscribed.clear()
                 self.generation += 1
@@ -227,3 +226,82 @@ class Hub:
             finally:
                 with contextlib.suppress(RedisError, OSError, RuntimeError):
                     await pubsub.aclose()
+
+
+class _Subscription(asyncio.Protocol):
+    """The subscription's socket, taken over from redis-py once it has subscribed: replies
+    parsed by hiredis as they arrive, each message handed to the hub's ``_dispatch`` at
+    once (its listeners run and its watchers wake in the same pass of the loop).
+    redis-py's connection keeps the socket's stream (``pubsub.aclose`` closes it)."""
+
+    def __init__(self, hub: Hub, connection: Any) -> None:
+        self._hub = hub
+        self._names = hub._names
+        options: dict[str, Any] = {"protocolError": InvalidResponse, "replyError": parse_error}
+        encoder = connection.encoder
+        if encoder.decode_responses:
+            options["encoding"], options["errors"] = encoder.encoding, encoder.encoding_errors
+        self._reader = hiredis.Reader(**options)
+        self._lost: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._heard = 0  # reads so far: the health check's sign of life
+        stream = connection._reader  # what redis-py's stream read already (confirmations)
+        writer = connection._writer
+        if stream is None or writer is None:
+            raise RedisConnectionError("pub/sub connection closed")
+        transport = writer.transport
+        self._transport = transport
+        self._stream = transport.get_protocol()
+        transport.set_protocol(self)
+        buffered = bytes(stream._buffer)
+        stream._buffer.clear()
+        if buffered:
+            self.data_received(buffered)
+
+    async def watch(self) -> None:
+        """Until the connection is lost (raises): a silent one is sent a PING every
+        ``_POLL_S``, and is taken as lost when a PING goes unanswered that long."""
+        pinged = False
+        while True:
+            heard = self._heard
+            await asyncio.wait([self._lost], timeout=_POLL_S)
+            if self._lost.done():
+                self._lost.result()  # the reason, if there is one
+                raise RedisConnectionError("Connection closed by server.")
+            if self._heard != heard:
+                pinged = False
+            elif pinged:
+                self._transport.abort()
+                raise RedisTimeoutError("the pub/sub connection does not answer")
+            else:
+                self._transport.write(_PING)
+                pinged = True
+
+    def data_received(self, data: bytes) -> None:
+        self._heard += 1
+        reader = self._reader
+        reader.feed(data)
+        names = self._names
+        while True:
+            try:
+                reply = reader.gets()
+            except InvalidResponse as exc:
+                if not self._lost.done():
+                    self._lost.set_exception(exc)
+                self._transport.abort()
+                return
+            if reply is False:
+                return
+            # ["message", channel, data] (a RESP3 push is a list too); subscribe
+            # confirmations and PING's replies are not messages.
+            if isinstance(reply, list) and len(reply) == 3 and reply[0] in _MESSAGE:
+                channel = names.get(reply[1])
+                if channel is not None:
+                    try:
+                        self._hub._dispatch(channel, reply[2])
+                    except Exception:  # e.g. a key that is not UTF-8: not ours
+                        log.exception("a message on %s could not be dispatched", channel)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._stream.connection_lost(exc)  # its stream's waiters learn it too
+        if not self._lost.done():
+            self._lost.set_result(None)

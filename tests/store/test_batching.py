@@ -9,7 +9,9 @@ import asyncio
 
 import pytest
 from redis.asyncio import Redis
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from app.redis_server import EmbeddedRedis
 from app.store.batching import MAX_BATCH, Batcher
@@ -40,6 +42,7 @@ async def test_the_commands_of_one_turn_share_one_connection_and_round_trip(
         made_plain = await _connections_made(watcher) - before_plain
         await unbatched.aclose()
     finally:
+        await batcher.aclose()
         await fresh.aclose()
         await watcher.aclose()
 
@@ -57,6 +60,7 @@ async def test_an_error_stays_with_its_command(redis: Redis, prefix: str) -> Non
         batcher.call("GET", f"{prefix}:a"),
         return_exceptions=True,
     )
+    await batcher.aclose()
     good, bad, other = replies
     assert good is True or good == b"OK"
     assert isinstance(bad, ResponseError)
@@ -90,3 +94,53 @@ async def test_a_redis_that_forgot_the_scripts_loads_them_again(
     assert created
     assert second.id != view.id
     assert [c.job_id for c in await store.claim("w", 5)] == [view.id, second.id]
+
+
+async def test_a_lost_connection_fails_what_it_owes_and_the_next_call_opens_a_new_one(
+    redis: Redis, prefix: str
+) -> None:
+    batcher = Batcher(redis)
+    try:
+        own_id = await batcher.call("CLIENT", "ID")
+        waiting = asyncio.ensure_future(batcher.call("BLPOP", f"{prefix}:never", 10))
+        await asyncio.sleep(0.1)
+        assert await redis.client_kill_filter(_id=own_id) == 1
+
+        with pytest.raises(RedisConnectionError):
+            await asyncio.wait_for(waiting, 5)
+        assert await batcher.call("INCRBY", f"{prefix}:n", 2) == 2  # on a new connection
+        assert await batcher.call("CLIENT", "ID") != own_id
+    finally:
+        await batcher.aclose()
+
+
+async def test_a_connection_silent_past_the_socket_timeout_is_dropped(
+    redis_server: EmbeddedRedis, prefix: str
+) -> None:
+    client = Redis.from_url(redis_server.url, socket_timeout=0.2)
+    batcher = Batcher(client)
+    try:
+        started = asyncio.get_running_loop().time()
+        with pytest.raises(RedisTimeoutError):
+            await batcher.call("BLPOP", f"{prefix}:never", 5)  # no reply for 5 s
+        assert asyncio.get_running_loop().time() - started < 1.0  # within two timeouts
+        assert await batcher.call("PING") == b"PONG"  # a new connection
+    finally:
+        await batcher.aclose()
+        await client.aclose()
+
+
+async def test_closing_the_client_closes_a_batcher_left_open(
+    redis_server: EmbeddedRedis, redis: Redis
+) -> None:
+    client = Redis.from_url(redis_server.url, max_connections=2)
+    batcher = Batcher(client)
+    own_id = await batcher.call("CLIENT", "ID")
+    # Its connection is its own: the pool's two are still there for the client's commands.
+    await asyncio.gather(client.blpop(["nothing"], timeout=0.2), client.ping())
+
+    await client.aclose()  # the batcher is not closed
+
+    # (Left open, its socket would be collected unclosed: a ResourceWarning, an error here.)
+    clients = await redis.client_list()
+    assert own_id not in [int(c["id"]) for c in clients]

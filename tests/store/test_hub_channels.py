@@ -113,9 +113,61 @@ async def test_a_lost_subscription_wakes_every_waiter_and_comes_back(
             # Messages are heard again, with the view the end carries.
             [lease] = await leases.claim("w1")
             await leases.complete(lease, envelope=SUCCESS, history=(), transcript=())
+            # (The watch may hear the resubscription's wake-up first: then the message.)
             assert await watch.wait(5) is True
+            if watch.payload is None:
+                assert await watch.wait(5) is True
             assert watch.payload is not None
             assert job.id in watch.payload
     finally:
         await jobs.aclose()
         await leases.aclose()
+
+
+async def test_a_listener_that_fails_costs_the_others_nothing(redis: Redis, prefix: str) -> None:
+    jobs = JobStore(redis, prefix=prefix)
+    channel = jobs.channels["done"]
+    heard: list[str] = []
+
+    def broken(key: str, payload: bytes | None) -> None:
+        raise RuntimeError("a bug")
+
+    jobs.hub.listen(channel, broken)
+    jobs.hub.listen(channel, lambda key, payload: heard.append(key))
+    try:
+        async with jobs.hub.watch(channel, "job-1") as watch:
+            generation = jobs.hub.generation
+            await redis.publish(channel, "job-1")
+            assert await watch.wait(5) is True
+            await redis.publish(channel, "job-2")
+            await redis.publish(channel, "job-1")
+            assert await watch.wait(5) is True
+        assert heard == ["job-1", "job-2", "job-1"]
+        assert jobs.hub.live
+        assert jobs.hub.generation == generation  # the subscription never dropped
+    finally:
+        await jobs.aclose()
+
+
+async def test_a_subscription_that_stops_answering_is_dropped_and_made_again(
+    redis: Redis, prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("app.store.hub._POLL_S", 0.2)
+    jobs = JobStore(redis, prefix=prefix)
+    try:
+        await jobs.hub.start()
+        generation = jobs.hub.generation
+        async with jobs.hub.watch(jobs.channels["done"], "job-1") as watch:
+            await redis.execute_command("CLIENT", "PAUSE", 1500, "ALL")  # no reply to PING
+            assert await watch.wait(5) is True  # woken when the hub gave it up
+            assert jobs.hub.generation > generation
+            for _ in range(100):  # subscribed again once Redis answers
+                if jobs.hub.live and jobs.hub.generation >= generation + 2:
+                    break
+                await asyncio.sleep(0.05)
+            assert jobs.hub.live
+            watch.reset()
+            await redis.publish(jobs.channels["done"], "job-1")
+            assert await watch.wait(5) is True
+    finally:
+        await jobs.aclose()
