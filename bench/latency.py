@@ -80,7 +80,8 @@ async def _one_direct(h: Any, sim_url: str, messages: Any, mark: Any) -> bool:
     r = await h.post(f"{sim_url}/v1/chat/completions", json=body)
     json.loads(r.json()["choices"][0]["message"]["content"])
     mark("cli.direct.done")
-    return r.status_code == 200
+    ok: bool = r.status_code == 200
+    return ok
 
 
 async def _alternating(
@@ -282,9 +283,9 @@ def main() -> int:
     parser.add_argument("--analyze", type=Path, help="only report the events a run saved")
     ns = parser.parse_args()
     if ns.analyze is not None:
-        saved = [line.split("\t") for line in ns.analyze.read_text().splitlines()]
-        events = [(int(ns_), label, detail, int(pid)) for ns_, label, detail, pid in saved]
-        print("\n".join(budget(events, ns.show)))
+        rows = [line.split("\t") for line in ns.analyze.read_text().splitlines()]
+        read = [(int(ns_), label, detail, int(pid)) for ns_, label, detail, pid in rows]
+        print("\n".join(budget(read, ns.show)))
         return 0
     out = Path(tempfile.mkdtemp(prefix="rp-latency-"))
     tracer = None if ns.no_trace else _setup_trace(out)

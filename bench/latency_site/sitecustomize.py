@@ -228,7 +228,7 @@ def _patch_anyio_stream(module: Any) -> None:  # the load generator's httpx
     read = cls.read
 
     async def got(self: Any, max_bytes: int, timeout: float | None = None) -> bytes:  # noqa: ASYNC109
-        data = await read(self, max_bytes, timeout)
+        data: bytes = await read(self, max_bytes, timeout)
         mark("cli.read", len(data))
         return data
 

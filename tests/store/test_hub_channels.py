@@ -158,7 +158,7 @@ async def test_a_subscription_that_stops_answering_is_dropped_and_made_again(
         await jobs.hub.start()
         generation = jobs.hub.generation
         async with jobs.hub.watch(jobs.channels["done"], "job-1") as watch:
-            await redis.execute_command("CLIENT", "PAUSE", 1500, "ALL")  # no reply to PING
+            await redis.execute_command("CLIENT", "PAUSE", 1500, "ALL")  # type: ignore[no-untyped-call]  # no reply to PING
             assert await watch.wait(5) is True  # woken when the hub gave it up
             assert jobs.hub.generation > generation
             for _ in range(100):  # subscribed again once Redis answers
