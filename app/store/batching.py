@@ -57,6 +57,16 @@ def parse_error(message: str) -> ResponseError:
     return error
 
 
+def reply_reader(connection: Any) -> hiredis.Reader:
+    """A hiredis reader of ``connection``'s replies as redis-py would read them: its error
+    classes, and strings decoded when the client decodes them."""
+    options: dict[str, Any] = {"protocolError": InvalidResponse, "replyError": parse_error}
+    encoder = connection.encoder
+    if encoder.decode_responses:
+        options["encoding"], options["errors"] = encoder.encoding, encoder.encoding_errors
+    return hiredis.Reader(**options)
+
+
 def pipelines(redis: Any) -> bool:
     """Whether a ``Batcher`` can serve this client: one Redis, RESP2."""
     if not isinstance(redis, Redis):
@@ -90,11 +100,7 @@ class _Line(asyncio.Protocol):
         pool._in_use_connections.add(connection)
         pool.max_connections += 1
         self.pack: Callable[..., list[bytes]] = connection.pack_command
-        options: dict[str, Any] = {"protocolError": InvalidResponse, "replyError": parse_error}
-        encoder = connection.encoder
-        if encoder.decode_responses:
-            options["encoding"], options["errors"] = encoder.encoding, encoder.encoding_errors
-        self._reader = hiredis.Reader(**options)
+        self._reader = reply_reader(connection)
         self._owed: deque[asyncio.Future[Reply]] = deque()  # in the order sent
         self._out: list[bytes] = []  # packed, not written yet
         self._out_count = 0

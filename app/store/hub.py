@@ -27,13 +27,12 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, Final
 
-import hiredis
 from redis.asyncio import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import InvalidResponse, RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from app.store.batching import parse_error
+from app.store.batching import reply_reader
 
 log = logging.getLogger(__name__)
 
@@ -237,11 +236,7 @@ class _Subscription(asyncio.Protocol):
     def __init__(self, hub: Hub, connection: Any) -> None:
         self._hub = hub
         self._names = hub._names
-        options: dict[str, Any] = {"protocolError": InvalidResponse, "replyError": parse_error}
-        encoder = connection.encoder
-        if encoder.decode_responses:
-            options["encoding"], options["errors"] = encoder.encoding, encoder.encoding_errors
-        self._reader = hiredis.Reader(**options)
+        self._reader = reply_reader(connection)
         self._lost: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._heard = 0  # reads so far: the health check's sign of life
         stream = connection._reader  # what redis-py's stream read already (confirmations)
