@@ -57,11 +57,20 @@ def is_job_id(value: str) -> bool:
 
 
 def shard_of(job_id: str) -> int:
-    """The shard number a job id carries (its last 8 bits)."""
+    """The shard number a job id carries (its last 8 bits): the last two characters hold
+    them (5 bits each), the ones before only bits 10 and up. Every character after
+    ``job_`` must be base32 (``ValueError`` otherwise)."""
+    digits = job_id[4:]
+    if not _DIGITS.issuperset(digits):
+        raise ValueError(f"not a job id: {job_id[:40]!r}")
     value = 0
-    for char in job_id[4:]:
-        value = value * 32 + _ALPHABET.index(char)
+    for char in digits[-2:]:
+        value = value * 32 + _VALUES[char]
     return value & 0xFF
+
+
+_VALUES: Final = {char: value for value, char in enumerate(_ALPHABET)}
+_DIGITS: Final = frozenset(_ALPHABET)
 
 
 def id_floor(ms: int) -> str:

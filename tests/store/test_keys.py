@@ -58,6 +58,25 @@ def test_a_prefix_that_could_break_the_layout_is_refused(prefix: str) -> None:
         Keys(prefix)
 
 
+def test_the_shard_of_an_id_is_the_low_8_bits_of_its_whole_value() -> None:
+    alphabet = "0123456789abcdefghjkmnpqrstvwxyz"
+
+    def whole(job_id: str) -> int:  # every character decoded
+        value = 0
+        for char in job_id[4:]:
+            value = value * 32 + alphabet.index(char)
+        return value & 0xFF
+
+    ids = [new_job_id(shard=shard) for shard in range(256)]
+    ids += ["job_", "job_z", "job_0z", "job_" + "z" * 26, "job_7" + "y" * 25]
+    for job_id in ids:
+        assert shard_of(job_id) == whole(job_id)
+    assert [shard_of(job_id) for job_id in ids[:256]] == list(range(256))
+    for bad in ("job_0000000000000000000000000!", "job_u0", "job_ab c", "job_é0"):
+        with pytest.raises(ValueError, match="not a job id"):
+            shard_of(bad)
+
+
 def test_a_job_id_is_its_time_random_and_shard_bits_in_crockford_base32() -> None:
     alphabet = "0123456789abcdefghjkmnpqrstvwxyz"
     for shard in (0, 1, 31, 200, 255):
