@@ -49,12 +49,11 @@ from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 from starlette.middleware.errors import ServerErrorMiddleware
 from starlette.middleware.exceptions import ExceptionMiddleware
-from starlette.requests import ClientDisconnect
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp, ExceptionHandler, Receive, Scope, Send
 
-from app.api.lean import GENERAL, LeanRoute, Unusual, _replaying
+from app.api.lean import GENERAL, LeanRoute, _replaying, lean_response
 from app.api.limits import BodyLimit
 
 # FastAPI's own layers that do nothing for a request without telemetry and without
@@ -175,7 +174,7 @@ class FrontedFastAPI(FastAPI):
                     if checked is None:
                         return  # answered: 413, or a JSON body that is not UTF-8
                     receive = checked
-                response, read = await _lean_response(route, Request(scope, receive, send))
+                response, read = await lean_response(route, Request(scope, receive, send))
             except Exception as exc:
                 if not await _handled(front, exc, scope, receive, sender):
                     raise
@@ -190,24 +189,6 @@ class FrontedFastAPI(FastAPI):
         # A reader stepped aside: FastAPI's handling of the route serves the request.
         scope[GENERAL] = True
         await super().__call__(scope, receive if read is None else _replaying(read, receive), send)
-
-
-async def _lean_response(
-    route: LeanRoute, request: Request
-) -> tuple[Response | None, bytes | None]:
-    """The endpoint's response, from the arguments its reader read, and the body read (if
-    the route reads one); no response when the reader stepped aside or the client left
-    while the body came (FastAPI answers those)."""
-    assert route.reader is not None
-    read: bytes | None = None
-    try:
-        if route.reads_body:
-            read = await request.body()
-        arguments = await route.reader(request)
-    except (Unusual, ClientDisconnect):
-        return None, read
-    response: Response = await route.endpoint(**arguments)
-    return response, read
 
 
 async def _handled(

@@ -94,14 +94,12 @@ class LeanRoute(APIRoute):
         self.reader = reader
         self.reads_body = self.body_field is not None
         if reader is not None:
-            self.app = _lean_app(reader, endpoint, body=self.reads_body, general=self.app)
+            self.app = _lean_app(self, general=self.app)
 
 
-def _lean_app(
-    reader: Reader, endpoint: Callable[..., Any], *, body: bool, general: ASGIApp
-) -> ASGIApp:
-    """``body``: the route takes one, read before the reader runs (and given to FastAPI
-    again when the reader steps aside)."""
+def _lean_app(route: LeanRoute, *, general: ASGIApp) -> ASGIApp:
+    """The route's ASGI app: its reader's way (``lean_response``), FastAPI's handling
+    (``general``) for a request the reader steps aside from, its body replayed."""
 
     async def app(scope: Scope, receive: Receive, send: Send) -> None:
         if (
@@ -111,23 +109,29 @@ def _lean_app(
         ):
             await general(scope, receive, send)
             return
-        request = Request(scope, receive, send)
-        read: bytes | None = None
-        if body:
-            try:
-                read = await request.body()
-            except ClientDisconnect:
-                await general(scope, receive, send)  # gone: as FastAPI answers that
-                return
-        try:
-            arguments = await reader(request)
-        except Unusual:
+        response, read = await lean_response(route, Request(scope, receive, send))
+        if response is None:
             await general(scope, receive if read is None else _replaying(read, receive), send)
             return
-        response: Response = await endpoint(**arguments)
         await response(scope, receive, send)
 
     return app
+
+
+async def lean_response(route: LeanRoute, request: Request) -> tuple[Response | None, bytes | None]:
+    """The endpoint's response, from the arguments its reader read, and the body read (if
+    the route reads one); no response when the reader stepped aside or the client left
+    while the body came (FastAPI answers those)."""
+    assert route.reader is not None
+    read: bytes | None = None
+    try:
+        if route.reads_body:
+            read = await request.body()
+        arguments = await route.reader(request)
+    except (Unusual, ClientDisconnect):
+        return None, read
+    response: Response = await route.endpoint(**arguments)
+    return response, read
 
 
 def _replaying(body: bytes, receive: Receive) -> Receive:

@@ -67,6 +67,25 @@ def reply_reader(connection: Any) -> hiredis.Reader:
     return hiredis.Reader(**options)
 
 
+def take_over(
+    connection: Any, protocol: asyncio.Protocol
+) -> tuple[asyncio.Transport, asyncio.BaseProtocol, bytes]:
+    """Read the socket of redis-py's ``connection`` (which made it and its handshake) with
+    ``protocol`` from now on. The transport; redis-py's own protocol (to be told when the
+    connection is lost: its stream's waiters return); and the bytes redis-py's stream had
+    read and nobody parsed, for ``protocol`` to take first. ``RedisConnectionError`` when
+    the connection is closed."""
+    stream, writer = connection._reader, connection._writer
+    if stream is None or writer is None:
+        raise RedisConnectionError("the connection is closed")
+    transport: asyncio.Transport = writer.transport
+    own = transport.get_protocol()
+    transport.set_protocol(protocol)
+    buffered = bytes(stream._buffer)
+    stream._buffer.clear()
+    return transport, own, buffered
+
+
 def pipelines(redis: Any) -> bool:
     """Whether a ``Batcher`` can serve this client: one Redis, RESP2."""
     if not isinstance(redis, Redis):
@@ -112,11 +131,10 @@ class _Line(asyncio.Protocol):
         self._watch: asyncio.TimerHandle | None = None
         self._heard = 0  # replies so far: the watchdog's sign of life
 
-    def take_over(self, transport: asyncio.Transport) -> None:
+    def take_over(self) -> None:
         """Read the socket here from now on."""
-        self._stream = transport.get_protocol()
-        transport.set_protocol(self)
-        self._transport = transport
+        # Right after the handshake redis-py has read all there was: nothing is unread.
+        self._transport, self._stream, _ = take_over(self._connection, self)
 
     @property
     def usable(self) -> bool:
@@ -298,9 +316,6 @@ class Batcher:
         pool = self._redis.connection_pool
         connection: AbstractConnection = pool.connection_class(**pool.connection_kwargs)
         await connection.connect()  # type: ignore[no-untyped-call]  # socket, AUTH, SELECT...
-        writer = connection._writer
-        if writer is None:  # pragma: no cover - connect() sets it or raises
-            raise RedisConnectionError("no connection")
         line = _Line(loop, connection, pool, self._timeout_s)
-        line.take_over(writer.transport)  # type: ignore[arg-type]
+        line.take_over()
         return line

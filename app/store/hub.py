@@ -32,7 +32,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import InvalidResponse, RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from app.store.batching import reply_reader
+from app.store.batching import reply_reader, take_over
 
 log = logging.getLogger(__name__)
 
@@ -239,18 +239,9 @@ class _Subscription(asyncio.Protocol):
         self._reader = reply_reader(connection)
         self._lost: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._heard = 0  # reads so far: the health check's sign of life
-        stream = connection._reader  # what redis-py's stream read already (confirmations)
-        writer = connection._writer
-        if stream is None or writer is None:
-            raise RedisConnectionError("pub/sub connection closed")
-        transport = writer.transport
-        self._transport = transport
-        self._stream = transport.get_protocol()
-        transport.set_protocol(self)
-        buffered = bytes(stream._buffer)
-        stream._buffer.clear()
-        if buffered:
-            self.data_received(buffered)
+        self._transport, self._stream, unread = take_over(connection, self)
+        if unread:  # what redis-py's stream read already (confirmations)
+            self.data_received(unread)
 
     async def watch(self) -> None:
         """Until the connection is lost (raises): a silent one is sent a PING every
