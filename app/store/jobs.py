@@ -30,6 +30,7 @@ from app.core.envelope import Envelope
 from app.core.errors import InvalidInput
 from app.core.events import JobEnded, ToolOutputsEvent
 from app.core.spec import CallbackSpec
+from app.store.clock import ServerClock
 from app.store.connection import (
     WAKE_EMPTY_S,
     WAKE_STALE_MS,
@@ -116,6 +117,20 @@ class JobStore(Role):
         self.hub.listen(self.channels["done"], self._heard)
         # Read once (on a cluster client, isinstance is an ABC check costing µs per submit).
         self._exact_publish = "1" if self.exact_publish else ""
+        # Redis's clock, estimated (app/store/clock.py): a hand-off leases its job on it
+        # without a TIME in the script. Hand-offs happen on one Redis only (a cluster's
+        # nodes have clocks of their own, and no hand-off).
+        self._clock = ServerClock(self._server_time) if self._exact_publish else None
+
+    async def _server_time(self) -> tuple[int, int]:
+        """One ``TIME`` (on a pooled connection: not behind the batcher's queue)."""
+        seconds, micros = await self._redis.time()
+        return int(seconds), int(micros)
+
+    async def aclose(self) -> None:
+        if self._clock is not None:
+            await self._clock.aclose()
+        await super().aclose()
 
     @edge
     async def submit(
@@ -223,7 +238,9 @@ class JobStore(Role):
         ]
         if idempotency_key is not None:
             keys.append(shard.idempotency(tenant, idempotency_key))
+        clock = self._clock
         while True:
+            server_ms = None if clock is None else clock.now_ms()
             # '1': no hand-off (found impossible lately, or another submit of this process to
             # the shard is in flight: a burst), one worker woken as before.
             busy = self._submitting.get(index, 0)
@@ -261,6 +278,7 @@ class JobStore(Role):
                         WAKE_STALE_MS,
                         self._exact_publish,
                         look,
+                        "" if server_ms is None else server_ms,
                     ],
                 )
             finally:

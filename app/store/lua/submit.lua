@@ -15,7 +15,8 @@
 --       25 '1' when PUBLISH counts every subscriber (one Redis), '' when it counts only this
 --       node's (a cluster)  26 '1': no hand-off (this API process found it impossible a
 --       moment ago, or another submit of it to this shard is in flight: a burst), wake one
---       as before
+--       as before  27 Redis-now as the API estimates it (ms; app/store/clock.py), the
+--       hand-off's lease start ('' = none: read TIME)
 -- Returns {'created', id} | {'created', id, 'no-handoff'} (the hand-off or the wake-up
 --       found jobs queued or nobody listed: the API tries no hand-off for a while; the
 --       workers a hand-off took off the list come back with their commits)
@@ -47,11 +48,14 @@ end
 -- claim). A registration older than ``stale`` ms, or one whose PUBLISH reaches nobody (the
 -- worker died: its subscription went with it), is dropped and the next tried; nothing is
 -- written before a worker heard the job, so a job nobody took goes the queue's way below.
+-- ``now`` is Redis-now as the API estimated it (ARGV[27], app/store/clock.py: never behind
+-- TIME, ahead by at most a few ms; the worker's first heartbeat puts the lease on TIME), or
+-- nil: TIME is read.
 -- Returns {owner, lease, cap, now} for the worker that took it, or nil and why not when
 -- the API is to try no hand-off for a while: 'empty' (nobody listed), 'queued' (jobs wait
 -- here, which go first). Under load a submit spends one command on it, then none for a
 -- while, and the workers stay listed: wake-ups go to one of them, as without hand-offs.
-local function hand_off(idle, ring, running, channel, shard, stale, tenant, job)
+local function hand_off(idle, ring, running, channel, shard, stale, tenant, job, now)
   if redis.call('LLEN', ring) > 0 then
     return nil, 'queued'
   end
@@ -59,7 +63,7 @@ local function hand_off(idle, ring, running, channel, shard, stale, tenant, job)
   if not entry then
     return nil, 'empty'
   end
-  local now = now_ms()
+  now = now or now_ms()
   for _ = 1, 3 do
     local token, ms, lease, cap, owner = listed(entry)
     if ms and not lease then  -- a worker that takes no hand-off: woken instead, below
@@ -125,7 +129,8 @@ local created = ARGV[16]
 local handed, skip = nil, nil
 if ARGV[25] == '1' and ARGV[26] ~= '1' then
   handed, skip = hand_off(KEYS[6], KEYS[3], KEYS[8], ARGV[14], ARGV[15], tonumber(ARGV[24]),
-    tenant, claim_reply(id, 1, ARGV[4], tenant, created, ARGV[6], '', '', '', ARGV[22]))
+    tenant, claim_reply(id, 1, ARGV[4], tenant, created, ARGV[6], '', '', '', ARGV[22]),
+    tonumber(ARGV[27]))
 end
 local depth = 0
 if not handed then
