@@ -239,6 +239,7 @@ class JobStore(Role):
         if idempotency_key is not None:
             keys.append(shard.idempotency(tenant, idempotency_key))
         clock = self._clock
+        trace_json = "" if trace is None else trace.dumps()
         while True:
             server_ms = None if clock is None else clock.now_ms()
             # '1': no hand-off (found impossible lately, or another submit of this process to
@@ -246,6 +247,13 @@ class JobStore(Role):
             busy = self._submitting.get(index, 0)
             look = "1" if busy or time.monotonic() < self._no_handoff.get(index, 0.0) else ""
             self._submitting[index] = busy + 1
+            # What a hand-off's message carries: the claim's values but the spec (attempt
+            # 1), as a claim returns them (``claim_reply``, lua/common.lua).
+            head = (
+                ""
+                if look or not self._exact_publish
+                else dumps([job_id, 1, tenant, str(now_ms), model or "", "", "", "", trace_json])
+            )
             try:
                 reply = await self._run(
                     "submit",
@@ -273,12 +281,13 @@ class JobStore(Role):
                         (index_window + 1) * _INDEX_WINDOW_MS + lifetime_ms,
                         id_floor(now_ms - lifetime_ms),
                         "" if callback is None else dumps(callback),
-                        "" if trace is None else trace.dumps(),
+                        trace_json,
                         f"{_INDEX_MARK}{index_window:012d}",
                         WAKE_STALE_MS,
                         self._exact_publish,
                         look,
                         "" if server_ms is None else server_ms,
+                        head,
                     ],
                 )
             finally:

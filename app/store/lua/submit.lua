@@ -16,7 +16,9 @@
 --       node's (a cluster)  26 '1': no hand-off (this API process found it impossible a
 --       moment ago, or another submit of it to this shard is in flight: a burst), wake one
 --       as before  27 Redis-now as the API estimates it (ms; app/store/clock.py), the
---       hand-off's lease start ('' = none: read TIME)
+--       hand-off's lease start ('' = none: read TIME)  28 the claimed job's values but the
+--       spec, as the hand-off's message carries them: the JSON array of ``claim_reply``
+--       (lua/common.lua) without its third value, attempt 1 ('' when ARGV[26] is '1')
 -- Returns {'created', id} | {'created', id, 'no-handoff'} (the hand-off or the wake-up
 --       found jobs queued or nobody listed: the API tries no hand-off for a while; the
 --       workers a hand-off took off the list come back with their commits)
@@ -55,7 +57,7 @@ end
 -- the API is to try no hand-off for a while: 'empty' (nobody listed), 'queued' (jobs wait
 -- here, which go first). Under load a submit spends one command on it, then none for a
 -- while, and the workers stay listed: wake-ups go to one of them, as without hand-offs.
-local function hand_off(idle, ring, running, channel, shard, stale, tenant, job, now)
+local function hand_off(idle, ring, running, channel, shard, stale, tenant, head, spec, now)
   if redis.call('LLEN', ring) > 0 then
     return nil, 'queued'
   end
@@ -75,14 +77,7 @@ local function hand_off(idle, ring, running, channel, shard, stale, tenant, job,
         redis.call('LPUSH', idle, entry)  -- the tenant is at its cap: the job waits
         return nil, nil
       end
-      local head = {}
-      for i, v in ipairs(job) do
-        if i ~= 3 then
-          table.insert(head, v)
-        end
-      end
-      local message = 'h' .. shard .. '\n' .. entry .. '\n' .. cjson.encode(head) .. '\n'
-        .. job[3]
+      local message = 'h' .. shard .. '\n' .. entry .. '\n' .. head .. '\n' .. spec
       if redis.call('PUBLISH', channel .. ':' .. token, message) > 0 then
         return {owner, lease, cap, now}, false
       end
@@ -129,8 +124,7 @@ local created = ARGV[16]
 local handed, skip = nil, nil
 if ARGV[25] == '1' and ARGV[26] ~= '1' then
   handed, skip = hand_off(KEYS[6], KEYS[3], KEYS[8], ARGV[14], ARGV[15], tonumber(ARGV[24]),
-    tenant, claim_reply(id, 1, ARGV[4], tenant, created, ARGV[6], '', '', '', ARGV[22]),
-    tonumber(ARGV[27]))
+    tenant, ARGV[28], ARGV[4], tonumber(ARGV[27]))
 end
 local depth = 0
 if not handed then
