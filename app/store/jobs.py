@@ -390,7 +390,7 @@ class JobStore(Role):
             await watch.wait(left)
             unread = None
             payload, watch.payload = watch.payload, None
-            carried = job_view(json.loads(payload)) if payload else None
+            carried = carried_view(payload) if payload else None
             if carried is not None and carried.id == job_id:
                 view = carried if carried.tenant == tenant else None
             elif job_id is not None:
@@ -417,7 +417,7 @@ class JobStore(Role):
         if ended is None or time.monotonic() - ended[2] > _ENDED_TTL_S:
             return False, None
         owner, payload, _ = ended
-        return True, job_view(json.loads(payload)) if owner == tenant else None
+        return True, carried_view(payload) if owner == tenant else None
 
     def _unmoved(self, job_id: str, tenant: str) -> bool:
         """Made here by ``tenant``, and no ``done`` message of it since, with none missed
@@ -704,6 +704,15 @@ def _decode_cursor(cursor: str) -> str:
     if not is_job_id(job_id):
         raise InvalidInput("not a cursor returned by this API", field="cursor")
     return job_id
+
+
+def carried_view(payload: str) -> JobView | None:
+    """The job a ``done`` message carries (lua/complete.lua): each field's name and value a
+    line each, as stored. (A JSON object: the message of a commit script before this one.)"""
+    if payload[:1] == "{":
+        return job_view(json.loads(payload))
+    lines = iter(payload.split("\n"))
+    return job_view(dict(zip(lines, lines, strict=False)))
 
 
 def _settled_now(view: JobView) -> bool:
