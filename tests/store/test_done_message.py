@@ -17,7 +17,7 @@ from redis.asyncio import Redis
 from app.core.conversation import TranscriptEntry
 from app.store.connection import VIEW_FIELDS
 from app.store.jobs import carried_view
-from app.store.records import job_view
+from app.store.records import job_view, text
 from tests.both import Store
 from tests.store.helpers import SPEC, SUCCESS, claim, turn
 
@@ -42,7 +42,7 @@ async def done_messages(redis: Redis, store: Store) -> AsyncIterator[list[str]]:
                 if message is not None:
                     heard.append(message["data"].decode())
     finally:
-        await pubsub.aclose()
+        await pubsub.aclose()  # type: ignore[no-untyped-call]
 
 
 async def test_the_done_message_carries_the_job_as_a_read_finds_it(
@@ -102,7 +102,7 @@ async def test_a_json_message_of_an_older_commit_script_is_read(redis: Redis, st
     lease = await claim(store)
     assert await store.complete(lease, envelope=SUCCESS, history=(), transcript=TRANSCRIPT)
     raw = await redis.hmget(store.shard_of(job.id).job(job.id), VIEW_FIELDS)
-    stored = {k: v.decode() for k, v in zip(VIEW_FIELDS, raw, strict=True) if v is not None}
+    stored = {k: text(v) for k, v in zip(VIEW_FIELDS, raw, strict=True) if v is not None}
 
     carried = carried_view(json.dumps(stored))  # what the script sent before (cjson)
 
