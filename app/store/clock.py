@@ -23,6 +23,11 @@ first lease is therefore never shorter than ``lease_ms``, and longer by at most 
 error; the worker's first heartbeat (every ``heartbeat_ms`` ≤ ``lease_ms`` / 3) puts the
 lease back on ``TIME``. A reading older than ``max_age_s`` (refreshes failing, or no
 submit for a while) is not used: the script reads ``TIME``, as without an estimate.
+
+The drift between the API host's monotonic clock and Redis's clock over ``max_age_s`` is
+parts per million of it (an NTP slew is at most 500 ppm: 30 ms a minute). A step of
+Redis's clock moves the estimate only at the next refresh, but moves every lease at once
+anyway (the reaper reads ``TIME``).
 """
 
 from __future__ import annotations
@@ -79,12 +84,19 @@ class ServerClock:
         """The estimate of Redis-now (ms, rounded up), or ``None`` when there is no reading
         recent enough (one is then taken in the background: call from a running loop)."""
         now = self._monotonic()
-        if now - self._tried >= self._refresh_s and (self._task is None or self._task.done()):
+        if now - self._tried >= self._refresh_s and not self._refreshing():
             self._tried = now
             self._task = asyncio.get_running_loop().create_task(self.refresh(), name="redis-clock")
         if self._server_ms is None or now - self._at > self._max_age_s:
             return None
         return math.ceil(self._server_ms + (now - self._at) * 1000)
+
+    def _refreshing(self) -> bool:
+        """A refresh is under way (on this loop: one left on a loop that is gone never ends)."""
+        task = self._task
+        return (
+            task is not None and not task.done() and task.get_loop() is asyncio.get_running_loop()
+        )
 
     @property
     def age_s(self) -> float | None:
@@ -103,8 +115,8 @@ class ServerClock:
                     rtt = self._monotonic() - sent
                     if best is None or rtt < best[0]:
                         best = (rtt, int(seconds) * 1000 + int(micros) / 1000, sent)
-        except (TimeoutError, RedisError, OSError):
-            pass  # what was read so far counts
+        except (TimeoutError, RedisError, OSError, ValueError, TypeError):
+            pass  # what was read so far counts (the task must not end with an error)
         if best is None or best[0] > self._max_rtt_s:
             return False
         _, self._server_ms, self._at = best

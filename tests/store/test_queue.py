@@ -469,6 +469,7 @@ async def test_the_first_spend_of_a_job_and_its_commit_keep_the_spend_as_the_wor
         again, envelope=SUCCESS, history=(), transcript=(), turn=turn(2, cost_usd=0.5)
     )
     [total] = await redis.hmget(store.shard_of(again.job_id).job(again.job_id), ["spent"])
+    assert total is not None
     spent = Spend.model_validate_json(total)
     assert (spent.calls, spent.input_tokens, spent.cost_known) == (2, 20, True)
     assert abs(spent.cost - 0.500123456789) < 1e-9
