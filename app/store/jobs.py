@@ -417,7 +417,10 @@ class JobStore(Role):
         if ended is None or time.monotonic() - ended[2] > _ENDED_TTL_S:
             return False, None
         owner, payload, _ = ended
-        return True, carried_view(payload) if owner == tenant else None
+        if owner != tenant:
+            return True, None
+        view = carried_view(payload)
+        return (True, view) if view is not None else (False, None)  # unreadable: read it
 
     def _unmoved(self, job_id: str, tenant: str) -> bool:
         """Made here by ``tenant``, and no ``done`` message of it since, with none missed
@@ -708,11 +711,15 @@ def _decode_cursor(cursor: str) -> str:
 
 def carried_view(payload: str) -> JobView | None:
     """The job a ``done`` message carries (lua/complete.lua): each field's name and value a
-    line each, as stored. (A JSON object: the message of a commit script before this one.)"""
-    if payload[:1] == "{":
-        return job_view(json.loads(payload))
-    lines = iter(payload.split("\n"))
-    return job_view(dict(zip(lines, lines, strict=False)))
+    line each, as stored. (A JSON object: the message of a commit script before this one.)
+    ``None`` for a message it cannot read: the caller reads the job."""
+    try:
+        if payload[:1] == "{":
+            return job_view(json.loads(payload))
+        lines = iter(payload.split("\n"))
+        return job_view(dict(zip(lines, lines, strict=False)))
+    except (ValueError, KeyError, TypeError):
+        return None
 
 
 def _settled_now(view: JobView) -> bool:

@@ -108,3 +108,27 @@ async def test_a_json_message_of_an_older_commit_script_is_read(redis: Redis, st
 
     assert carried is not None
     assert carried == job_view(stored) == await store.get(job.id, tenant="acme")
+
+
+async def test_a_message_it_cannot_read_makes_the_long_poll_read_the_job(
+    redis: Redis, store: Store
+) -> None:
+    # (From a commit script of another version, say.) The waiter reads instead.
+    assert carried_view("id\njob_x\nstatus") is None  # no tenant, no created_ms
+    assert carried_view("{not json") is None
+    await store.hub.start()  # live: the job is known here as made here (no first read)
+    job, _ = await store.submit(tenant="acme", spec=SPEC)
+    lease = await claim(store)
+    waiting = asyncio.ensure_future(store.wait(job.id, tenant="acme", wait_ms=5000))
+    await asyncio.sleep(0.1)
+    await redis.publish(store.channels["done"], f"{job.id}\nid\n{job.id}\nstatus")
+    await asyncio.sleep(0.1)
+    assert not waiting.done()  # read: still running, waits on
+    # A long-poll that comes after such a message reads too (the job is not gone).
+    now = await store.wait(job.id, tenant="acme", wait_ms=0)
+    assert now is not None
+    assert now.status == "in_progress"
+    assert await store.complete(lease, envelope=SUCCESS, history=(), transcript=())
+    view = await asyncio.wait_for(waiting, 5)
+    assert view is not None
+    assert view.status == "succeeded"
