@@ -119,7 +119,7 @@ local function claimed(attempts, events, started, owner, now, running, tenant, c
   if cap > 0 then
     redis.call('HINCRBY', running, tenant, 1)
     table.insert(fields, 'counted')
-    table.insert(fields, 1)
+    table.insert(fields, '1')
   end
   return attempt, fields
 end

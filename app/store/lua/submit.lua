@@ -107,15 +107,19 @@ if idem then
   end
 end
 
-local size = tonumber(ARGV[11])
-if tonumber(ARGV[12]) > 0 then
+-- Numbers go to Redis as the strings they came in (a Lua number is formatted with %.14g
+-- for each command: a cost per argument), and are parsed once.
+local size = ARGV[11]
+local byte_cap = tonumber(ARGV[12]) > 0
+if byte_cap then
   local used = redis.call('INCRBY', KEYS[5], size)
-  if used == size then
+  local bytes = tonumber(size)
+  if used == bytes then
     redis.call('EXPIRE', KEYS[5], ARGV[13])
   end
   if used > tonumber(ARGV[12]) then
     redis.call('DECRBY', KEYS[5], size)
-    return {'quota', used - size}
+    return {'quota', used - bytes}
   end
 end
 
@@ -131,7 +135,7 @@ if not handed then
   depth = redis.call('RPUSH', KEYS[2], id)
   if depth > tonumber(ARGV[9]) then
     redis.call('RPOP', KEYS[2])
-    if tonumber(ARGV[12]) > 0 then
+    if byte_cap then
       redis.call('DECRBY', KEYS[5], size)
     end
     return {'full', depth - 1}
@@ -153,7 +157,7 @@ if handed then  -- queued and claimed at once: both events, the claim's fields
     table.insert(fields, v)
   end
 else
-  for _, v in ipairs({'status', 'queued', 'attempts', 0, 'events', queued}) do
+  for _, v in ipairs({'status', 'queued', 'attempts', '0', 'events', queued}) do
     table.insert(fields, v)
   end
 end
@@ -179,11 +183,12 @@ redis.call('HSET', KEYS[1], unpack(fields))
 -- goes the mark of the current index window, and only the first submit of a window (the
 -- mark is new) moves the expiry, to one that covers every job of the window, and drops the
 -- older marks. Now and then the entries older than any job can live are dropped.
-if redis.call('ZADD', KEYS[4], 0, id, 0, ARGV[23]) == 2 then
+if redis.call('ZADD', KEYS[4], '0', id, '0', ARGV[23]) == 2 then
   redis.call('PEXPIREAT', KEYS[4], ARGV[19])
   redis.call('ZREMRANGEBYLEX', KEYS[4], '-', '(' .. ARGV[23])
 end
-if tonumber(created) % 64 == 0 then
+local created_ms = tonumber(created)
+if created_ms % 64 == 0 then
   redis.call('ZREMRANGEBYLEX', KEYS[4], '(' .. ARGV[23], '(' .. ARGV[20])
 end
 if handed then
@@ -195,7 +200,7 @@ end
 -- claim got all it asked for claims again as soon as it has a free slot. Why the hand-off
 -- could not be, when it is likely to last a while, is told to the API (it tries none
 -- then) whatever the depth: under load a submit spends no command on it.
-if depth == 1 and wake_one(KEYS[6], ARGV[14], ARGV[15], tonumber(created), tonumber(ARGV[24]),
+if depth == 1 and wake_one(KEYS[6], ARGV[14], ARGV[15], created_ms, tonumber(ARGV[24]),
     ARGV[25] == '1', skip == 'empty') then
   return {'created', id, 'no-handoff'}
 end
