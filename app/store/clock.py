@@ -46,7 +46,7 @@ Sample = Callable[[], Awaitable[tuple[int, int]]]
 
 REFRESH_S: Final = 30.0
 MAX_AGE_S: Final = 60.0
-MAX_RTT_MS: Final = 10.0
+MAX_RTT_MS: Final = 25.0
 SAMPLES: Final = 3
 # A reading that does not answer within this long is given up (the pool's socket timeout
 # could be 30 s); the next submit after ``refresh_s`` tries again.

@@ -16,7 +16,7 @@ from tests.monitor import monitor
 from tests.service import KEYS, StartApi, api_keys, client, scripted
 
 LEASE_MS = 9000
-AHEAD_MS = 12  # the TIME reading's round trip on loopback (at most 10 ms) and rounding
+AHEAD_MS = 27  # the TIME reading's round trip (at most MAX_RTT_MS, 25) and rounding
 
 
 def server_ms(r: redis.Redis) -> int:

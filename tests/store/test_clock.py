@@ -26,7 +26,7 @@ from tests.store.helpers import server_ms, submit
 LEASE_MS = 7000
 # How far a lease started on the estimate may end after TIME + lease_ms (ms): the TIME
 # round trip on loopback (bounded by MAX_RTT_MS) and ms rounding.
-AHEAD_MS = 12
+AHEAD_MS = 27
 
 
 async def time_calls(redis: Redis) -> int:
@@ -40,14 +40,24 @@ async def listed(worker: Store) -> None:
     assert await worker.claim(worker.wake_token, n=4, register=True) == []
 
 
+async def read(clock: ServerClock) -> None:
+    """A good reading taken (on a loaded machine a round trip can take over 25 ms: the
+    reading is then refused, and taken again)."""
+    for _ in range(100):
+        if await clock.refresh():
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError("no TIME round trip under 25 ms in 100 tries")
+
+
 async def estimated(api: Store) -> None:
-    """The API's estimate taken (a first submit starts it in the background)."""
+    """The API's estimate taken (a first submit would start it in the background)."""
     clock = api._clock
     assert clock is not None
-    async with asyncio.timeout(5):
-        while clock.age_s is None:
-            clock.now_ms()
-            await asyncio.sleep(0.01)
+    clock.now_ms()  # starts a reading, as a submit does
+    await settled(api)
+    if clock.age_s is None:
+        await read(clock)
 
 
 async def settled(api: Store) -> None:
@@ -126,7 +136,7 @@ async def test_without_a_recent_estimate_the_hand_off_reads_time(
     clock = api._clock = ServerClock(
         reading, refresh_s=30, max_age_s=60, monotonic=lambda: now[0] + time.monotonic() - real
     )
-    assert await clock.refresh()
+    await read(clock)
     assert clock.now_ms() is not None
     now[0] += 61  # no refresh for a minute (Redis unreachable, say): not used any more
     assert clock.now_ms() is None
@@ -149,7 +159,7 @@ async def test_the_estimate_is_never_behind_redis_clock_and_ahead_by_the_round_t
     api = make_store()
     clock = api._clock
     assert clock is not None
-    assert await clock.refresh()
+    await read(clock)
     for _ in range(50):
         before = await server_ms(redis)
         estimate = clock.now_ms()
@@ -182,7 +192,7 @@ async def test_a_failed_reading_keeps_the_last_good_one_within_its_age(redis: Re
         return int(seconds), int(micros)
 
     clock = ServerClock(sample)
-    assert await clock.refresh()
+    await read(clock)
     fail[0] = True
     assert not await clock.refresh()
     before = await server_ms(redis)
