@@ -51,8 +51,8 @@ end
 -- worker died: its subscription went with it), is dropped and the next tried; nothing is
 -- written before a worker heard the job, so a job nobody took goes the queue's way below.
 -- ``now`` is Redis-now as the API estimated it (ARGV[27], app/store/clock.py: never behind
--- TIME, ahead by the TIME round trip at most; the worker's first heartbeat puts the lease on TIME), or
--- nil: TIME is read.
+-- TIME, ahead by its reading's round trip at most; the worker's first heartbeat puts the
+-- lease on TIME), or nil: TIME is read.
 -- Returns {owner, lease, cap, now} for the worker that took it, or nil and why not when
 -- the API is to try no hand-off for a while: 'empty' (nobody listed), 'queued' (jobs wait
 -- here, which go first). Under load a submit spends one command on it, then none for a
