@@ -113,9 +113,10 @@ end
 -- (``uncount``). Shared by the claim (lua/claim.lua) and the hand-off (lua/submit.lua).
 local function claimed(attempts, events, started, owner, now, running, tenant, cap)
   local attempt = (tonumber(attempts) or 0) + 1
-  local fields = {'status', 'in_progress', 'attempts', attempt, 'owner', owner,
+  local text = string.format('%d', attempt)  -- formatted once (the hash field, the event)
+  local fields = {'status', 'in_progress', 'attempts', text, 'owner', owner,
     'started_ms', started or now,
-    'events', append(events, event('job_start', '{"attempt":' .. attempt .. '}'))}
+    'events', append(events, event('job_start', '{"attempt":' .. text .. '}'))}
   if cap > 0 then
     redis.call('HINCRBY', running, tenant, 1)
     table.insert(fields, 'counted')
