@@ -30,6 +30,7 @@ from app.core.envelope import Envelope
 from app.core.errors import InvalidInput
 from app.core.events import JobEnded, ToolOutputsEvent
 from app.core.spec import CallbackSpec
+from app.store.clock import ServerClock
 from app.store.connection import (
     WAKE_EMPTY_S,
     WAKE_STALE_MS,
@@ -116,6 +117,20 @@ class JobStore(Role):
         self.hub.listen(self.channels["done"], self._heard)
         # Read once (on a cluster client, isinstance is an ABC check costing µs per submit).
         self._exact_publish = "1" if self.exact_publish else ""
+        # Redis's clock, estimated (app/store/clock.py): a hand-off leases its job on it
+        # without a TIME in the script. Hand-offs happen on one Redis only (a cluster's
+        # nodes have clocks of their own, and no hand-off).
+        self._clock = ServerClock(self._server_time) if self._exact_publish else None
+
+    async def _server_time(self) -> tuple[int, int]:
+        """One ``TIME`` (on a pooled connection: not behind the batcher's queue)."""
+        seconds, micros = await self._redis.time()
+        return int(seconds), int(micros)
+
+    async def aclose(self) -> None:
+        if self._clock is not None:
+            await self._clock.aclose()
+        await super().aclose()
 
     @edge
     async def submit(
@@ -223,12 +238,22 @@ class JobStore(Role):
         ]
         if idempotency_key is not None:
             keys.append(shard.idempotency(tenant, idempotency_key))
+        clock = self._clock
+        trace_json = "" if trace is None else trace.dumps()
         while True:
+            server_ms = None if clock is None else clock.now_ms()
             # '1': no hand-off (found impossible lately, or another submit of this process to
             # the shard is in flight: a burst), one worker woken as before.
             busy = self._submitting.get(index, 0)
             look = "1" if busy or time.monotonic() < self._no_handoff.get(index, 0.0) else ""
             self._submitting[index] = busy + 1
+            # What a hand-off's message carries: the claim's values but the spec (attempt
+            # 1), as a claim returns them (``claim_reply``, lua/common.lua).
+            head = (
+                ""
+                if look or not self._exact_publish
+                else dumps([job_id, 1, tenant, str(now_ms), model or "", "", "", "", trace_json])
+            )
             try:
                 reply = await self._run(
                     "submit",
@@ -256,11 +281,13 @@ class JobStore(Role):
                         (index_window + 1) * _INDEX_WINDOW_MS + lifetime_ms,
                         id_floor(now_ms - lifetime_ms),
                         "" if callback is None else dumps(callback),
-                        "" if trace is None else trace.dumps(),
+                        trace_json,
                         f"{_INDEX_MARK}{index_window:012d}",
                         WAKE_STALE_MS,
                         self._exact_publish,
                         look,
+                        "" if server_ms is None else server_ms,
+                        head,
                     ],
                 )
             finally:
@@ -363,7 +390,7 @@ class JobStore(Role):
             await watch.wait(left)
             unread = None
             payload, watch.payload = watch.payload, None
-            carried = job_view(json.loads(payload)) if payload else None
+            carried = carried_view(payload) if payload else None
             if carried is not None and carried.id == job_id:
                 view = carried if carried.tenant == tenant else None
             elif job_id is not None:
@@ -390,7 +417,10 @@ class JobStore(Role):
         if ended is None or time.monotonic() - ended[2] > _ENDED_TTL_S:
             return False, None
         owner, payload, _ = ended
-        return True, job_view(json.loads(payload)) if owner == tenant else None
+        if owner != tenant:
+            return True, None
+        view = carried_view(payload)
+        return (True, view) if view is not None else (False, None)  # unreadable: read it
 
     def _unmoved(self, job_id: str, tenant: str) -> bool:
         """Made here by ``tenant``, and no ``done`` message of it since, with none missed
@@ -677,6 +707,19 @@ def _decode_cursor(cursor: str) -> str:
     if not is_job_id(job_id):
         raise InvalidInput("not a cursor returned by this API", field="cursor")
     return job_id
+
+
+def carried_view(payload: str) -> JobView | None:
+    """The job a ``done`` message carries (lua/complete.lua): each field's name and value a
+    line each, as stored. (A JSON object: the message of a commit script before this one.)
+    ``None`` for a message it cannot read: the caller reads the job."""
+    try:
+        if payload[:1] == "{":
+            return job_view(json.loads(payload))
+        lines = iter(payload.split("\n"))
+        return job_view(dict(zip(lines, lines, strict=False)))
+    except (ValueError, KeyError, TypeError):
+        return None
 
 
 def _settled_now(view: JobView) -> bool:

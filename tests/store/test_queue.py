@@ -11,12 +11,13 @@ from redis.asyncio import Redis
 from app.core import codes
 from app.core.conversation import TranscriptEntry
 from app.core.envelope import Envelope, Progress
-from app.core.turn import Rejection, TokenUsage
+from app.core.turn import Rejection, Spend, TokenUsage
 from app.store import QueueFull, TenantQuota, shard_of
 from tests.both import Store
 from tests.store.conftest import StoreFactory
 from tests.store.helpers import (
     SPEC,
+    SUCCESS,
     after_lease,
     all_events,
     claim,
@@ -448,6 +449,30 @@ async def test_the_cached_tokens_earlier_attempts_spent_come_with_the_next_claim
     assert again.earlier.input_tokens == 3000
     assert again.earlier.cached_input_tokens == 1280
     assert again.earlier.cache_write_tokens == 1400
+
+
+async def test_the_first_spend_of_a_job_and_its_commit_keep_the_spend_as_the_worker_wrote_it(
+    redis: Redis, store: Store
+) -> None:
+    # The first spend is the total as it is (lua/common.lua add_spend): a cost with more
+    # digits than Lua's number formatting keeps comes back exact, and a commit's turn adds.
+    await submit(store)
+    lost = await claim(store)
+    assert await record(store, lost, 1, cost_usd=0.000123456789012345678)
+    await store.reap(now_ms=await after_lease(redis, store))
+    again = await claim(store)
+    assert again.earlier is not None
+    assert (again.earlier.calls, again.earlier.cost) == (1, 0.000123456789012345678)
+    assert again.earlier.cost_known is True
+
+    assert await store.complete(
+        again, envelope=SUCCESS, history=(), transcript=(), turn=turn(2, cost_usd=0.5)
+    )
+    [total] = await redis.hmget(store.shard_of(again.job_id).job(again.job_id), ["spent"])
+    assert total is not None
+    spent = Spend.model_validate_json(total)
+    assert (spent.calls, spent.input_tokens, spent.cost_known) == (2, 20, True)
+    assert abs(spent.cost - 0.500123456789) < 1e-9
 
 
 async def test_a_sharded_store_spreads_jobs_and_claims_from_every_shard(

@@ -25,6 +25,7 @@ from redis.asyncio import Redis
 from app.store import Claim
 from app.store import leases as leases_module
 from app.store.connection import WAKE_STALE_MS
+from app.tracecontext import TraceContext
 from tests.both import Store
 from tests.store.conftest import StoreFactory
 from tests.store.helpers import SPEC, SUCCESS, after_lease, complete, server_ms, submit
@@ -461,3 +462,32 @@ async def test_in_a_burst_of_submits_only_the_first_looks_for_a_worker_to_hand_i
     assert nothing_handed(b)
     claimed = await b.claim("b", n=10, register=True)
     assert sorted(c.job_id for c in claimed) == sorted(j.id for j in jobs[1:])
+
+
+async def test_a_handed_claim_carries_what_a_claim_of_the_job_gives(
+    redis: Redis, make_store: StoreFactory
+) -> None:
+    # The hand-off's message holds the claim's values as the API wrote them (the model, the
+    # client's trace context, the creation time, a tenant that JSON escapes): the worker
+    # gets the Claim a claim of the same job gives.
+    api, a = make_store(lease_ms=7000), make_store(lease_ms=7000)
+    await listening(a)
+    await idle(a)
+    trace = TraceContext(
+        traceparent="00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+        tracestate="vendor=a/b",
+    )
+    tenant = 'a/"é\\'
+    job, _ = await api.submit(tenant=tenant, spec=SPEC, model="sim-model", trace=trace)
+    claim = await handed(a)
+    assert await a.release(claim)  # back to the queue, attempt given back
+    [again] = await api.claim("w2", n=1)
+
+    assert claim == again
+    assert (claim.job_id, claim.attempt, claim.tenant, claim.model) == (
+        job.id,
+        1,
+        tenant,
+        "sim-model",
+    )
+    assert claim.trace == trace

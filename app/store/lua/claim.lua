@@ -192,14 +192,16 @@ if #picked == 0 then
 end
 
 now = now or now_ms()
-local lease_end = now + tonumber(ARGV[4])
+-- As strings, formatted once: a Lua number is formatted (%.14g) for each command it is in.
+local lease_end = string.format('%d', now + tonumber(ARGV[4]))
+local started = string.format('%d', now)
 local out, leased = {}, {}
 for _, id in ipairs(picked) do
   local job = ARGV[1] .. id
   local f = redis.call('HMGET', job, 'status', 'attempts', 'spec', 'tenant', 'created_ms',
     'model', 'spent', 'events', 'started_ms', 'checkpoint', 'outputs', 'trace')
   if f[1] == 'queued' then
-    local attempt, fields = claimed(f[2], f[8], f[9], ARGV[3], now, KEYS[3], f[4], cap)
+    local attempt, fields = claimed(f[2], f[8], f[9], ARGV[3], started, KEYS[3], f[4], cap)
     redis.call('HSET', job, unpack(fields))
     table.insert(leased, lease_end)
     table.insert(leased, id)

@@ -40,11 +40,13 @@ local function requeue_front(queue, ring, tenant, id)
 end
 
 -- What the job's calls cost so far, over every attempt: the running total of turn spends.
+-- The first spend is the total as it is (a whole app.core.turn.Spend, as the worker writes
+-- it): no decoding nor encoding in the script for most jobs.
 local function add_spend(total, delta)
-  local t = {calls = 0, inputTokens = 0, outputTokens = 0, cost = 0, costKnown = true}
-  if total and total ~= '' then
-    t = cjson.decode(total)
+  if not total or total == '' then
+    return delta
   end
+  local t = cjson.decode(total)
   local d = cjson.decode(delta)
   t.calls = t.calls + d.calls
   t.inputTokens = t.inputTokens + d.inputTokens
@@ -111,13 +113,14 @@ end
 -- (``uncount``). Shared by the claim (lua/claim.lua) and the hand-off (lua/submit.lua).
 local function claimed(attempts, events, started, owner, now, running, tenant, cap)
   local attempt = (tonumber(attempts) or 0) + 1
-  local fields = {'status', 'in_progress', 'attempts', attempt, 'owner', owner,
+  local text = string.format('%d', attempt)  -- formatted once (the hash field, the event)
+  local fields = {'status', 'in_progress', 'attempts', text, 'owner', owner,
     'started_ms', started or now,
-    'events', append(events, event('job_start', '{"attempt":' .. attempt .. '}'))}
+    'events', append(events, event('job_start', '{"attempt":' .. text .. '}'))}
   if cap > 0 then
     redis.call('HINCRBY', running, tenant, 1)
     table.insert(fields, 'counted')
-    table.insert(fields, 1)
+    table.insert(fields, '1')
   end
   return attempt, fields
 end

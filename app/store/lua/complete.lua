@@ -55,22 +55,34 @@ end
 -- The done message carries the job as a read right after this script would find it (the
 -- fields of app.store.connection.VIEW_FIELDS), so a long-poll answers without reading it
 -- again: not for a job with a callback (its deliveries change the view) nor a large one
--- (every API process hears every message).
+-- (every API process hears every message). It is the id, then each field's name and value
+-- a line each (no JSON encoding here: the values are stored text, JSON or not, passed on as
+-- they are; app.store.jobs reads it), a field the job does not have left out, as a read
+-- leaves it out. A value with a line break in it (not written by this version) sends only
+-- the id: the API reads the job.
 local message = ARGV[1]
 local size = #ARGV[4] + #ARGV[5] + #ARGV[6] + #(turns or '') + #(f[12] or '')
 if not f[9] and size <= tonumber(ARGV[13]) then
-  local view = {id = ARGV[1], tenant = f[6], status = ARGV[3], created_ms = f[10],
-    finished_ms = ARGV[12], attempts = f[2], result = ARGV[4], history = ARGV[5],
-    transcript = ARGV[6]}
-  -- HMGET's false is a missing field: left out, as a read leaves it out.
-  local optional = {started_ms = f[11], turns = turns, metadata = f[12], model = f[13],
-    idem = f[14], action = f[15], pauses = f[8]}
-  for name, value in pairs(optional) do
+  -- HMGET's false is a missing field.
+  local view = {'id', ARGV[1], 'tenant', f[6], 'status', ARGV[3], 'created_ms', f[10],
+    'finished_ms', ARGV[12], 'attempts', f[2], 'result', ARGV[4], 'history', ARGV[5],
+    'transcript', ARGV[6], 'started_ms', f[11], 'turns', turns or false, 'metadata', f[12],
+    'model', f[13], 'idem', f[14], 'action', f[15], 'pauses', f[8]}
+  local lines, plain = {}, true
+  for i = 2, #view, 2 do
+    local value = view[i]
     if value then
-      view[name] = value
+      if string.find(value, '\n', 1, true) then
+        plain = false
+        break
+      end
+      lines[#lines + 1] = view[i - 1]
+      lines[#lines + 1] = value
     end
   end
-  message = ARGV[1] .. '\n' .. cjson.encode(view)
+  if plain then
+    message = ARGV[1] .. '\n' .. table.concat(lines, '\n')
+  end
 end
 finish(KEYS[1], ARGV[1], ARGV[3], ARGV[4], append(f[4], appended), ARGV[12], ARGV[10],
   ARGV[11], fields, {f[9], f[8]}, message)

@@ -15,7 +15,10 @@
 --       25 '1' when PUBLISH counts every subscriber (one Redis), '' when it counts only this
 --       node's (a cluster)  26 '1': no hand-off (this API process found it impossible a
 --       moment ago, or another submit of it to this shard is in flight: a burst), wake one
---       as before
+--       as before  27 Redis-now as the API estimates it (ms; app/store/clock.py), the
+--       hand-off's lease start ('' = none: read TIME)  28 the claimed job's values but the
+--       spec, as the hand-off's message carries them: the JSON array of ``claim_reply``
+--       (lua/common.lua) without its third value, attempt 1 ('' when ARGV[26] is '1')
 -- Returns {'created', id} | {'created', id, 'no-handoff'} (the hand-off or the wake-up
 --       found jobs queued or nobody listed: the API tries no hand-off for a while; the
 --       workers a hand-off took off the list come back with their commits)
@@ -47,11 +50,14 @@ end
 -- claim). A registration older than ``stale`` ms, or one whose PUBLISH reaches nobody (the
 -- worker died: its subscription went with it), is dropped and the next tried; nothing is
 -- written before a worker heard the job, so a job nobody took goes the queue's way below.
+-- ``now`` is Redis-now as the API estimated it (ARGV[27], app/store/clock.py: never behind
+-- TIME, ahead by its reading's round trip at most; the worker's first heartbeat puts the
+-- lease on TIME), or nil: TIME is read.
 -- Returns {owner, lease, cap, now} for the worker that took it, or nil and why not when
 -- the API is to try no hand-off for a while: 'empty' (nobody listed), 'queued' (jobs wait
 -- here, which go first). Under load a submit spends one command on it, then none for a
 -- while, and the workers stay listed: wake-ups go to one of them, as without hand-offs.
-local function hand_off(idle, ring, running, channel, shard, stale, tenant, job)
+local function hand_off(idle, ring, running, channel, shard, stale, tenant, head, spec, now)
   if redis.call('LLEN', ring) > 0 then
     return nil, 'queued'
   end
@@ -59,7 +65,7 @@ local function hand_off(idle, ring, running, channel, shard, stale, tenant, job)
   if not entry then
     return nil, 'empty'
   end
-  local now = now_ms()
+  now = now or now_ms()
   for _ = 1, 3 do
     local token, ms, lease, cap, owner = listed(entry)
     if ms and not lease then  -- a worker that takes no hand-off: woken instead, below
@@ -71,14 +77,7 @@ local function hand_off(idle, ring, running, channel, shard, stale, tenant, job)
         redis.call('LPUSH', idle, entry)  -- the tenant is at its cap: the job waits
         return nil, nil
       end
-      local head = {}
-      for i, v in ipairs(job) do
-        if i ~= 3 then
-          table.insert(head, v)
-        end
-      end
-      local message = 'h' .. shard .. '\n' .. entry .. '\n' .. cjson.encode(head) .. '\n'
-        .. job[3]
+      local message = 'h' .. shard .. '\n' .. entry .. '\n' .. head .. '\n' .. spec
       if redis.call('PUBLISH', channel .. ':' .. token, message) > 0 then
         return {owner, lease, cap, now}, false
       end
@@ -108,15 +107,19 @@ if idem then
   end
 end
 
-local size = tonumber(ARGV[11])
-if tonumber(ARGV[12]) > 0 then
+-- Numbers go to Redis as the strings they came in (a Lua number is formatted with %.14g
+-- for each command: a cost per argument), and are parsed once.
+local size = ARGV[11]
+local byte_cap = tonumber(ARGV[12]) > 0
+if byte_cap then
   local used = redis.call('INCRBY', KEYS[5], size)
-  if used == size then
+  local bytes = tonumber(size)
+  if used == bytes then
     redis.call('EXPIRE', KEYS[5], ARGV[13])
   end
   if used > tonumber(ARGV[12]) then
     redis.call('DECRBY', KEYS[5], size)
-    return {'quota', used - size}
+    return {'quota', used - bytes}
   end
 end
 
@@ -125,14 +128,14 @@ local created = ARGV[16]
 local handed, skip = nil, nil
 if ARGV[25] == '1' and ARGV[26] ~= '1' then
   handed, skip = hand_off(KEYS[6], KEYS[3], KEYS[8], ARGV[14], ARGV[15], tonumber(ARGV[24]),
-    tenant, claim_reply(id, 1, ARGV[4], tenant, created, ARGV[6], '', '', '', ARGV[22]))
+    tenant, ARGV[28], ARGV[4], tonumber(ARGV[27]))
 end
 local depth = 0
 if not handed then
   depth = redis.call('RPUSH', KEYS[2], id)
   if depth > tonumber(ARGV[9]) then
     redis.call('RPOP', KEYS[2])
-    if tonumber(ARGV[12]) > 0 then
+    if byte_cap then
       redis.call('DECRBY', KEYS[5], size)
     end
     return {'full', depth - 1}
@@ -154,7 +157,7 @@ if handed then  -- queued and claimed at once: both events, the claim's fields
     table.insert(fields, v)
   end
 else
-  for _, v in ipairs({'status', 'queued', 'attempts', 0, 'events', queued}) do
+  for _, v in ipairs({'status', 'queued', 'attempts', '0', 'events', queued}) do
     table.insert(fields, v)
   end
 end
@@ -180,11 +183,12 @@ redis.call('HSET', KEYS[1], unpack(fields))
 -- goes the mark of the current index window, and only the first submit of a window (the
 -- mark is new) moves the expiry, to one that covers every job of the window, and drops the
 -- older marks. Now and then the entries older than any job can live are dropped.
-if redis.call('ZADD', KEYS[4], 0, id, 0, ARGV[23]) == 2 then
+if redis.call('ZADD', KEYS[4], '0', id, '0', ARGV[23]) == 2 then
   redis.call('PEXPIREAT', KEYS[4], ARGV[19])
   redis.call('ZREMRANGEBYLEX', KEYS[4], '-', '(' .. ARGV[23])
 end
-if tonumber(created) % 64 == 0 then
+local created_ms = tonumber(created)
+if created_ms % 64 == 0 then
   redis.call('ZREMRANGEBYLEX', KEYS[4], '(' .. ARGV[23], '(' .. ARGV[20])
 end
 if handed then
@@ -196,7 +200,7 @@ end
 -- claim got all it asked for claims again as soon as it has a free slot. Why the hand-off
 -- could not be, when it is likely to last a while, is told to the API (it tries none
 -- then) whatever the depth: under load a submit spends no command on it.
-if depth == 1 and wake_one(KEYS[6], ARGV[14], ARGV[15], tonumber(created), tonumber(ARGV[24]),
+if depth == 1 and wake_one(KEYS[6], ARGV[14], ARGV[15], created_ms, tonumber(ARGV[24]),
     ARGV[25] == '1', skip == 'empty') then
   return {'created', id, 'no-handoff'}
 end
