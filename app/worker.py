@@ -33,7 +33,7 @@ from typing import Any, Final, Literal
 
 from pydantic import ValidationError
 
-from app import metrics
+from app import logs, metrics
 from app.core import codes
 from app.core.checkpoint import Checkpoint, RequiredAction, Resume
 from app.core.clock import iso
@@ -336,9 +336,10 @@ class Worker:
         # Logged as it starts, not with the end: a worker killed mid-job leaves this line
         # to say it held the job (and which claim). Made whole here: no arguments to format.
         if log.isEnabledFor(logging.INFO):
-            log.info(
+            logs.info(
+                log,
                 f"job {job.id} started: attempt {claim.attempt}, tenant {claim.tenant}, "
-                f"queued {waited_s:.3f}s"
+                f"queued {waited_s:.3f}s",
             )
         with self._span(job):
             await self._run(job)
@@ -611,7 +612,7 @@ class Worker:
             return
         metrics.record_job(envelope, duration_s=duration_s)
         if log.isEnabledFor(logging.INFO):  # else nothing of the line is worked out
-            log.info(_ended_line(job, envelope, duration_s))
+            logs.info(log, _ended_line(job, envelope, duration_s))
 
     async def _pause(self, job: _Job, paused: Paused) -> None:
         """Hand the job to its client: ``requires_action`` with the checkpoint, fenced.
