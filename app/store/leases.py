@@ -31,7 +31,8 @@ from enum import Enum
 from typing import Any, ClassVar, Final
 
 from pydantic import TypeAdapter
-from redis.exceptions import RedisClusterException, RedisError
+from redis.asyncio import Redis
+from redis.exceptions import NoScriptError, RedisClusterException, RedisError
 
 from app.core import codes
 from app.core.checkpoint import Checkpoint, RequiredAction
@@ -40,6 +41,7 @@ from app.core.envelope import Envelope, Progress
 from app.core.events import JobEnded, QueueEvent
 from app.core.turn import Rejection, Spend, TurnRecord
 from app.core.wire import Wire
+from app.store.batching import Batcher, pipelines
 from app.store.connection import (
     DONE_VIEW_MAX_BYTES,
     WAKE_RENEW_S,
@@ -107,6 +109,11 @@ class Leases(Role):
         self._token = secrets.token_hex(6)
         super().__init__(redis, options, **fields)
         self._lane = redis if lane is None else lane
+        # The lane's scripts pipelined on a connection of their own (``Batcher``: about a
+        # fifth of redis-py's CPU per command); on the role's batcher without a lane.
+        self._own_lane: Batcher | None = None
+        if lane is not None and isinstance(lane, Redis) and pipelines(lane):
+            self._own_lane = Batcher(lane)
         self._work: Watch | None = None
         self._listening = False
         # Shard → (its entry on the shard's idle list, when it was written: monotonic s,
@@ -220,7 +227,16 @@ class Leases(Role):
         self, name: str, keys: Sequence[str], args: Sequence[str | int | float]
     ) -> Any:
         """Run script ``name`` on the lane (``_run`` is on the shared pool)."""
-        return await self._scripts[name](keys=keys, args=args, client=self._lane)
+        script = self._scripts[name]
+        batcher = self._own_lane if self._lane is not self._redis else self._batcher
+        if batcher is None:
+            return await script(keys=keys, args=args, client=self._lane)
+        command = ("EVALSHA", script.sha, len(keys), *keys, *args)
+        try:
+            return await batcher.call(*command)
+        except NoScriptError:  # a new or restarted Redis: the script loads, then runs
+            await batcher.call("SCRIPT", "LOAD", script.script)
+            return await batcher.call(*command)
 
     @edge
     async def claim(
@@ -340,6 +356,8 @@ class Leases(Role):
                 for index, (entry, _, _) in held.items():
                     await self._lane.lrem(self.keys.shard(index).idle, 1, entry)
         await super().aclose()
+        if self._own_lane is not None:
+            await self._own_lane.aclose()
 
     @edge
     async def heartbeat(self, job_id: str, token: int) -> bool:
