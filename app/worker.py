@@ -246,6 +246,11 @@ class Worker:
 
     async def _take_slot(self, stop: asyncio.Event) -> bool:
         """Wait for a free slot; False (and no slot held) if ``stop`` came first."""
+        if stop.is_set():
+            return False
+        if not self._slots.locked():  # the commonest: a slot is free, taken without a wait
+            await self._slots.acquire()
+            return True
         acquire = asyncio.ensure_future(self._slots.acquire())
         if not await _before_stop(acquire, stop):
             return False
