@@ -160,6 +160,7 @@ class Worker:
         # the slots the claim asked for are still free when its jobs come back.
         self._claim_done = asyncio.Event()
         self._claim_done.set()
+        self._stopping: asyncio.Event | None = None  # run's stop, while it runs
         self._flushes = asyncio.Semaphore(FLUSHES_AT_ONCE)
         # Completion callbacks (#13): this worker sends its share of every shard's outbox.
         self.sender = (
@@ -183,6 +184,9 @@ class Worker:
         log.info(
             "worker %s started (concurrency %d)", self.worker_id, self.settings.worker_concurrency
         )
+        self._stopping = stop
+        if isinstance(self.store, Leases):
+            self.store.on_handed = self._handed_now
         background = [
             asyncio.create_task(self._heartbeats(), name="heartbeats"),
             asyncio.create_task(self._cancellations(), name="cancellations"),
@@ -200,6 +204,8 @@ class Worker:
             await self._release_all()
             raise
         finally:
+            if isinstance(self.store, Leases):
+                self.store.on_handed = None
             for task in background:
                 task.cancel()
             await asyncio.gather(*background, return_exceptions=True)
@@ -305,6 +311,23 @@ class Worker:
                 else:
                     await self._slots.acquire()  # free (not locked): returns at once
                     self._start(claim)
+
+    def _handed_now(self) -> None:
+        """Jobs handed over (``Leases.on_handed``, as their message is read): started in
+        this pass of the loop when nothing stands in the way (no claim in flight, the
+        worker not stopping, a free slot for each), rather than passes later by
+        ``_receive``, which still takes whatever is left here."""
+        stop = self._stopping
+        if stop is None or stop.is_set() or not self._claim_done.is_set():
+            return
+        store = self.store
+        assert isinstance(store, Leases)  # the only store that calls it
+        while store.pending_handed and _take_free(self._slots):
+            claims = store.take_handed(1)
+            if not claims:  # unreadable: logged, its lease runs out
+                self._slots.release()
+                continue
+            self._start(claims[0])
 
     async def _give_back(self, claim: Claim) -> None:
         """Release a handed-over job this worker does not start (best effort: else its
@@ -925,6 +948,20 @@ def _fields(exc: ValidationError) -> str:
         f"{'.'.join(str(p) for p in error['loc']) or '(job)'}: {error['msg']}"
         for error in exc.errors(include_input=False, include_url=False)
     )
+
+
+def _take_free(slots: asyncio.Semaphore) -> bool:
+    """Take a slot of ``slots`` now if one is free: ``acquire`` returns without a wait
+    then, so its coroutine ends at its first step."""
+    if slots.locked():
+        return False
+    acquire = slots.acquire()
+    try:
+        acquire.send(None)
+    except StopIteration:
+        return True
+    acquire.close()  # pragma: no cover - a free slot is taken at once
+    raise AssertionError("a free slot was not taken at once")  # pragma: no cover
 
 
 async def _before_stop(future: asyncio.Future[Any], stop: asyncio.Event) -> bool:

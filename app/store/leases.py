@@ -26,7 +26,7 @@ import logging
 import secrets
 import time
 from collections import deque
-from collections.abc import AsyncGenerator, Sequence
+from collections.abc import AsyncGenerator, Callable, Sequence
 from enum import Enum
 from typing import Any, ClassVar, Final
 
@@ -133,6 +133,9 @@ class Leases(Role):
         self._handoff_came = asyncio.Event()  # a hand-off came (``unlist`` waits for one)
         self._taken: dict[int, str] = {}
         self.handed_total = 0  # hand-offs heard so far
+        # Called as a hand-off's message is read (in that pass of the loop), before
+        # ``handed`` hears of it: a worker may ``take_handed`` there and start the jobs now.
+        self.on_handed: Callable[[], None] | None = None
         self.woken = False  # whether the last ``wait_for_work`` ended by a message
         self.handed_only = False  # ... and only by hand-offs (``handed`` has the jobs)
 
@@ -186,14 +189,27 @@ class Leases(Role):
             self._taken[index] = job[2 : job.find('"', 2)]  # the job id, first of the values
         self._handed.append((index, job))
         self.handed_total += 1
-        self._handed_signal.set()
+        if self.on_handed is not None:
+            try:
+                self.on_handed()
+            except Exception:  # the subscription reads on; ``handed`` has what is left
+                log.exception("starting a job handed to this worker failed")
+        if self._handed:  # not all taken by ``on_handed``: ``handed`` has them
+            self._handed_signal.set()
         self._handoff_came.set()
 
-    def take_handed(self) -> list[Claim]:
+    @property
+    def pending_handed(self) -> int:
+        """How many jobs handed over wait in ``take_handed``."""
+        return len(self._handed)
+
+    def take_handed(self, limit: int | None = None) -> list[Claim]:
         """The jobs handed to this object since the last call (each already claimed for
-        it: start it, or ``release`` it), at once."""
+        it: start it, or ``release`` it), at once; at most ``limit`` of them (the first)."""
         claims = []
-        while self._handed:
+        taken = 0
+        while self._handed and (limit is None or taken < limit):
+            taken += 1
             index, job = self._handed.popleft()
             head, _, spec = job.partition("\n")
             try:
@@ -202,7 +218,8 @@ class Leases(Role):
                 claims.append(_claim(values))
             except (ValueError, TypeError, IndexError) as exc:  # not ours to read: its lease
                 log.error("a job handed to this worker on shard %d is unreadable: %r", index, exc)
-        self._handed_signal.clear()
+        if not self._handed:
+            self._handed_signal.clear()
         return claims
 
     async def handed(self) -> list[Claim]:
