@@ -359,8 +359,7 @@ class Worker:
     async def _process(self, job: _Job) -> None:
         claim = job.claim
         waited_s = max(0.0, time.time() - claim.created_at_ms / 1000)
-        metrics.QUEUE_WAIT.observe(waited_s)
-        metrics.JOBS_IN_PROGRESS.inc()
+        metrics.job_started(waited_s)
         # Logged as it starts, not with the end: a worker killed mid-job leaves this line
         # to say it held the job (and which claim). Made whole here: no arguments to format.
         if log.isEnabledFor(logging.INFO):
@@ -400,7 +399,7 @@ class Worker:
             if job.stopped is not None:  # ended between turns, or by a refused write
                 await self._stopped(job)
         finally:
-            metrics.JOBS_IN_PROGRESS.dec()
+            metrics.job_left()
 
     async def _stopped(self, job: _Job) -> None:
         job.unwinding = True
