@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import secrets
@@ -418,12 +419,10 @@ class Worker:
             detail = f"the stored job is not a valid job: {_fields(exc)}"
             return Envelope.failure(codes.INVALID_INPUT, detail), (), ()
 
-        async def trace(event: LoopEvent) -> None:
-            await self._trace(job, event)
-
         runtime = Runtime(
             client=self.client,
-            tracer=trace,
+            # The trace's coroutine itself, awaited by the loop: no coroutine around it.
+            tracer=functools.partial(self._trace, job),
             cancelled=lambda: job.stopped is not None,
             tools=self._http_tools(spec, job.claim),
             webhook=self._webhook_check(spec, job.claim),
@@ -606,8 +605,8 @@ class Worker:
         turn, events = await self._last_outbox(job)
         envelope = envelope.with_earlier(_earlier(claim))
 
-        async def complete() -> Written:
-            return await self.store.complete(
+        def complete() -> Awaitable[Written]:  # the store's coroutine, with no other around it
+            return self.store.complete(
                 claim,
                 envelope=envelope,
                 history=history,
