@@ -315,6 +315,14 @@ def job_started(waited_s: float) -> None:
     _IN_PROGRESS(1)
 
 
+_IDLE_WAITS = _Bound(IDLE_WAITS, _adder)
+
+
+def idle_wait(ended: str) -> None:
+    """A worker's wait for work ended (``ended``: handoff, woken, timeout)."""
+    _IDLE_WAITS(ended)(1)
+
+
 def job_left() -> None:
     """A job ``job_started`` counted is no longer in progress here."""
     _IN_PROGRESS(-1)

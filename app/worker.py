@@ -162,6 +162,7 @@ class Worker:
         self._claim_done = asyncio.Event()
         self._claim_done.set()
         self._stopping: asyncio.Event | None = None  # run's stop, while it runs
+        self._stop_waiter: asyncio.Future[Any] | None = None
         self._flushes = asyncio.Semaphore(FLUSHES_AT_ONCE)
         # Completion callbacks (#13): this worker sends its share of every shard's outbox.
         self.sender = (
@@ -186,6 +187,8 @@ class Worker:
             "worker %s started (concurrency %d)", self.worker_id, self.settings.worker_concurrency
         )
         self._stopping = stop
+        # One standing wait for ``stop``, shared by the claim loop's waits (``_before_stop``).
+        self._stop_waiter = asyncio.ensure_future(stop.wait())
         if isinstance(self.store, Leases):
             self.store.on_handed = self._handed_now
         background = [
@@ -205,6 +208,8 @@ class Worker:
             await self._release_all()
             raise
         finally:
+            self._stop_waiter.cancel()
+            self._stop_waiter = None
             if isinstance(self.store, Leases):
                 self.store.on_handed = None
             for task in background:
@@ -259,7 +264,7 @@ class Worker:
             await self._slots.acquire()
             return True
         acquire = asyncio.ensure_future(self._slots.acquire())
-        if not await _before_stop(acquire, stop):
+        if not await _before_stop(acquire, stop, self._stop_waiter):
             return False
         if stop.is_set():
             self._slots.release()
@@ -280,7 +285,7 @@ class Worker:
         while True:
             left = max(0.0, deadline - time.monotonic())
             waiting = asyncio.ensure_future(self.store.wait_for_work(left))
-            if not await _before_stop(waiting, stop):
+            if not await _before_stop(waiting, stop, self._stop_waiter):
                 return None
             if waiting.exception() is not None:
                 log.warning("waiting for work failed: %r", waiting.exception())
@@ -288,7 +293,7 @@ class Worker:
                 return None
             handed = self.store.woken and self.store.handed_only
             ended = "handoff" if handed else "woken" if self.store.woken else "timeout"
-            metrics.IDLE_WAITS.labels(ended).inc()
+            metrics.idle_wait(ended)
             if not handed or time.monotonic() >= deadline:
                 return waiting.result()
 
@@ -962,13 +967,19 @@ def _take_free(slots: asyncio.Semaphore) -> bool:
     raise AssertionError("a free slot was not taken at once")  # pragma: no cover
 
 
-async def _before_stop(future: asyncio.Future[Any], stop: asyncio.Event) -> bool:
-    """Wait for ``future`` or ``stop``; True if ``future`` finished, else it is cancelled."""
-    stopped = asyncio.ensure_future(stop.wait())
+async def _before_stop(
+    future: asyncio.Future[Any], stop: asyncio.Event, stopped: asyncio.Future[Any] | None = None
+) -> bool:
+    """Wait for ``future`` or ``stop``; True if ``future`` finished, else it is cancelled.
+    ``stopped``: a standing wait for ``stop`` to share (else one is made for this wait)."""
+    own = stopped is None
+    if stopped is None:
+        stopped = asyncio.ensure_future(stop.wait())
     try:
         await asyncio.wait({future, stopped}, return_when=asyncio.FIRST_COMPLETED)
     finally:
-        stopped.cancel()
+        if own:
+            stopped.cancel()
         if not future.done():
             future.cancel()
     if future.done():
