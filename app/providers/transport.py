@@ -146,7 +146,7 @@ async def post_json(
         )
     logger.debug("POST %s (provider=%s model=%s)", url, edge.provider, edge.model)
     with map_transport_errors(edge, timeout_s):
-        request = _request(http, url, headers, body, timeout_s)
+        request = _request(http, url, headers, body)
         # httpx's timeouts are per operation; asyncio.timeout bounds the whole exchange.
         async with asyncio.timeout(timeout_s):
             # ``http.send(request, stream=True)``, straight to the client's transport when
@@ -214,10 +214,9 @@ def _request(
     url: str,
     headers: Mapping[str, str],
     body: Mapping[str, Any],
-    timeout_s: float,
 ) -> httpx.Request:
     """The request ``http.build_request("POST", url, json=body, headers=headers,
-    timeout=timeout_s)`` builds, from the URL and headers prepared once (no cookies: the
+    timeout=None)`` builds, from the URL and headers prepared once (no cookies: the
     provider client keeps none)."""
     prepared = _prepared.get(http)
     if prepared is None:
@@ -235,7 +234,10 @@ def _request(
         found = prepared[key] = (parsed, merged)
     parsed, merged = found
     content = json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
-    timeout = {"connect": timeout_s, "read": timeout_s, "write": timeout_s, "pool": timeout_s}
+    # No per-operation limits: ``post_json``'s ``asyncio.timeout(timeout_s)`` around the
+    # whole exchange bounds each operation first (a per-operation timer of the same
+    # length would start later, so it never fires first), and each would cost a timer.
+    timeout = {"connect": None, "read": None, "write": None, "pool": None}
     # A stream rather than content: httpx then leaves the headers as they are (with
     # content it would add the length and normalise every header again).
     request = httpx.Request(
