@@ -148,7 +148,11 @@ async def test_lease_traffic_is_pipelined_on_a_connection_of_its_own_beside_the_
         blocked = f"{prefix}:nothing"
         # The lane's one pooled connection waits in a BLPOP: claims, heartbeats and reaps
         # go on (pipelined, on the lane's batcher), and several at once share its socket.
-        busy = asyncio.create_task(lane.blpop([blocked], timeout=30))
+
+        async def occupy() -> None:
+            await lane.blpop([blocked], timeout=30)
+
+        busy = asyncio.create_task(occupy())
         await blocked_clients(redis, 1)
         async with asyncio.timeout(5):
             claimed = await store.claim("w1")
