@@ -38,13 +38,17 @@ class Formatter(logging.Formatter):
     def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:  # noqa: N802 (logging's name)
         if datefmt is not None:
             return super().formatTime(record, datefmt)
-        second = int(record.created)
+        return self.stamp(record.created, record.msecs)
+
+    def stamp(self, created: float, msecs: float) -> str:
+        """The time stamp of a record made at ``created`` (``msecs``: its milliseconds)."""
+        second = int(created)
         cached, text = self._second
         if cached != second:
             text = time.strftime(self.default_time_format, self.converter(second))
             self._second = (second, text)  # one assignment: safe for another thread's read
         msec = self.default_msec_format
-        return text if msec is None else msec % (text, record.msecs)
+        return text if msec is None else msec % (text, msecs)
 
 
 class _Handler(logging.StreamHandler):  # type: ignore[type-arg]
@@ -64,6 +68,62 @@ class _Handler(logging.StreamHandler):  # type: ignore[type-arg]
             self.handleError(record)
 
 
+_direct: _Handler | None = None  # configure()'s handler: the one ``info`` may write to itself
+
+
+def info(logger: logging.Logger, message: str) -> None:
+    """``logger.info(message)`` for a finished text (nothing to format into it), and the
+    same line: written straight to ``configure``'s stream, without a ``LogRecord`` and
+    the walk through loggers and handlers, when that handler is the only place the line
+    can go (no other handler on the way to the root, no filter, no record factory, as
+    ``reprompt worker`` runs); else through ``logging`` as usual (a test's capture, an
+    embedding app's configuration)."""
+    if not logger.isEnabledFor(logging.INFO):
+        return
+    handler = _direct
+    if handler is None or not _only_to(logger, handler):
+        logger.info(message)
+        return
+    created = time.time()
+    msecs = int((created - int(created)) * 1000) + 0.0  # as LogRecord works it out
+    formatter = handler.formatter
+    assert isinstance(formatter, Formatter)  # _only_to checked it
+    line = f"{formatter.stamp(created, msecs)} INFO {logger.name}: {message}\n"
+    handler.acquire()
+    try:
+        stream = handler.stream
+        stream.write(line)
+        stream.flush()
+    except RecursionError:
+        raise
+    except Exception:
+        handler.handleError(logger.makeRecord(logger.name, logging.INFO, "", 0, message, (), None))
+    finally:
+        handler.release()
+
+
+def _only_to(logger: logging.Logger, handler: _Handler) -> bool:
+    """Whether an INFO line of ``logger`` goes to ``handler`` alone, untouched."""
+    if (
+        logger.filters
+        or logger.disabled
+        or handler.filters
+        or handler.level > logging.INFO
+        or type(handler.formatter) is not Formatter
+        or logging.getLogRecordFactory() is not logging.LogRecord
+    ):
+        return False
+    current: logging.Logger | None = logger
+    while current is not None:
+        handlers = current.handlers
+        if handlers:
+            return len(handlers) == 1 and handlers[0] is handler and current.parent is None
+        if not current.propagate:
+            return False
+        current = current.parent
+    return False
+
+
 def configure(level: int, stream: TextIO | None = None) -> bool:
     """Log to ``stream`` (stderr) at ``level`` in ``FORMAT``, unless logging is configured
     already (an embedding app's, a test's capture): then nothing changes. True if it
@@ -71,7 +131,8 @@ def configure(level: int, stream: TextIO | None = None) -> bool:
     root = logging.getLogger()
     if root.handlers:
         return False
-    handler = _Handler(stream)
+    global _direct
+    handler = _direct = _Handler(stream)
     handler.setFormatter(Formatter())
     root.addHandler(handler)
     root.setLevel(level)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import secrets
@@ -33,7 +34,7 @@ from typing import Any, Final, Literal
 
 from pydantic import ValidationError
 
-from app import metrics
+from app import logs, metrics
 from app.core import codes
 from app.core.checkpoint import Checkpoint, RequiredAction, Resume
 from app.core.clock import iso
@@ -160,6 +161,8 @@ class Worker:
         # the slots the claim asked for are still free when its jobs come back.
         self._claim_done = asyncio.Event()
         self._claim_done.set()
+        self._stopping: asyncio.Event | None = None  # run's stop, while it runs
+        self._stop_waiter: asyncio.Future[Any] | None = None
         self._flushes = asyncio.Semaphore(FLUSHES_AT_ONCE)
         # Completion callbacks (#13): this worker sends its share of every shard's outbox.
         self.sender = (
@@ -183,6 +186,11 @@ class Worker:
         log.info(
             "worker %s started (concurrency %d)", self.worker_id, self.settings.worker_concurrency
         )
+        self._stopping = stop
+        # One standing wait for ``stop``, shared by the claim loop's waits (``_before_stop``).
+        self._stop_waiter = asyncio.ensure_future(stop.wait())
+        if isinstance(self.store, Leases):
+            self.store.on_handed = self._handed_now
         background = [
             asyncio.create_task(self._heartbeats(), name="heartbeats"),
             asyncio.create_task(self._cancellations(), name="cancellations"),
@@ -200,6 +208,10 @@ class Worker:
             await self._release_all()
             raise
         finally:
+            self._stop_waiter.cancel()
+            self._stop_waiter = None
+            if isinstance(self.store, Leases):
+                self.store.on_handed = None
             for task in background:
                 task.cancel()
             await asyncio.gather(*background, return_exceptions=True)
@@ -246,8 +258,13 @@ class Worker:
 
     async def _take_slot(self, stop: asyncio.Event) -> bool:
         """Wait for a free slot; False (and no slot held) if ``stop`` came first."""
+        if stop.is_set():
+            return False
+        if not self._slots.locked():  # the commonest: a slot is free, taken without a wait
+            await self._slots.acquire()
+            return True
         acquire = asyncio.ensure_future(self._slots.acquire())
-        if not await _before_stop(acquire, stop):
+        if not await _before_stop(acquire, stop, self._stop_waiter):
             return False
         if stop.is_set():
             self._slots.release()
@@ -268,7 +285,7 @@ class Worker:
         while True:
             left = max(0.0, deadline - time.monotonic())
             waiting = asyncio.ensure_future(self.store.wait_for_work(left))
-            if not await _before_stop(waiting, stop):
+            if not await _before_stop(waiting, stop, self._stop_waiter):
                 return None
             if waiting.exception() is not None:
                 log.warning("waiting for work failed: %r", waiting.exception())
@@ -276,7 +293,7 @@ class Worker:
                 return None
             handed = self.store.woken and self.store.handed_only
             ended = "handoff" if handed else "woken" if self.store.woken else "timeout"
-            metrics.IDLE_WAITS.labels(ended).inc()
+            metrics.idle_wait(ended)
             if not handed or time.monotonic() >= deadline:
                 return waiting.result()
 
@@ -300,6 +317,23 @@ class Worker:
                 else:
                     await self._slots.acquire()  # free (not locked): returns at once
                     self._start(claim)
+
+    def _handed_now(self) -> None:
+        """Jobs handed over (``Leases.on_handed``, as their message is read): started in
+        this pass of the loop when nothing stands in the way (no claim in flight, the
+        worker not stopping, a free slot for each), rather than passes later by
+        ``_receive``, which still takes whatever is left here."""
+        stop = self._stopping
+        if stop is None or stop.is_set() or not self._claim_done.is_set():
+            return
+        store = self.store
+        assert isinstance(store, Leases)  # the only store that calls it
+        while store.pending_handed and _take_free(self._slots):
+            claims = store.take_handed(1)
+            if not claims:  # unreadable: logged, its lease runs out
+                self._slots.release()
+                continue
+            self._start(claims[0])
 
     async def _give_back(self, claim: Claim) -> None:
         """Release a handed-over job this worker does not start (best effort: else its
@@ -331,14 +365,14 @@ class Worker:
     async def _process(self, job: _Job) -> None:
         claim = job.claim
         waited_s = max(0.0, time.time() - claim.created_at_ms / 1000)
-        metrics.QUEUE_WAIT.observe(waited_s)
-        metrics.JOBS_IN_PROGRESS.inc()
+        metrics.job_started(waited_s)
         # Logged as it starts, not with the end: a worker killed mid-job leaves this line
         # to say it held the job (and which claim). Made whole here: no arguments to format.
         if log.isEnabledFor(logging.INFO):
-            log.info(
+            logs.info(
+                log,
                 f"job {job.id} started: attempt {claim.attempt}, tenant {claim.tenant}, "
-                f"queued {waited_s:.3f}s"
+                f"queued {waited_s:.3f}s",
             )
         with self._span(job):
             await self._run(job)
@@ -371,7 +405,7 @@ class Worker:
             if job.stopped is not None:  # ended between turns, or by a refused write
                 await self._stopped(job)
         finally:
-            metrics.JOBS_IN_PROGRESS.dec()
+            metrics.job_left()
 
     async def _stopped(self, job: _Job) -> None:
         job.unwinding = True
@@ -390,12 +424,10 @@ class Worker:
             detail = f"the stored job is not a valid job: {_fields(exc)}"
             return Envelope.failure(codes.INVALID_INPUT, detail), (), ()
 
-        async def trace(event: LoopEvent) -> None:
-            await self._trace(job, event)
-
         runtime = Runtime(
             client=self.client,
-            tracer=trace,
+            # The trace's coroutine itself, awaited by the loop: no coroutine around it.
+            tracer=functools.partial(self._trace, job),
             cancelled=lambda: job.stopped is not None,
             tools=self._http_tools(spec, job.claim),
             webhook=self._webhook_check(spec, job.claim),
@@ -578,8 +610,8 @@ class Worker:
         turn, events = await self._last_outbox(job)
         envelope = envelope.with_earlier(_earlier(claim))
 
-        async def complete() -> Written:
-            return await self.store.complete(
+        def complete() -> Awaitable[Written]:  # the store's coroutine, with no other around it
+            return self.store.complete(
                 claim,
                 envelope=envelope,
                 history=history,
@@ -611,7 +643,7 @@ class Worker:
             return
         metrics.record_job(envelope, duration_s=duration_s)
         if log.isEnabledFor(logging.INFO):  # else nothing of the line is worked out
-            log.info(_ended_line(job, envelope, duration_s))
+            logs.info(log, _ended_line(job, envelope, duration_s))
 
     async def _pause(self, job: _Job, paused: Paused) -> None:
         """Hand the job to its client: ``requires_action`` with the checkpoint, fenced.
@@ -921,13 +953,33 @@ def _fields(exc: ValidationError) -> str:
     )
 
 
-async def _before_stop(future: asyncio.Future[Any], stop: asyncio.Event) -> bool:
-    """Wait for ``future`` or ``stop``; True if ``future`` finished, else it is cancelled."""
-    stopped = asyncio.ensure_future(stop.wait())
+def _take_free(slots: asyncio.Semaphore) -> bool:
+    """Take a slot of ``slots`` now if one is free: ``acquire`` returns without a wait
+    then, so its coroutine ends at its first step."""
+    if slots.locked():
+        return False
+    acquire = slots.acquire()
+    try:
+        acquire.send(None)
+    except StopIteration:
+        return True
+    acquire.close()  # pragma: no cover - a free slot is taken at once
+    raise AssertionError("a free slot was not taken at once")  # pragma: no cover
+
+
+async def _before_stop(
+    future: asyncio.Future[Any], stop: asyncio.Event, stopped: asyncio.Future[Any] | None = None
+) -> bool:
+    """Wait for ``future`` or ``stop``; True if ``future`` finished, else it is cancelled.
+    ``stopped``: a standing wait for ``stop`` to share (else one is made for this wait)."""
+    own = stopped is None
+    if stopped is None:
+        stopped = asyncio.ensure_future(stop.wait())
     try:
         await asyncio.wait({future, stopped}, return_when=asyncio.FIRST_COMPLETED)
     finally:
-        stopped.cancel()
+        if own:
+            stopped.cancel()
         if not future.done():
             future.cancel()
     if future.done():

@@ -25,7 +25,7 @@ import asyncio
 import hashlib
 import json
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
@@ -128,12 +128,15 @@ class JobResult:
     paused: Checkpoint | None = None
 
 
-async def run_job(spec: JobSpec, runtime: Runtime, *, resume: Resume | None = None) -> JobResult:
-    """Run one job to its end, or to a pause for client tools (``JobResult.paused``).
+def run_job(
+    spec: JobSpec, runtime: Runtime, *, resume: Resume | None = None
+) -> Coroutine[Any, Any, JobResult]:
+    """Run one job to its end, or to a pause for client tools (``JobResult.paused``): the
+    run's own coroutine, to await (no coroutine around it).
 
     Never raises for model or input trouble: that is in the envelope.
     """
-    return await _Run(spec, runtime).run(resume)
+    return _Run(spec, runtime).run(resume)
 
 
 class _Pause(Exception):

@@ -151,11 +151,28 @@ class Retrier:
         try:
             return await call(deadline.cap(timeout_s)), Tally()
         except ProviderError as err:
-            if not _is_transient(err):
-                err.transport_retries = 0
-                err.transport_wait_ms = 0
-                raise
-            return await self._retry(err, call, policy, deadline, timeout_s, on_retry)
+            return await self.after(
+                err, call, policy=policy, deadline=deadline, timeout_s=timeout_s, on_retry=on_retry
+            )
+
+    async def after(
+        self,
+        failed: ProviderError,
+        call: Callable[[float], Awaitable[T]],
+        *,
+        policy: RetryPolicy,
+        deadline: Deadline,
+        timeout_s: float,
+        on_retry: OnRetry | None = None,
+    ) -> tuple[T, Tally]:
+        """``run`` from its first attempt's failure on: a caller that made the first
+        attempt itself (``call(deadline.cap(timeout_s))``, one coroutine less on the way to
+        the model) hands its failure here. Raises ``failed`` when it is not transient."""
+        if not _is_transient(failed):
+            failed.transport_retries = 0
+            failed.transport_wait_ms = 0
+            raise failed
+        return await self._retry(failed, call, policy, deadline, timeout_s, on_retry)
 
     async def _retry(
         self,

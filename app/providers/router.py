@@ -44,7 +44,7 @@ from app.providers.circuit import Breaker, Circuits, CircuitState
 from app.providers.config import ModelConfig, ProvidersConfig
 from app.providers.openai import OpenAIAdapter
 from app.providers.pricing import Price, cost_of
-from app.providers.retry import Deadline, OnRetry, Retrier, RetryPolicy, Sleep
+from app.providers.retry import Deadline, OnRetry, Retrier, RetryPolicy, Sleep, Tally
 from app.providers.structured import Capability
 from app.tracing import Tracing
 
@@ -222,7 +222,12 @@ class Router:
             target = self._targets[name]
             try:
                 if self._tracing is None:
-                    response = await self._call(target, request, deadline)
+                    # One answer (the commonest): straight to the one call.
+                    response = await (
+                        self._one(target, request, deadline)
+                        if request.n <= 1
+                        else self._call(target, request, deadline)
+                    )
                 else:
                     response = await self._traced(self._tracing, target, request, deadline)
             except ProviderError as err:
@@ -355,24 +360,34 @@ class Router:
                 f"circuit open for {breaker.key}", provider=target.provider, model=target.name
             )
         mechanism = structured.mechanism(target.capability, request)
-
-        async def send(timeout_s: float) -> LLMResponse:
-            return await target.adapter.send(
-                request,
-                model=target.name,
-                spec=target.spec,
-                mechanism=mechanism,
-                timeout_s=timeout_s,
-            )
-
+        adapter, model, spec = target.adapter, target.name, target.spec
         try:
-            response, tally = await self._retrier.run(
-                send,
-                policy=target.policy,
-                deadline=deadline,
-                timeout_s=target.timeout_s,
-                on_retry=on_retry,
-            )
+            # The first attempt made here (``Retrier.run``'s, without its two coroutines on
+            # the way to the model); a failure goes on in ``Retrier.after``.
+            try:
+                response = await adapter.send(
+                    request,
+                    model=model,
+                    spec=spec,
+                    mechanism=mechanism,
+                    timeout_s=deadline.cap(target.timeout_s),
+                )
+                tally = Tally()
+            except ProviderError as first:
+
+                async def send(timeout_s: float) -> LLMResponse:
+                    return await adapter.send(
+                        request, model=model, spec=spec, mechanism=mechanism, timeout_s=timeout_s
+                    )
+
+                response, tally = await self._retrier.after(
+                    first,
+                    send,
+                    policy=target.policy,
+                    deadline=deadline,
+                    timeout_s=target.timeout_s,
+                    on_retry=on_retry,
+                )
         except ProviderError as err:
             # Only transient failures say the model is down; any other answer says it is up.
             if is_retryable(err.code):

@@ -146,10 +146,17 @@ async def post_json(
         )
     logger.debug("POST %s (provider=%s model=%s)", url, edge.provider, edge.model)
     with map_transport_errors(edge, timeout_s):
-        request = _request(http, url, headers, body, timeout_s)
+        request = _request(http, url, headers, body)
         # httpx's timeouts are per operation; asyncio.timeout bounds the whole exchange.
         async with asyncio.timeout(timeout_s):
-            response = await _send(http, request)
+            # ``http.send(request, stream=True)``, straight to the client's transport when
+            # httpx's layers have nothing to do (``_direct``).
+            direct = _direct(http)
+            if direct is not None:
+                response = await direct.handle_async_request(request)
+                response.request = request
+            else:
+                response = await http.send(request, stream=True)
             try:
                 if response.status_code >= 400:
                     cut = await _read(response, MAX_ERROR_BYTES, edge, cut=True)
@@ -173,11 +180,12 @@ async def post_json(
     return decoded, response.headers
 
 
-async def _send(http: httpx.AsyncClient, request: httpx.Request) -> httpx.Response:
-    """``http.send(request, stream=True)``; straight to the client's own ``H1Transport``
-    when httpx's layers around it have nothing to do: no proxy or other mount, no event
-    hook, no auth, no redirect followed, no cookies (``make_client``'s). Its info line per
-    request is turned off (``app.cli``), and nothing reads ``response.elapsed``."""
+def _direct(http: httpx.AsyncClient) -> H1Transport | None:
+    """The client's own ``H1Transport`` when ``http.send(request, stream=True)`` may go
+    straight to it, httpx's layers around it having nothing to do: no proxy or other
+    mount, no event hook, no auth, no redirect followed, no cookies (``make_client``'s).
+    Its info line per request is turned off (``app.cli``), and nothing reads
+    ``response.elapsed``. None: through ``http.send``."""
     transport = http._transport
     if (
         type(transport) is H1Transport
@@ -189,10 +197,8 @@ async def _send(http: httpx.AsyncClient, request: httpx.Request) -> httpx.Respon
         and not http._event_hooks["response"]
         and type(http._cookies) is _NoCookies
     ):
-        response = await transport.handle_async_request(request)
-        response.request = request
-        return response
-    return await http.send(request, stream=True)
+        return transport
+    return None
 
 
 # Per client, the parsed URL and merged headers of each (URL, call headers) it was given:
@@ -208,10 +214,9 @@ def _request(
     url: str,
     headers: Mapping[str, str],
     body: Mapping[str, Any],
-    timeout_s: float,
 ) -> httpx.Request:
     """The request ``http.build_request("POST", url, json=body, headers=headers,
-    timeout=timeout_s)`` builds, from the URL and headers prepared once (no cookies: the
+    timeout=None)`` builds, from the URL and headers prepared once (no cookies: the
     provider client keeps none)."""
     prepared = _prepared.get(http)
     if prepared is None:
@@ -229,7 +234,10 @@ def _request(
         found = prepared[key] = (parsed, merged)
     parsed, merged = found
     content = json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
-    timeout = {"connect": timeout_s, "read": timeout_s, "write": timeout_s, "pool": timeout_s}
+    # No per-operation limits: ``post_json``'s ``asyncio.timeout(timeout_s)`` around the
+    # whole exchange bounds each operation first (a per-operation timer of the same
+    # length would start later, so it never fires first), and each would cost a timer.
+    timeout = {"connect": None, "read": None, "write": None, "pool": None}
     # A stream rather than content: httpx then leaves the headers as they are (with
     # content it would add the length and normalise every header again).
     request = httpx.Request(

@@ -142,3 +142,31 @@ async def test_a_handed_job_longer_than_its_lease_is_kept_by_heartbeats(
     assert handed == 1  # it came by the hand-off, not a claim
     assert view.status == "succeeded"
     assert view.attempts == 1  # its lease, taken in the submit, was renewed: never reaped
+
+
+async def test_a_job_handed_to_an_idle_worker_starts_as_its_message_is_read(
+    two_shards: tuple[Store, Redis], sim_url: str, tmp_path: Path
+) -> None:
+    store, redis = two_shards
+    async with sim_router(sim_url, tmp_path) as router:
+        worker = Worker(store, router, worker_settings())
+        async with running(worker):
+            await listed_on(store, redis, range(SHARDS), 1)
+            started = store.on_handed
+            assert started is not None  # the worker's, while it runs
+            held_then: list[tuple[int, int]] = []
+
+            def spy() -> None:
+                started()
+                # Right after the message: the job is the worker's, and nothing is left
+                # for the receiving task to take passes later.
+                held_then.append((worker.running, store.pending_handed))
+
+            store.on_handed = spy
+            handed = await submit_on(store, 0, "at-once")
+            view = await finished(store, handed.id)
+
+    assert held_then == [(1, 0)]
+    assert view.status == "succeeded"
+    assert view.attempts == 1
+    assert store.on_handed is None  # the worker stopped

@@ -113,3 +113,50 @@ async def test_a_worker_process_logs_a_job_as_it_starts_and_as_it_ends(
         rf"{execution.tokens_used} tokens, \${re.escape(cost)}, \d+\.\d{{3}}s"
     )
     assert re.fullmatch(end, lines[1]), lines
+
+
+def test_info_writes_the_line_logging_writes_and_defers_to_any_other_route() -> None:
+    code = (
+        "import logging\n"
+        "from app import logs\n"
+        "assert logs.configure(logging.INFO)\n"
+        "log = logging.getLogger('app.worker')\n"
+        "logs.info(log, 'job j1 started: 100% (%s)')\n"  # written straight: nothing formatted
+        "log.info('job j1 started: 100% (%s)')\n"  # the same line through logging (no args)
+        "logs.info(logging.getLogger('app.quiet'), 'not shown')\n"
+        "logging.getLogger('app.quiet').setLevel(logging.WARNING)\n"
+        "logs.info(logging.getLogger('app.quiet'), 'not shown')\n"
+        "seen = []\n"
+        "class Keep(logging.Handler):\n"
+        "    def emit(self, record):\n"
+        "        seen.append(record.getMessage())\n"
+        "logging.getLogger('app').addHandler(Keep())\n"  # another handler on the way
+        "logs.info(log, 'to both')\n"
+        "logging.getLogger('app').handlers.clear()\n"
+        "log.addFilter(lambda record: False)\n"  # a filter: logging's own way, dropped
+        "logs.info(log, 'filtered')\n"
+        "log.filters.clear()\n"
+        "log.propagate = False\n"  # nowhere to go (logging's last resort, WARNING up)
+        "logs.info(log, 'not propagated')\n"
+        "log.propagate = True\n"
+        "logs.info(log, 'last')\n"
+        "assert seen == ['to both'], seen\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 5, lines
+    assert lines[0][23:] == lines[1][23:]  # past the stamp
+    assert re.fullmatch(rf"{STAMP} INFO app\.worker: job j1 started: 100% \(%s\)", lines[0])
+    assert re.fullmatch(rf"{STAMP} INFO app\.worker: job j1 started: 100% \(%s\)", lines[1])
+    assert re.fullmatch(rf"{STAMP} INFO app\.quiet: not shown", lines[2]), lines
+    assert re.fullmatch(rf"{STAMP} INFO app\.worker: to both", lines[3]), lines
+    assert re.fullmatch(rf"{STAMP} INFO app\.worker: last", lines[4]), lines
+
+
+def test_info_under_a_configured_logging_goes_through_it(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.INFO, logger="app.worker"):
+        logs.info(logging.getLogger("app.worker"), "job j9 started: 5%")
+    assert [r.getMessage() for r in caplog.records] == ["job j9 started: 5%"]
