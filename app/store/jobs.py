@@ -123,8 +123,14 @@ class JobStore(Role):
         self._clock = ServerClock(self._server_time) if self._exact_publish else None
 
     async def _server_time(self) -> tuple[int, int]:
-        """One ``TIME`` (on a pooled connection: not behind the batcher's queue)."""
-        seconds, micros = await self._redis.time()
+        """One ``TIME``, on the batcher's connection when there is one: the store's close
+        closes it, where a reading cancelled while a pooled connection was being opened
+        would leave that connection open. (Behind replies owed, its round trip is longer:
+        the best of a reading's samples is used, and one too slow not at all.)"""
+        if self._batcher is None:
+            seconds, micros = await self._redis.time()
+        else:
+            seconds, micros = await self._batcher.call("TIME")
         return int(seconds), int(micros)
 
     async def aclose(self) -> None:
