@@ -53,10 +53,13 @@ class JobView:
     required_action: RequiredAction | None = None
     pauses: int = 0  # how many times the job waited for tool outputs (names the current one)
     callback: CallbackStatus | None = None  # its callback and how each delivery went
-    # ``result`` and ``turns`` as the store holds them (each written by its model's
-    # ``model_dump_json``): ``public_job_json`` passes them on instead of writing them again.
+    # ``result``, ``turns``, ``history`` and ``transcript`` as the store holds them (each
+    # written by its model's ``model_dump_json``, or its list's TypeAdapter's
+    # ``dump_json``): ``public_job_json`` passes them on instead of writing them again.
     result_json: str | None = field(default=None, compare=False, repr=False)
     turns_json: str | None = field(default=None, compare=False, repr=False)
+    history_json: str | None = field(default=None, compare=False, repr=False)
+    transcript_json: str | None = field(default=None, compare=False, repr=False)
 
     @property
     def terminal(self) -> bool:
@@ -151,6 +154,8 @@ def job_view(raw: Mapping[Any, Any]) -> JobView | None:
     # The common empty arrays and map (most jobs' history, transcript, metadata) without
     # a parser: what each would parse to.
     history, transcript, metadata = get("history"), get("transcript"), get("metadata")
+    history = None if history == "[]" else history
+    transcript = None if transcript == "[]" else transcript
     action = get("action")
     return LazyView(
         id=fields["id"],
@@ -162,10 +167,8 @@ def job_view(raw: Mapping[Any, Any]) -> JobView | None:
         attempts=int(get("attempts", "0")),
         result=None,  # type: ignore[arg-type]  # parsed from result_json when read
         turns=() if turns == "[]" else None,  # type: ignore[arg-type]  # likewise
-        history=_HISTORY.validate_json(history) if history and history != "[]" else (),
-        transcript=(
-            _TRANSCRIPT.validate_json(transcript) if transcript and transcript != "[]" else ()
-        ),
+        history=None if history else (),  # type: ignore[arg-type]  # parsed when read
+        transcript=None if transcript else (),  # type: ignore[arg-type]  # likewise
         metadata={} if metadata is None or metadata == "{}" else json.loads(metadata),
         model=get("model"),
         idempotency_key=get("idem"),
@@ -174,14 +177,17 @@ def job_view(raw: Mapping[Any, Any]) -> JobView | None:
         callback=_callback(fields) if get("callback") else None,
         result_json=result,
         turns_json=turns,
+        history_json=history or None,
+        transcript_json=transcript or None,
     )
 
 
 class LazyView(JobView):
-    """A ``JobView`` made from the JSON the store holds: its ``result`` and ``turns``, given
-    as None, are parsed from ``result_json`` and ``turns_json`` when first read. A job's
+    """A ``JobView`` made from the JSON the store holds: its ``result``, ``turns``,
+    ``history`` and ``transcript``, given as None, are parsed from ``result_json``,
+    ``turns_json``, ``history_json`` and ``transcript_json`` when first read. A job's
     answer (``public_job_json``) passes that JSON on and never reads them: the API's
-    submit and long-poll parse neither."""
+    submit and long-poll parse none of them."""
 
     __slots__ = ()
     __hash__ = JobView.__hash__
@@ -218,10 +224,38 @@ class LazyView(JobView):
     def turns(self, value: tuple[TurnRecord, ...] | None) -> None:  # likewise
         _TURNS_SLOT.__set__(self, value)
 
+    @property
+    def history(self) -> tuple[Rejection, ...]:
+        history: tuple[Rejection, ...] | None = _HISTORY_SLOT.__get__(self)
+        if history is None:
+            assert self.history_json is not None
+            history = _HISTORY.validate_json(self.history_json)
+            _HISTORY_SLOT.__set__(self, history)
+        return history
+
+    @history.setter
+    def history(self, value: tuple[Rejection, ...] | None) -> None:  # likewise
+        _HISTORY_SLOT.__set__(self, value)
+
+    @property
+    def transcript(self) -> tuple[TranscriptEntry, ...]:
+        transcript: tuple[TranscriptEntry, ...] | None = _TRANSCRIPT_SLOT.__get__(self)
+        if transcript is None:
+            assert self.transcript_json is not None
+            transcript = _TRANSCRIPT.validate_json(self.transcript_json)
+            _TRANSCRIPT_SLOT.__set__(self, transcript)
+        return transcript
+
+    @transcript.setter
+    def transcript(self, value: tuple[TranscriptEntry, ...] | None) -> None:  # likewise
+        _TRANSCRIPT_SLOT.__set__(self, value)
+
 
 # JobView's own slots (the properties above shadow them in LazyView).
 _RESULT: Final = JobView.__dict__["result"]
 _TURNS_SLOT: Final = JobView.__dict__["turns"]
+_HISTORY_SLOT: Final = JobView.__dict__["history"]
+_TRANSCRIPT_SLOT: Final = JobView.__dict__["transcript"]
 _COMPARED: Final = tuple(f.name for f in dataclasses.fields(JobView) if f.compare)
 
 
@@ -249,8 +283,9 @@ def public_job(view: JobView) -> Job:
 
 def public_job_json(view: JobView) -> bytes:
     """``public_job(view).model_dump_json()``, byte for byte, and cheaper: the envelope
-    (whose serializer runs in Python, the costliest part of a job to write) and the turn
-    records go out as the store holds them, written once by the same models; the other
+    (whose serializer runs in Python, the costliest part of a job to write), the turn
+    records, the history and the transcript go out as the store holds them, written once
+    by the same models; the other
     fields are written here in ``Job``'s order (``_JOB_FIELDS``, checked at import)."""
     result = view.result_json
     if result is None:
@@ -258,6 +293,12 @@ def public_job_json(view: JobView) -> bytes:
     turns = view.turns_json
     if turns is None:
         turns = _TURNS.dump_json(view.turns).decode()
+    history = view.history_json
+    if history is None:
+        history = _HISTORY.dump_json(view.history).decode() if view.history else "[]"
+    transcript = view.transcript_json
+    if transcript is None:
+        transcript = _TRANSCRIPT.dump_json(view.transcript).decode() if view.transcript else "[]"
     action = view.required_action if view.status == "requires_action" else None
     return b"".join(
         (
@@ -278,9 +319,9 @@ def public_job_json(view: JobView) -> bytes:
             b',"turns":',
             turns.encode(),
             b',"history":',
-            _HISTORY.dump_json(view.history) if view.history else b"[]",
+            history.encode(),
             b',"transcript":',
-            _TRANSCRIPT.dump_json(view.transcript) if view.transcript else b"[]",
+            transcript.encode(),
             b',"metadata":',
             to_json(view.metadata),
             b',"model":',
