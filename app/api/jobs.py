@@ -20,7 +20,7 @@ from pydantic_core import to_json
 
 from app import metrics
 from app.api.callbacks import check_callback
-from app.api.lean import LeanRoute, Unusual, header, json_body, lean, query_int
+from app.api.lean import LeanRequest, LeanRoute, Unusual, header, json_body, lean, query_int
 from app.api.limits import (
     check_data,
     check_job,
@@ -30,7 +30,16 @@ from app.api.limits import (
     stored_spec_json,
 )
 from app.api.problems import NotFound
-from app.api.resources import BEARER, BEARER_JSON, Authed, AuthedJson, Caller, Resources
+from app.api.resources import (
+    BEARER,
+    BEARER_JSON,
+    Authed,
+    AuthedJson,
+    Bearer,
+    Caller,
+    Resources,
+    resources_of,
+)
 from app.api.schemas import JOB_EXAMPLES, JobList, ToolOutputsBody, problems
 from app.core.checkpoint import ToolOutput
 from app.core.contract import build_contract
@@ -115,33 +124,47 @@ router = APIRouter(
 # (app.api.lean); anything else is ``Unusual`` and FastAPI solves the declared ones.
 
 
-async def _submit_inputs(request: Request) -> dict[str, Any]:
+async def _submit_inputs(request: LeanRequest) -> dict[str, Any]:
     spec = await json_body(request, JobSpec)
-    key = header(request, "idempotency-key", max_length=IDEMPOTENCY_KEY_CHARS)
-    caller = await BEARER_JSON(request)
-    return {"request": request, "caller": caller, "spec": spec, "idempotency_key": key}
+    key = header(request, b"idempotency-key", max_length=IDEMPOTENCY_KEY_CHARS)
+    return {
+        "request": request,
+        "caller": _caller(request, BEARER_JSON),
+        "spec": spec,
+        "idempotency_key": key,
+    }
 
 
-async def _get_inputs(request: Request) -> dict[str, Any]:
+async def _get_inputs(request: LeanRequest) -> dict[str, Any]:
     job_id = request.path_params.get("job_id")
     if not isinstance(job_id, str):
         raise Unusual
     wait_ms = query_int(request, b"waitMs", 0)
-    return {"job_id": job_id, "caller": await BEARER(request), "wait_ms": wait_ms}
+    return {"job_id": job_id, "caller": _caller(request, BEARER), "wait_ms": wait_ms}
 
 
-async def _generate_inputs(request: Request) -> dict[str, Any]:
+async def _generate_inputs(request: LeanRequest) -> dict[str, Any]:
     spec = await json_body(request, JobSpec)
     wait_ms = query_int(request, b"waitMs", DEFAULT_GENERATE_WAIT_MS)
-    key = header(request, "idempotency-key", max_length=IDEMPOTENCY_KEY_CHARS)
-    caller = await BEARER_JSON(request)
+    key = header(request, b"idempotency-key", max_length=IDEMPOTENCY_KEY_CHARS)
     return {
         "request": request,
-        "caller": caller,
+        "caller": _caller(request, BEARER_JSON),
         "spec": spec,
         "wait_ms": wait_ms,
         "idempotency_key": key,
     }
+
+
+def _caller(request: LeanRequest, bearer: Bearer) -> Caller:
+    """``await bearer(request)``, from the headers the reader has read."""
+    head = request.head
+    return bearer.caller(
+        resources_of(request),
+        head(b"content-type"),
+        head(b"authorization"),
+        head(b"content-length"),
+    )
 
 
 @router.post(
@@ -334,6 +357,8 @@ async def generate(
 
 def _trace(request: Request) -> TraceContext | None:
     """The client's W3C trace context, if it sent a valid one."""
+    if isinstance(request, LeanRequest) and request.head(b"traceparent") is None:
+        return None
     headers = request.headers
     parents = headers.getlist("traceparent")
     if not parents:

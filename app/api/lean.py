@@ -47,7 +47,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from app.api.limits import is_json
 from app.core.spec import _without_unicode_scan as without_unicode_scan
 
-Reader = Callable[[Request], Awaitable[dict[str, Any]]]
+Reader = Callable[["LeanRequest"], Awaitable[dict[str, Any]]]
 E = TypeVar("E", bound=Callable[..., Any])
 M = TypeVar("M", bound=BaseModel)
 
@@ -57,6 +57,23 @@ _READER: Final = "__lean_reader__"
 GENERAL: Final = "reprompt.general"
 # A query integer up to this many digits is read here (pydantic takes any size).
 _MAX_DIGITS: Final = 15
+
+
+class LeanRequest(Request):
+    """The request a reader reads: Starlette's, and its headers' first values looked up
+    by name (``head``), read from the scope once."""
+
+    _heads: dict[bytes, bytes] | None = None
+
+    def head(self, name: bytes) -> str | None:
+        """Header ``name`` (lower-case) as Starlette's ``Headers.get`` reads it: its first
+        value, None if absent."""
+        heads = self._heads
+        if heads is None:
+            # The first value of each name wins: the last one written, reversed.
+            heads = self._heads = dict(reversed(self.scope["headers"]))
+        value = heads.get(name)
+        return None if value is None else value.decode("latin-1")
 
 
 class Unusual(Exception):
@@ -109,7 +126,7 @@ def _lean_app(route: LeanRoute, *, general: ASGIApp) -> ASGIApp:
         ):
             await general(scope, receive, send)
             return
-        response, read = await lean_response(route, Request(scope, receive, send))
+        response, read = await lean_response(route, LeanRequest(scope, receive, send))
         if response is None:
             await general(scope, receive if read is None else _replaying(read, receive), send)
             return
@@ -118,7 +135,9 @@ def _lean_app(route: LeanRoute, *, general: ASGIApp) -> ASGIApp:
     return app
 
 
-async def lean_response(route: LeanRoute, request: Request) -> tuple[Response | None, bytes | None]:
+async def lean_response(
+    route: LeanRoute, request: LeanRequest
+) -> tuple[Response | None, bytes | None]:
     """The endpoint's response, from the arguments its reader read, and the body read (if
     the route reads one); no response when the reader stepped aside or the client left
     while the body came (FastAPI answers those)."""
@@ -143,10 +162,10 @@ def _replaying(body: bytes, receive: Receive) -> Receive:
     return replayed
 
 
-async def json_body(request: Request, model: type[M]) -> M:
+async def json_body(request: LeanRequest, model: type[M]) -> M:
     """The request's JSON body as ``model``; ``Unusual`` unless it is there and valid."""
     body = await request.body()  # read already (LeanRoute reads a route's body first)
-    if not is_json(request.headers.get("content-type", "")):
+    if not is_json(request.head(b"content-type") or ""):
         raise Unusual
     if not body:
         raise Unusual
@@ -172,16 +191,16 @@ def _unscanned(model: type[BaseModel]) -> SchemaValidator:
 _UNSCANNED: dict[type[BaseModel], SchemaValidator] = {}
 
 
-def header(request: Request, name: str, *, max_length: int) -> str | None:
-    """Header ``name`` (its first value, as FastAPI reads it) if it has 1 to
+def header(request: LeanRequest, name: bytes, *, max_length: int) -> str | None:
+    """Header ``name`` (lower-case; its first value, as FastAPI reads it) if it has 1 to
     ``max_length`` characters, None if absent; ``Unusual`` otherwise."""
-    value = request.headers.get(name)
+    value = request.head(name)
     if value is not None and not 0 < len(value) <= max_length:
         raise Unusual
     return value
 
 
-def query_int(request: Request, name: bytes, default: int) -> int:
+def query_int(request: LeanRequest, name: bytes, default: int) -> int:
     """Query parameter ``name`` (its last value, as FastAPI reads it) when it is written
     plainly as a non-negative integer, ``default`` if absent; ``Unusual`` otherwise."""
     query: bytes = request.scope.get("query_string", b"")

@@ -50,13 +50,18 @@ class Resources:
         return self.router
 
 
+def resources_of(request: Request) -> Resources:
+    """The resources of the app serving ``request``."""
+    return _resources(request)
+
+
 async def get_resources(request: Request) -> Resources:
     # async: FastAPI runs a plain ``def`` dependency in a thread, a hop per request.
     return _resources(request)
 
 
 def _resources(request: Request) -> Resources:
-    return cast(Resources, request.app.state.resources)
+    return cast(Resources, request.scope["app"].state.resources)
 
 
 class Bearer(SecurityBase):
@@ -79,9 +84,19 @@ class Bearer(SecurityBase):
         content_type, authorization, declared = first_headers(
             request.scope["headers"], b"content-type", b"authorization", b"content-length"
         )
+        return self.caller(_resources(request), content_type, authorization, declared)
+
+    def caller(
+        self,
+        res: Resources,
+        content_type: str | None,
+        authorization: str | None,
+        declared: str | None,
+    ) -> Caller:
+        """The caller, from the request's first ``Content-Type``, ``Authorization`` and
+        ``Content-Length`` headers (``app.api.lean``'s readers read them themselves)."""
         if self.json_body:
             require_json(content_type or "")
-        res = _resources(request)
         token: str | None = None
         if authorization:
             scheme, _, credentials = authorization.partition(" ")
