@@ -55,7 +55,7 @@ from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp, ExceptionHandler, Message, Receive, Scope, Send
 
 from app.api.lean import GENERAL, LeanRequest, LeanRoute, _replaying, lean_response
-from app.api.limits import HTTP1, BodyLimit
+from app.api.limits import HTTP1, BodyLimit, is_json
 from app.api.serving import respond, whole_body
 
 # FastAPI's own layers that do nothing for a request without telemetry and without
@@ -118,7 +118,7 @@ class FrontedFastAPI(FastAPI):
             match = candidate.pattern.match(path)
             if match is None:
                 continue
-            if any(earlier.match(path) for earlier in candidate.before):
+            if candidate.before and any(earlier.match(path) for earlier in candidate.before):
                 return None  # the router would pick an earlier route
             if "fastapi.telemetry" in scope or _telemetry_on(self):
                 return None
@@ -210,7 +210,8 @@ async def _intake(
     limit = front.limit
     if limit is None:
         return request
-    declared = request.head(b"content-length")
+    heads = request.heads
+    declared = heads.get(b"content-length")
     if route.reads_body and not _over(declared, limit.max_bytes):
         # The common request: its whole body in one message (here already, or next).
         body = whole_body(receive)
@@ -221,14 +222,16 @@ async def _intake(
             else:  # more to come, or the client left: the limit reads it all
                 receive = _replaying_message(message, receive)
         if body is not None:
-            content_type = request.head(b"content-type")
-            if await limit.refused(scope, body, content_type, receive, sender):
+            content_type = heads.get(b"content-type")
+            if content_type is not None and not is_json(content_type.decode("latin-1")):
+                content_type = None  # (only a JSON body must be UTF-8)
+            if await limit.refused(scope, body, content_type is not None, receive, sender):
                 return None
             request._body = body  # what ``request.body()`` gives (Starlette's own)
             return request
     elif (
         declared is None
-        and request.head(b"transfer-encoding") is None
+        and b"transfer-encoding" not in heads
         and scope.get("http_version") in HTTP1
     ):
         return request  # no body (HTTP/1 sends one only with either header)
@@ -238,9 +241,12 @@ async def _intake(
     return LeanRequest(scope, checked, send)
 
 
-def _over(declared: str | None, max_bytes: int) -> bool:
+def _over(declared: bytes | None, max_bytes: int) -> bool:
     """A declared ``Content-Length`` over the cap (``BodyLimit`` refuses it unread)."""
-    return declared is not None and declared.strip().isdigit() and int(declared) > max_bytes
+    if declared is None:
+        return False
+    text = declared.decode("latin-1").strip()
+    return text.isdigit() and int(text) > max_bytes
 
 
 def _replaying_message(message: Message, receive: Receive) -> Receive:

@@ -32,10 +32,8 @@ from app.api.limits import (
 from app.api.problems import NotFound
 from app.api.resources import (
     BEARER,
-    BEARER_JSON,
     Authed,
     AuthedJson,
-    Bearer,
     Caller,
     Resources,
     resources_of,
@@ -127,12 +125,7 @@ router = APIRouter(
 async def _submit_inputs(request: LeanRequest) -> dict[str, Any]:
     spec = await json_body(request, JobSpec)
     key = header(request, b"idempotency-key", max_length=IDEMPOTENCY_KEY_CHARS)
-    return {
-        "request": request,
-        "caller": _caller(request, BEARER_JSON),
-        "spec": spec,
-        "idempotency_key": key,
-    }
+    return {"request": request, "caller": _caller(request), "spec": spec, "idempotency_key": key}
 
 
 async def _get_inputs(request: LeanRequest) -> dict[str, Any]:
@@ -140,7 +133,7 @@ async def _get_inputs(request: LeanRequest) -> dict[str, Any]:
     if not isinstance(job_id, str):
         raise Unusual
     wait_ms = query_int(request, b"waitMs", 0)
-    return {"job_id": job_id, "caller": _caller(request, BEARER), "wait_ms": wait_ms}
+    return {"job_id": job_id, "caller": _caller(request), "wait_ms": wait_ms}
 
 
 async def _generate_inputs(request: LeanRequest) -> dict[str, Any]:
@@ -149,21 +142,24 @@ async def _generate_inputs(request: LeanRequest) -> dict[str, Any]:
     key = header(request, b"idempotency-key", max_length=IDEMPOTENCY_KEY_CHARS)
     return {
         "request": request,
-        "caller": _caller(request, BEARER_JSON),
+        "caller": _caller(request),
         "spec": spec,
         "wait_ms": wait_ms,
         "idempotency_key": key,
     }
 
 
-def _caller(request: LeanRequest, bearer: Bearer) -> Caller:
-    """``await bearer(request)``, from the headers the reader has read."""
-    head = request.head
-    return bearer.caller(
+def _caller(request: LeanRequest) -> Caller:
+    """What the route's ``Bearer`` would make of ``request``. A reader with a body has read
+    it as JSON (``json_body``) first: ``BEARER_JSON``'s 415 cannot apply, ``BEARER``'s
+    way is the same."""
+    heads = request.heads
+    authorization, declared = heads.get(b"authorization"), heads.get(b"content-length")
+    return BEARER.caller(
         resources_of(request),
-        head(b"content-type"),
-        head(b"authorization"),
-        head(b"content-length"),
+        None,
+        None if authorization is None else authorization.decode("latin-1"),
+        None if declared is None else declared.decode("latin-1"),
     )
 
 
@@ -200,8 +196,8 @@ async def submit_job(
     so a bad job is a 422 naming the field, never a failed job later."""
     job, created = await _submit(caller, spec, idempotency_key, _trace(request))
     if created:
-        return _job(job, 202, {"Location": _location(job), "Retry-After": POLL_AFTER_S})
-    return _job(job, 200, {"Location": _location(job), "Idempotent-Replayed": "true"})
+        return _job(job, 202, [_location(job), _RETRY_AFTER_HEADER])
+    return _job(job, 200, [_location(job), _REPLAYED])
 
 
 @router.get(
@@ -317,7 +313,7 @@ async def submit_tool_outputs(job_id: str, caller: AuthedJson, body: ToolOutputs
     job, replayed = await res.store.submit_outputs(job_id, tenant=caller.tenant, outputs=outputs)
     if job is None:
         raise _not_found(job_id)
-    return _job(job, 200, {"Idempotent-Replayed": "true"} if replayed else None)
+    return _job(job, 200, [_REPLAYED] if replayed else None)
 
 
 @router.post(
@@ -352,12 +348,12 @@ async def generate(
         job, _ = await _submit(caller, spec, idempotency_key, _trace(request), wait)
     if job.terminal:
         return _job(job, 200)
-    return _job(job, 202, {"Location": _location(job), "Retry-After": POLL_AFTER_S})
+    return _job(job, 202, [_location(job), _RETRY_AFTER_HEADER])
 
 
 def _trace(request: Request) -> TraceContext | None:
     """The client's W3C trace context, if it sent a valid one."""
-    if isinstance(request, LeanRequest) and request.head(b"traceparent") is None:
+    if isinstance(request, LeanRequest) and b"traceparent" not in request.heads:
         return None
     headers = request.headers
     parents = headers.getlist("traceparent")
@@ -441,38 +437,40 @@ def _check_calling_validators(spec: JobSpec, res: Resources, router: Router) -> 
                 raise InvalidInput(exc.detail, field=f"validators[{i}].model") from None
 
 
-def _job(job: JobView, status: int, headers: dict[str, str] | None = None) -> Response:
+def _job(job: JobView, status: int, headers: list[tuple[bytes, bytes]] | None = None) -> Response:
     """The job as ``respond(public_job(job))`` would answer it, written without parsing
-    and re-writing what the store holds as JSON already."""
+    and re-writing what the store holds as JSON already; ``headers`` as Starlette writes
+    a response's (lower-case names, latin-1)."""
     return JobResponse(public_job_json(job), status, headers)
 
 
 class JobResponse(Response):
     """``Response(body, status, headers, media_type="application/json")``, its head as
     Starlette writes it (the given headers, then ``content-length`` and ``content-type``),
-    put together directly: every job's answers go through here."""
+    put together directly: every job's answers go through here. ``headers``: the given
+    ones as Starlette encodes them (``(b"location", b"/v1/jobs/...")``)."""
 
     media_type = "application/json"
 
-    def __init__(self, body: bytes, status: int, headers: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, body: bytes, status: int, headers: list[tuple[bytes, bytes]] | None = None
+    ) -> None:
         self.status_code = status
         self.background = None
         self.body = body
-        raw = (
-            []
-            if headers is None
-            else [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in headers.items()]
-        )
+        raw = [] if headers is None else headers
         raw.append((b"content-length", str(len(body)).encode("latin-1")))
         raw.append(_JSON_TYPE)
         self.raw_headers = raw
 
 
 _JSON_TYPE: Final = (b"content-type", b"application/json")
+_RETRY_AFTER_HEADER: Final = (b"retry-after", POLL_AFTER_S.encode("latin-1"))
+_REPLAYED: Final = (b"idempotent-replayed", b"true")
 
 
-def _location(job: JobView) -> str:
-    return f"/v1/jobs/{job.id}"
+def _location(job: JobView) -> tuple[bytes, bytes]:
+    return (b"location", f"/v1/jobs/{job.id}".encode("latin-1"))
 
 
 def _not_found(job_id: str) -> NotFound:

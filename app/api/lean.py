@@ -60,19 +60,19 @@ _MAX_DIGITS: Final = 15
 
 
 class LeanRequest(Request):
-    """The request a reader reads: Starlette's, and its headers' first values looked up
-    by name (``head``), read from the scope once."""
+    """The request a reader reads: Starlette's, and ``heads``, its headers by name (lower
+    case, as the scope has them), each its first value as Starlette's ``Headers.get``
+    reads it: read from the scope once."""
 
-    _heads: dict[bytes, bytes] | None = None
+    def __init__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        super().__init__(scope, receive, send)
+        # The first value of each name wins: the last one written, reversed.
+        self.heads: dict[bytes, bytes] = dict(reversed(scope["headers"]))
 
     def head(self, name: bytes) -> str | None:
-        """Header ``name`` (lower-case) as Starlette's ``Headers.get`` reads it: its first
-        value, None if absent."""
-        heads = self._heads
-        if heads is None:
-            # The first value of each name wins: the last one written, reversed.
-            heads = self._heads = dict(reversed(self.scope["headers"]))
-        value = heads.get(name)
+        """Header ``name`` (lower case) as Starlette's ``Headers.get`` reads it (latin-1),
+        None if absent."""
+        value = self.heads.get(name)
         return None if value is None else value.decode("latin-1")
 
 
@@ -145,7 +145,10 @@ async def lean_response(
     read: bytes | None = None
     try:
         if route.reads_body:
-            read = await request.body()
+            # (``app.api.front`` has read it into the request: Starlette's own attribute)
+            read = getattr(request, "_body", None)
+            if read is None:
+                read = await request.body()
         arguments = await route.reader(request)
     except (Unusual, ClientDisconnect):
         return None, read
@@ -164,8 +167,11 @@ def _replaying(body: bytes, receive: Receive) -> Receive:
 
 async def json_body(request: LeanRequest, model: type[M]) -> M:
     """The request's JSON body as ``model``; ``Unusual`` unless it is there and valid."""
-    body = await request.body()  # read already (LeanRoute reads a route's body first)
-    if not is_json(request.head(b"content-type") or ""):
+    body = getattr(request, "_body", None)  # read already (LeanRoute reads it first)
+    if body is None:
+        body = await request.body()
+    content_type = request.heads.get(b"content-type")
+    if content_type is None or not is_json(content_type.decode("latin-1")):
         raise Unusual
     if not body:
         raise Unusual
@@ -194,8 +200,11 @@ _UNSCANNED: dict[type[BaseModel], SchemaValidator] = {}
 def header(request: LeanRequest, name: bytes, *, max_length: int) -> str | None:
     """Header ``name`` (lower-case; its first value, as FastAPI reads it) if it has 1 to
     ``max_length`` characters, None if absent; ``Unusual`` otherwise."""
-    value = request.head(name)
-    if value is not None and not 0 < len(value) <= max_length:
+    raw = request.heads.get(name)
+    if raw is None:
+        return None
+    value = raw.decode("latin-1")
+    if not 0 < len(value) <= max_length:
         raise Unusual
     return value
 

@@ -91,19 +91,17 @@ class BodyLimit:
         return replayed
 
     async def refused(
-        self, scope: Scope, body: bytes, content_type: str | None, receive: Receive, send: Send
+        self, scope: Scope, body: bytes, json: bool, receive: Receive, send: Send
     ) -> bool:
         """``checked``'s answer for a request whose whole body has been read: True when it
         has been answered (413, or the 422 of a JSON body that is not UTF-8). A body over
         the cap is refused whether its ``Content-Length`` declared it (``checked`` would
         refuse before reading) or it came in chunks (``checked`` would count it).
-        ``content_type``: the request's first ``Content-Type``."""
+        ``json``: the request's first ``Content-Type`` is JSON (``is_json``)."""
         if len(body) > self.max_bytes:
             await self._refuse(scope, receive, send)
             return True
-        if not body:
-            return False
-        return is_json(content_type or "") and not await _utf8(body, scope, receive, send)
+        return json and bool(body) and not await _utf8(body, scope, receive, send)
 
     async def _refuse(self, scope: Scope, receive: Receive, send: Send) -> None:
         response = problem(

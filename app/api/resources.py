@@ -52,7 +52,8 @@ class Resources:
 
 def resources_of(request: Request) -> Resources:
     """The resources of the app serving ``request``."""
-    return _resources(request)
+    resources: Resources = request.scope["app"].state.resources
+    return resources
 
 
 async def get_resources(request: Request) -> Resources:

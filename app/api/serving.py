@@ -25,13 +25,12 @@ ASGI messages through uvicorn's ``send``.
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Iterable
-from typing import Any, cast
+from typing import Any, Final, cast
 
 from starlette.types import Receive, Send
 from uvicorn.protocols.http.httptools_impl import (
-    HEADER_RE,
-    HEADER_VALUE_RE,
     STATUS_LINE,
     HttpToolsProtocol,
     RequestResponseCycle,
@@ -132,8 +131,8 @@ def respond(
     is not kept, the connection closed then); True when done. False, nothing done, when
     ``send`` is not uvicorn's of a ``OnePieceHttp`` request, or the answer is one its
     ``send`` writes otherwise (a response already begun, writing paused, a HEAD request,
-    headers without the body's exact ``content-length``, a ``transfer-encoding``, a header
-    it refuses): the caller sends the ASGI messages then."""
+    headers without the body's exact ``content-length``, a ``transfer-encoding`` or a
+    ``connection`` header, a header it refuses): the caller sends the ASGI messages then."""
     cycle = getattr(send, "__self__", None)
     if type(cycle) is not RequestResponseCycle:
         return False
@@ -146,33 +145,21 @@ def respond(
         or cycle.scope["method"] == "HEAD"
     ):
         return False
-    content: list[Buffer] = [STATUS_LINE[status]]
-    names: list[bytes] = []
-    values: list[bytes] = []
-    length = str(len(body)).encode()
-    sized = False
-    keep_alive = cycle.keep_alive
-    closing = False
-    for name, value in (*cycle.default_headers, *headers):
-        names.append(name)
-        values.append(value)
-        name = name.lower()
-        if name == b"content-length":
-            if sized or value != length:
-                return False  # uvicorn's send answers this one (or raises)
-            sized = True
-        elif name == b"transfer-encoding":
-            return False
-        elif name == b"connection" and b"close" in [
-            token.lower().strip() for token in value.split(b",")
-        ]:
-            keep_alive = False
-            closing = True
-        content += (name, b": ", value, b"\r\n")
-    # One search each over all names and all values: each pattern is one character class
-    # (a tab is allowed in a value: it joins them).
-    if not sized or HEADER_RE.search(b"".join(names)) or HEADER_VALUE_RE.search(b"\t".join(values)):
+    defaults = _default_lines(cycle.default_headers)
+    if defaults is None:
         return False
+    lines: list[bytes] = []
+    length: bytes | None = None
+    for name, value in headers:
+        name = name.lower()
+        if name in _SPECIAL:
+            if name != b"content-length" or length is not None:
+                return False
+            length = value
+        lines += (name, b": ", value, b"\r\n")
+    own = b"".join(lines)
+    if length != str(len(body)).encode() or _LINES.fullmatch(own) is None:
+        return False  # uvicorn's send writes it (or raises)
     if cycle.access_log:
         scope = cycle.scope
         cycle.access_logger.info(
@@ -183,22 +170,56 @@ def respond(
             scope["http_version"],
             status,
         )
-    if not keep_alive and not closing:
-        content.append(b"connection: close\r\n")
-    content.append(b"\r\n")
-    content.append(body)
+    keep_alive = cycle.keep_alive
     cycle.response_started = True
     cycle.waiting_for_100_continue = False
-    cycle.keep_alive = keep_alive
     cycle.chunked_encoding = False
     cycle.expected_content_length = 0
-    transport.write_now(b"".join(content))
+    transport.write_now(
+        b"".join(
+            (
+                STATUS_LINE[status],
+                defaults,
+                own,
+                b"\r\n" if keep_alive else b"connection: close\r\n\r\n",
+                body,
+            )
+        )
+    )
     cycle.response_complete = True
     cycle.message_event.set()
     if not keep_alive:
         transport.close()
     cycle.on_response()
     return True
+
+
+# Header lines as uvicorn's ``send`` writes them, each name and value one it accepts
+# (``HEADER_RE`` finds no character of the name, ``HEADER_VALUE_RE`` none of the value):
+# the whole block checked in one match.
+_LINES: Final = re.compile(
+    rb'(?:[^\x00-\x20\x7f()<>@,;:\[\]={}\\"]+: [^\x00-\x08\x0a-\x1f\x7f]*\r\n)*'
+)
+# Headers uvicorn's ``send`` reads as well as writes.
+_SPECIAL: Final = frozenset({b"content-length", b"transfer-encoding", b"connection"})
+# uvicorn's default headers (a new list each second, for its date) and their lines: None
+# when one of them is special or refused.
+_defaults: tuple[object, bytes | None] = (None, None)
+
+
+def _default_lines(headers: list[tuple[bytes, bytes]]) -> bytes | None:
+    global _defaults
+    cached = _defaults
+    if cached[0] is headers:
+        return cached[1]
+    lines: bytes | None = b"".join(b"%s: %s\r\n" % (name.lower(), value) for name, value in headers)
+    if (
+        any(name.lower() in _SPECIAL for name, _ in headers)
+        or _LINES.fullmatch(lines or b"") is None
+    ):
+        lines = None
+    _defaults = (headers, lines)
+    return lines
 
 
 def _one_piece(transport: object) -> bool:

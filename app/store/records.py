@@ -17,7 +17,7 @@ from functools import lru_cache
 from typing import Any, Final, cast
 
 from pydantic import TypeAdapter
-from pydantic_core import to_json
+from pydantic_core import from_json, to_json
 
 from app.core.callback import CallbackStatus, Delivery, message_id
 from app.core.checkpoint import Checkpoint, RequiredAction, ToolOutput
@@ -169,7 +169,7 @@ def job_view(raw: Mapping[Any, Any]) -> JobView | None:
         turns=() if turns == "[]" else None,  # type: ignore[arg-type]  # likewise
         history=None if history else (),  # type: ignore[arg-type]  # parsed when read
         transcript=None if transcript else (),  # type: ignore[arg-type]  # likewise
-        metadata={} if metadata is None or metadata == "{}" else json.loads(metadata),
+        metadata={} if metadata is None or metadata == "{}" else from_json(metadata),
         model=get("model"),
         idempotency_key=get("idem"),
         required_action=RequiredAction.model_validate_json(action) if action else None,
