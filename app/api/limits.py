@@ -194,9 +194,13 @@ def check_data(value: Any, settings: Settings, *, field: str, cap: str = "input"
     JSON bytes of data the client sends along (``input``, ``fallback.data``, a tool's
     output: ``cap="tool"``)."""
     _at_most(field, depth(value), settings.max_input_depth, "levels", what=f"{field} depth")
-    size = len(json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode())
+    size = len(_COMPACT.encode(value).encode())
     limit = settings.max_tool_output_bytes if cap == "tool" else settings.max_input_bytes
     _at_most(field, size, limit, "bytes of JSON", what=f"{field} size")
+
+
+# ``json.dumps(value, separators=(",", ":"), ensure_ascii=False)``'s encoder, made once.
+_COMPACT: Final = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
 
 
 def check_tools(spec: JobSpec, settings: Settings) -> None:

@@ -43,12 +43,25 @@ Buffer = bytes | bytearray | memoryview
 class OnePieceTransport:
     """A transport whose writes within one pass of the loop reach the socket together."""
 
-    __slots__ = ("_loop", "_pending", "_transport")
+    __slots__ = (
+        "_loop",
+        "_pending",
+        "_transport",
+        "get_extra_info",
+        "is_closing",
+        "pause_reading",
+        "resume_reading",
+    )
 
     def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
         self._transport = transport
         self._loop = loop
         self._pending: list[Buffer] | None = None
+        # What uvicorn asks of the transport per request: the transport's own, bound once.
+        self.is_closing = transport.is_closing
+        self.get_extra_info = transport.get_extra_info
+        self.pause_reading = transport.pause_reading
+        self.resume_reading = transport.resume_reading
 
     def write(self, data: Buffer) -> None:
         pending = self._pending

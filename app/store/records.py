@@ -300,20 +300,27 @@ def public_job_json(view: JobView) -> bytes:
     if transcript is None:
         transcript = _TRANSCRIPT.dump_json(view.transcript).decode() if view.transcript else "[]"
     action = view.required_action if view.status == "requires_action" else None
+    # The plain fields in two writes (a dict's members are written as each alone is).
+    head = to_json(
+        {
+            "id": view.id,
+            "status": view.status,
+            "createdAt": view.created_at,
+            "startedAt": view.started_at,
+            "finishedAt": view.finished_at,
+            "attempts": view.attempts,
+        }
+    )
+    tail = to_json(
+        {
+            "metadata": view.metadata,
+            "model": view.model,
+            "idempotencyKey": view.idempotency_key,
+        }
+    )
     return b"".join(
         (
-            b'{"id":',
-            to_json(view.id),
-            b',"status":',
-            to_json(view.status),
-            b',"createdAt":',
-            to_json(view.created_at),
-            b',"startedAt":',
-            to_json(view.started_at),
-            b',"finishedAt":',
-            to_json(view.finished_at),
-            b',"attempts":',
-            to_json(view.attempts),
+            head[:-1],
             b',"result":',
             result.encode(),
             b',"turns":',
@@ -322,12 +329,8 @@ def public_job_json(view: JobView) -> bytes:
             history.encode(),
             b',"transcript":',
             transcript.encode(),
-            b',"metadata":',
-            to_json(view.metadata),
-            b',"model":',
-            to_json(view.model),
-            b',"idempotencyKey":',
-            to_json(view.idempotency_key),
+            b",",
+            tail[1:-1],
             b',"requiredAction":',
             b"null" if action is None else action.model_dump_json().encode(),
             b',"callback":',
