@@ -334,6 +334,7 @@ _JOB_ID = re.compile(rb"job_[0-9a-z]{26}")
 def _request(
     method: str, path: str, body: bytes = b"", *, chunked: bool = False, **headers: str
 ) -> bytes:
+    """A request's bytes; ``headers`` by name with ``_`` for ``-``."""
     lines = [f"{method} {path} HTTP/1.1", "Host: x", f"Authorization: Bearer {KEYS['alice']}"]
     lines += [f"{name.replace('_', '-')}: {value}" for name, value in headers.items()]
     if chunked:
@@ -382,10 +383,9 @@ def _exchange_raw(
 @pytest.fixture
 def fast_paths(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
     """How often the front read a whole body at once and wrote an answer in one piece."""
-    import app.api.front as front
+    from app.api.serving import respond, whole_body
 
     counts = {"body": 0, "respond": 0}
-    whole_body, respond = front.whole_body, front.respond
 
     def counted_body(receive: Any) -> bytes | None:
         body = whole_body(receive)
@@ -397,8 +397,8 @@ def fast_paths(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
         counts["respond"] += done
         return done
 
-    monkeypatch.setattr(front, "whole_body", counted_body)
-    monkeypatch.setattr(front, "respond", counted_respond)
+    monkeypatch.setattr("app.api.front.whole_body", counted_body)
+    monkeypatch.setattr("app.api.front.respond", counted_respond)
     return counts
 
 
@@ -416,16 +416,22 @@ def test_requests_read_and_answered_at_once_get_the_same_answers(
             base_url=url, headers={"authorization": f"Bearer {KEYS['alice']}"}, timeout=30
         ) as http:
             job_id = http.post("/v1/jobs", json=VALID).json()["id"]  # stays queued
-        json_type = {"Content_Type": "application/json"}
+        json_type = "application/json"
         kept = b"".join(
             [
-                _request("POST", "/v1/jobs", valid, **json_type),
-                _request("POST", "/v1/generate?waitMs=0", valid, **json_type),
-                _request("POST", "/v1/jobs", b'{"task": "caf\xe9"}', **json_type),  # not UTF-8
-                _request("POST", "/v1/jobs", b"{", **json_type),
+                _request("POST", "/v1/jobs", valid, Content_Type=json_type),
+                _request("POST", "/v1/generate?waitMs=0", valid, Content_Type=json_type),
+                _request(
+                    "POST", "/v1/jobs", b'{"task": "caf\xe9"}', Content_Type=json_type
+                ),  # not UTF-8
+                _request("POST", "/v1/jobs", b"{", Content_Type=json_type),
                 _request("POST", "/v1/jobs", valid, Content_Type="text/plain"),
-                _request("POST", "/v1/jobs", valid, Idempotency_Key="raw-key", **json_type),
-                _request("POST", "/v1/jobs", valid, Idempotency_Key="raw-key", **json_type),
+                _request(
+                    "POST", "/v1/jobs", valid, Idempotency_Key="raw-key", Content_Type=json_type
+                ),
+                _request(
+                    "POST", "/v1/jobs", valid, Idempotency_Key="raw-key", Content_Type=json_type
+                ),
                 _request("GET", f"/v1/jobs/{job_id}?waitMs=20"),
                 _request("HEAD", f"/v1/jobs/{job_id}"),
                 _request("GET", f"/v1/jobs/{job_id}", Traceparent=TRACEPARENT),
@@ -434,15 +440,20 @@ def test_requests_read_and_answered_at_once_get_the_same_answers(
         )
         run = _exchange_raw(url, kept, heads=(8,))
         run += _exchange_raw(
-            url, _request("POST", "/v1/jobs", valid, Connection="close", **json_type)
+            url, _request("POST", "/v1/jobs", valid, Connection="close", Content_Type=json_type)
         )
         # over the cap (32 KiB) in chunks, all sent: counted once read
-        big = _request("POST", "/v1/jobs", b"x" * 40_000, chunked=True, **json_type)
+        big = _request("POST", "/v1/jobs", b"x" * 40_000, chunked=True, Content_Type=json_type)
         run += _exchange_raw(url, big)
         run += _exchange_raw(
             url,
             _request(
-                "POST", "/v1/jobs", valid, Expect="100-continue", Connection="close", **json_type
+                "POST",
+                "/v1/jobs",
+                valid,
+                Expect="100-continue",
+                Connection="close",
+                Content_Type=json_type,
             ),
         )
         runs.append(run)
