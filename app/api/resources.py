@@ -15,7 +15,7 @@ from fastapi import Depends, Request
 from fastapi.openapi.models import HTTPBearer as HTTPBearerModel
 from fastapi.security.base import SecurityBase
 
-from app.api.auth import authenticate
+from app.api.auth import DEFAULT_TENANT, authenticate
 from app.api.fairness import Fairness
 from app.api.limits import first_headers, is_json
 from app.api.problems import NotReady, UnsupportedMediaType
@@ -98,15 +98,20 @@ class Bearer(SecurityBase):
         ``Content-Length`` headers (``app.api.lean``'s readers read them themselves)."""
         if self.json_body:
             require_json(content_type or "")
-        token: str | None = None
-        if authorization:
-            scheme, _, credentials = authorization.partition(" ")
-            credentials = credentials.strip()
-            if scheme and credentials and scheme.lower() == "bearer":
-                token = credentials
-        tenant = authenticate(token, res.keys, present=authorization is not None)
-        body_bytes = int(declared) if declared is not None and declared.isdigit() else 0
-        res.fairness.admit(tenant, body_bytes=body_bytes)  # 429 when faster than its share
+        if not res.keys:  # auth off: everyone is the one tenant (``authenticate``'s answer)
+            tenant = DEFAULT_TENANT
+        else:
+            token: str | None = None
+            if authorization:
+                scheme, _, credentials = authorization.partition(" ")
+                credentials = credentials.strip()
+                if scheme and credentials and scheme.lower() == "bearer":
+                    token = credentials
+            tenant = authenticate(token, res.keys, present=authorization is not None)
+        fairness = res.fairness
+        if fairness.rate_per_s > 0:  # (``admit`` does nothing otherwise)
+            body_bytes = int(declared) if declared is not None and declared.isdigit() else 0
+            fairness.admit(tenant, body_bytes=body_bytes)  # 429 when faster than its share
         return Caller(res, tenant)
 
 
