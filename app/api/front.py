@@ -36,6 +36,7 @@ route list changes.
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -51,10 +52,11 @@ from starlette.middleware.errors import ServerErrorMiddleware
 from starlette.middleware.exceptions import ExceptionMiddleware
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
-from starlette.types import ASGIApp, ExceptionHandler, Receive, Scope, Send
+from starlette.types import ASGIApp, ExceptionHandler, Message, Receive, Scope, Send
 
-from app.api.lean import GENERAL, LeanRoute, _replaying, lean_response
-from app.api.limits import BodyLimit
+from app.api.lean import GENERAL, LeanRequest, LeanRoute, _replaying, lean_response
+from app.api.limits import HTTP1, BodyLimit, is_json
+from app.api.serving import respond, whole_body
 
 # FastAPI's own layers that do nothing for a request without telemetry and without
 # ``max_body_size`` (by module and name: older FastAPI versions have neither).
@@ -116,7 +118,7 @@ class FrontedFastAPI(FastAPI):
             match = candidate.pattern.match(path)
             if match is None:
                 continue
-            if any(earlier.match(path) for earlier in candidate.before):
+            if candidate.before and any(earlier.match(path) for earlier in candidate.before):
                 return None  # the router would pick an earlier route
             if "fastapi.telemetry" in scope or _telemetry_on(self):
                 return None
@@ -169,26 +171,91 @@ class FrontedFastAPI(FastAPI):
         response: Response | None = None
         try:
             try:
-                if front.limit is not None:
-                    checked = await front.limit.checked(scope, receive, sender)
-                    if checked is None:
-                        return  # answered: 413, or a JSON body that is not UTF-8
-                    receive = checked
-                response, read = await lean_response(route, Request(scope, receive, send))
+                request = await _intake(front, route, scope, receive, send, sender)
+                if request is None:
+                    return  # answered: 413, or a JSON body that is not UTF-8
+                response, read = await lean_response(route, request)
             except Exception as exc:
                 if not await _handled(front, exc, scope, receive, sender):
                     raise
                 return
             if response is not None:
                 started = True
-                await response(scope, receive, send)
+                if not (
+                    type(response).__call__ is _RESPONSE_CALL
+                    and response.background is None
+                    and respond(send, response.status_code, response.raw_headers, response.body)
+                ):
+                    await response(scope, receive, send)
                 return
         except Exception as exc:
             await _server_error(front, exc, scope, receive, send, started=started)
             raise
         # A reader stepped aside: FastAPI's handling of the route serves the request.
         scope[GENERAL] = True
+        receive = request.receive
         await super().__call__(scope, receive if read is None else _replaying(read, receive), send)
+
+
+_RESPONSE_CALL: Final = Response.__call__
+
+
+async def _intake(
+    front: _Front, route: LeanRoute, scope: Scope, receive: Receive, send: Send, sender: Send
+) -> LeanRequest | None:
+    """The request, its body read (if the route reads one) and held to the body limit as
+    ``BodyLimit`` holds it; None when the limit has answered it (413, or the 422 of a JSON
+    body that is not UTF-8). ``sender``: what an answer of the limit is sent with."""
+    request = LeanRequest(scope, receive, send)
+    limit = front.limit
+    if limit is None:
+        return request
+    heads = request.heads
+    declared = heads.get(b"content-length")
+    if route.reads_body and not _over(declared, limit.max_bytes):
+        # The common request: its whole body in one message (here already, or next).
+        body = whole_body(receive)
+        if body is None:
+            message = await receive()
+            if message["type"] == "http.request" and not message.get("more_body", False):
+                body = message.get("body", b"")
+            else:  # more to come, or the client left: the limit reads it all
+                receive = _replaying_message(message, receive)
+        if body is not None:
+            content_type = heads.get(b"content-type")
+            if content_type is not None and not is_json(content_type.decode("latin-1")):
+                content_type = None  # (only a JSON body must be UTF-8)
+            if await limit.refused(scope, body, content_type is not None, receive, sender):
+                return None
+            request._body = body  # what ``request.body()`` gives (Starlette's own)
+            return request
+    elif (
+        declared is None
+        and b"transfer-encoding" not in heads
+        and scope.get("http_version") in HTTP1
+    ):
+        return request  # no body (HTTP/1 sends one only with either header)
+    checked = await limit.checked(scope, receive, sender)
+    if checked is None:
+        return None
+    return LeanRequest(scope, checked, send)
+
+
+def _over(declared: bytes | None, max_bytes: int) -> bool:
+    """A declared ``Content-Length`` over the cap (``BodyLimit`` refuses it unread)."""
+    if declared is None:
+        return False
+    text = declared.decode("latin-1").strip()
+    return text.isdigit() and int(text) > max_bytes
+
+
+def _replaying_message(message: Message, receive: Receive) -> Receive:
+    replay = [message]
+
+    async def replayed() -> Message:
+        return replay.pop() if replay else await receive()
+
+    return replayed
 
 
 async def _handled(
@@ -266,7 +333,62 @@ def _telemetry_on(app: FastAPI) -> bool:
     """Whether FastAPI's own telemetry would observe a request (``FastAPI.__call__``'s
     test; versions without native telemetry have none)."""
     native = getattr(app, "_native_telemetry", None)
-    return native is not None and bool(native.enabled())
+    if native is None:
+        return False
+    config = native.config
+    if (
+        _no_global_provider is not None
+        and config["tracer_provider"] is None
+        and config["meter_provider"] is None
+        and config["logger_provider"] is None
+        and _no_global_provider()
+    ):
+        return False  # what ``enabled()`` finds then, in a fraction of its time
+    return bool(native.enabled())
+
+
+def _global_provider_test() -> Callable[[], bool] | None:
+    """A test that no global OpenTelemetry provider is set, nor named by the environment
+    for the getter to load: FastAPI's telemetry sees none then. None where the test cannot
+    be made exactly (the API's globals or the environment's mapping not where read), and
+    ``enabled()`` decides every time."""
+    try:
+        from opentelemetry import environment_variables as names
+        from opentelemetry import trace
+        from opentelemetry._logs import _internal as logs
+        from opentelemetry.metrics import _internal as metrics
+
+        environ = os.environ
+        data = environ._data  # type: ignore[attr-defined]
+        keys = tuple(
+            environ.encodekey(name)
+            for name in (
+                names.OTEL_PYTHON_TRACER_PROVIDER,
+                names.OTEL_PYTHON_METER_PROVIDER,
+                names._OTEL_PYTHON_LOGGER_PROVIDER,
+            )
+        )
+        trace._TRACER_PROVIDER, metrics._METER_PROVIDER, logs._LOGGER_PROVIDER  # noqa: B018
+    except (ImportError, AttributeError):  # pragma: no cover - another OpenTelemetry
+        return None
+    if not isinstance(data, dict):  # pragma: no cover - another platform's environ
+        return None
+    tracer_key, meter_key, logger_key = keys
+
+    def unset() -> bool:
+        return (
+            trace._TRACER_PROVIDER is None
+            and metrics._METER_PROVIDER is None
+            and logs._LOGGER_PROVIDER is None
+            and tracer_key not in data
+            and meter_key not in data
+            and logger_key not in data
+        )
+
+    return unset
+
+
+_no_global_provider: Final = _global_provider_test()
 
 
 def _earlier(routes: list[BaseRoute], method: str) -> tuple[re.Pattern[str], ...] | None:

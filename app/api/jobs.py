@@ -20,7 +20,7 @@ from pydantic_core import to_json
 
 from app import metrics
 from app.api.callbacks import check_callback
-from app.api.lean import LeanRoute, Unusual, header, json_body, lean, query_int
+from app.api.lean import LeanRequest, LeanRoute, Unusual, header, json_body, lean, query_int
 from app.api.limits import (
     check_data,
     check_job,
@@ -30,7 +30,14 @@ from app.api.limits import (
     stored_spec_json,
 )
 from app.api.problems import NotFound
-from app.api.resources import BEARER, BEARER_JSON, Authed, AuthedJson, Caller, Resources
+from app.api.resources import (
+    BEARER,
+    Authed,
+    AuthedJson,
+    Caller,
+    Resources,
+    resources_of,
+)
 from app.api.schemas import JOB_EXAMPLES, JobList, ToolOutputsBody, problems
 from app.core.checkpoint import ToolOutput
 from app.core.contract import build_contract
@@ -115,33 +122,45 @@ router = APIRouter(
 # (app.api.lean); anything else is ``Unusual`` and FastAPI solves the declared ones.
 
 
-async def _submit_inputs(request: Request) -> dict[str, Any]:
+async def _submit_inputs(request: LeanRequest) -> dict[str, Any]:
     spec = await json_body(request, JobSpec)
-    key = header(request, "idempotency-key", max_length=IDEMPOTENCY_KEY_CHARS)
-    caller = await BEARER_JSON(request)
-    return {"request": request, "caller": caller, "spec": spec, "idempotency_key": key}
+    key = header(request, b"idempotency-key", max_length=IDEMPOTENCY_KEY_CHARS)
+    return {"request": request, "caller": _caller(request), "spec": spec, "idempotency_key": key}
 
 
-async def _get_inputs(request: Request) -> dict[str, Any]:
+async def _get_inputs(request: LeanRequest) -> dict[str, Any]:
     job_id = request.path_params.get("job_id")
     if not isinstance(job_id, str):
         raise Unusual
     wait_ms = query_int(request, b"waitMs", 0)
-    return {"job_id": job_id, "caller": await BEARER(request), "wait_ms": wait_ms}
+    return {"job_id": job_id, "caller": _caller(request), "wait_ms": wait_ms}
 
 
-async def _generate_inputs(request: Request) -> dict[str, Any]:
+async def _generate_inputs(request: LeanRequest) -> dict[str, Any]:
     spec = await json_body(request, JobSpec)
     wait_ms = query_int(request, b"waitMs", DEFAULT_GENERATE_WAIT_MS)
-    key = header(request, "idempotency-key", max_length=IDEMPOTENCY_KEY_CHARS)
-    caller = await BEARER_JSON(request)
+    key = header(request, b"idempotency-key", max_length=IDEMPOTENCY_KEY_CHARS)
     return {
         "request": request,
-        "caller": caller,
+        "caller": _caller(request),
         "spec": spec,
         "wait_ms": wait_ms,
         "idempotency_key": key,
     }
+
+
+def _caller(request: LeanRequest) -> Caller:
+    """What the route's ``Bearer`` would make of ``request``. A reader with a body has read
+    it as JSON (``json_body``) first: ``BEARER_JSON``'s 415 cannot apply, ``BEARER``'s
+    way is the same."""
+    heads = request.heads
+    authorization, declared = heads.get(b"authorization"), heads.get(b"content-length")
+    return BEARER.caller(
+        resources_of(request),
+        None,
+        None if authorization is None else authorization.decode("latin-1"),
+        None if declared is None else declared.decode("latin-1"),
+    )
 
 
 @router.post(
@@ -177,8 +196,8 @@ async def submit_job(
     so a bad job is a 422 naming the field, never a failed job later."""
     job, created = await _submit(caller, spec, idempotency_key, _trace(request))
     if created:
-        return _job(job, 202, {"Location": _location(job), "Retry-After": POLL_AFTER_S})
-    return _job(job, 200, {"Location": _location(job), "Idempotent-Replayed": "true"})
+        return _job(job, 202, [_location(job), _RETRY_AFTER_HEADER])
+    return _job(job, 200, [_location(job), _REPLAYED])
 
 
 @router.get(
@@ -294,7 +313,7 @@ async def submit_tool_outputs(job_id: str, caller: AuthedJson, body: ToolOutputs
     job, replayed = await res.store.submit_outputs(job_id, tenant=caller.tenant, outputs=outputs)
     if job is None:
         raise _not_found(job_id)
-    return _job(job, 200, {"Idempotent-Replayed": "true"} if replayed else None)
+    return _job(job, 200, [_REPLAYED] if replayed else None)
 
 
 @router.post(
@@ -329,11 +348,13 @@ async def generate(
         job, _ = await _submit(caller, spec, idempotency_key, _trace(request), wait)
     if job.terminal:
         return _job(job, 200)
-    return _job(job, 202, {"Location": _location(job), "Retry-After": POLL_AFTER_S})
+    return _job(job, 202, [_location(job), _RETRY_AFTER_HEADER])
 
 
 def _trace(request: Request) -> TraceContext | None:
     """The client's W3C trace context, if it sent a valid one."""
+    if isinstance(request, LeanRequest) and b"traceparent" not in request.heads:
+        return None
     headers = request.headers
     parents = headers.getlist("traceparent")
     if not parents:
@@ -416,38 +437,40 @@ def _check_calling_validators(spec: JobSpec, res: Resources, router: Router) -> 
                 raise InvalidInput(exc.detail, field=f"validators[{i}].model") from None
 
 
-def _job(job: JobView, status: int, headers: dict[str, str] | None = None) -> Response:
+def _job(job: JobView, status: int, headers: list[tuple[bytes, bytes]] | None = None) -> Response:
     """The job as ``respond(public_job(job))`` would answer it, written without parsing
-    and re-writing what the store holds as JSON already."""
+    and re-writing what the store holds as JSON already; ``headers`` as Starlette writes
+    a response's (lower-case names, latin-1)."""
     return JobResponse(public_job_json(job), status, headers)
 
 
 class JobResponse(Response):
     """``Response(body, status, headers, media_type="application/json")``, its head as
     Starlette writes it (the given headers, then ``content-length`` and ``content-type``),
-    put together directly: every job's answers go through here."""
+    put together directly: every job's answers go through here. ``headers``: the given
+    ones as Starlette encodes them (``(b"location", b"/v1/jobs/...")``)."""
 
     media_type = "application/json"
 
-    def __init__(self, body: bytes, status: int, headers: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, body: bytes, status: int, headers: list[tuple[bytes, bytes]] | None = None
+    ) -> None:
         self.status_code = status
         self.background = None
         self.body = body
-        raw = (
-            []
-            if headers is None
-            else [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in headers.items()]
-        )
+        raw = [] if headers is None else headers
         raw.append((b"content-length", str(len(body)).encode("latin-1")))
         raw.append(_JSON_TYPE)
         self.raw_headers = raw
 
 
 _JSON_TYPE: Final = (b"content-type", b"application/json")
+_RETRY_AFTER_HEADER: Final = (b"retry-after", POLL_AFTER_S.encode("latin-1"))
+_REPLAYED: Final = (b"idempotent-replayed", b"true")
 
 
-def _location(job: JobView) -> str:
-    return f"/v1/jobs/{job.id}"
+def _location(job: JobView) -> tuple[bytes, bytes]:
+    return (b"location", f"/v1/jobs/{job.id}".encode("latin-1"))
 
 
 def _not_found(job_id: str) -> NotFound:

@@ -47,7 +47,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from app.api.limits import is_json
 from app.core.spec import _without_unicode_scan as without_unicode_scan
 
-Reader = Callable[[Request], Awaitable[dict[str, Any]]]
+Reader = Callable[["LeanRequest"], Awaitable[dict[str, Any]]]
 E = TypeVar("E", bound=Callable[..., Any])
 M = TypeVar("M", bound=BaseModel)
 
@@ -57,6 +57,23 @@ _READER: Final = "__lean_reader__"
 GENERAL: Final = "reprompt.general"
 # A query integer up to this many digits is read here (pydantic takes any size).
 _MAX_DIGITS: Final = 15
+
+
+class LeanRequest(Request):
+    """The request a reader reads: Starlette's, and ``heads``, its headers by name (lower
+    case, as the scope has them), each its first value as Starlette's ``Headers.get``
+    reads it: read from the scope once."""
+
+    def __init__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        super().__init__(scope, receive, send)
+        # The first value of each name wins: the last one written, reversed.
+        self.heads: dict[bytes, bytes] = dict(reversed(scope["headers"]))
+
+    def head(self, name: bytes) -> str | None:
+        """Header ``name`` (lower case) as Starlette's ``Headers.get`` reads it (latin-1),
+        None if absent."""
+        value = self.heads.get(name)
+        return None if value is None else value.decode("latin-1")
 
 
 class Unusual(Exception):
@@ -109,7 +126,7 @@ def _lean_app(route: LeanRoute, *, general: ASGIApp) -> ASGIApp:
         ):
             await general(scope, receive, send)
             return
-        response, read = await lean_response(route, Request(scope, receive, send))
+        response, read = await lean_response(route, LeanRequest(scope, receive, send))
         if response is None:
             await general(scope, receive if read is None else _replaying(read, receive), send)
             return
@@ -118,7 +135,9 @@ def _lean_app(route: LeanRoute, *, general: ASGIApp) -> ASGIApp:
     return app
 
 
-async def lean_response(route: LeanRoute, request: Request) -> tuple[Response | None, bytes | None]:
+async def lean_response(
+    route: LeanRoute, request: LeanRequest
+) -> tuple[Response | None, bytes | None]:
     """The endpoint's response, from the arguments its reader read, and the body read (if
     the route reads one); no response when the reader stepped aside or the client left
     while the body came (FastAPI answers those)."""
@@ -126,7 +145,10 @@ async def lean_response(route: LeanRoute, request: Request) -> tuple[Response | 
     read: bytes | None = None
     try:
         if route.reads_body:
-            read = await request.body()
+            # (``app.api.front`` has read it into the request: Starlette's own attribute)
+            read = getattr(request, "_body", None)
+            if read is None:
+                read = await request.body()
         arguments = await route.reader(request)
     except (Unusual, ClientDisconnect):
         return None, read
@@ -143,10 +165,13 @@ def _replaying(body: bytes, receive: Receive) -> Receive:
     return replayed
 
 
-async def json_body(request: Request, model: type[M]) -> M:
+async def json_body(request: LeanRequest, model: type[M]) -> M:
     """The request's JSON body as ``model``; ``Unusual`` unless it is there and valid."""
-    body = await request.body()  # read already (LeanRoute reads a route's body first)
-    if not is_json(request.headers.get("content-type", "")):
+    body = getattr(request, "_body", None)  # read already (LeanRoute reads it first)
+    if body is None:
+        body = await request.body()
+    content_type = request.heads.get(b"content-type")
+    if content_type is None or not is_json(content_type.decode("latin-1")):
         raise Unusual
     if not body:
         raise Unusual
@@ -172,16 +197,19 @@ def _unscanned(model: type[BaseModel]) -> SchemaValidator:
 _UNSCANNED: dict[type[BaseModel], SchemaValidator] = {}
 
 
-def header(request: Request, name: str, *, max_length: int) -> str | None:
-    """Header ``name`` (its first value, as FastAPI reads it) if it has 1 to
+def header(request: LeanRequest, name: bytes, *, max_length: int) -> str | None:
+    """Header ``name`` (lower-case; its first value, as FastAPI reads it) if it has 1 to
     ``max_length`` characters, None if absent; ``Unusual`` otherwise."""
-    value = request.headers.get(name)
-    if value is not None and not 0 < len(value) <= max_length:
+    raw = request.heads.get(name)
+    if raw is None:
+        return None
+    value = raw.decode("latin-1")
+    if not 0 < len(value) <= max_length:
         raise Unusual
     return value
 
 
-def query_int(request: Request, name: bytes, default: int) -> int:
+def query_int(request: LeanRequest, name: bytes, default: int) -> int:
     """Query parameter ``name`` (its last value, as FastAPI reads it) when it is written
     plainly as a non-negative integer, ``default`` if absent; ``Unusual`` otherwise."""
     query: bytes = request.scope.get("query_string", b"")

@@ -25,7 +25,7 @@ from app.core.spec import JobSpec
 from app.core.validation import check_schema
 from app.settings import Settings
 
-_HTTP1: Final = ("1.1", "1.0")
+HTTP1: Final = ("1.1", "1.0")
 
 
 class BodyLimit:
@@ -58,7 +58,7 @@ class BodyLimit:
         declared, content_type, encoding = first_headers(
             scope["headers"], b"content-length", b"content-type", b"transfer-encoding"
         )
-        if declared is None and encoding is None and scope.get("http_version") in _HTTP1:
+        if declared is None and encoding is None and scope.get("http_version") in HTTP1:
             # No body (HTTP/1 sends one only with either header): nothing to count.
             return receive
         if declared is not None and declared.strip().isdigit() and int(declared) > self.max_bytes:
@@ -89,6 +89,19 @@ class BodyLimit:
             return replay.pop() if replay else await receive()
 
         return replayed
+
+    async def refused(
+        self, scope: Scope, body: bytes, json: bool, receive: Receive, send: Send
+    ) -> bool:
+        """``checked``'s answer for a request whose whole body has been read: True when it
+        has been answered (413, or the 422 of a JSON body that is not UTF-8). A body over
+        the cap is refused whether its ``Content-Length`` declared it (``checked`` would
+        refuse before reading) or it came in chunks (``checked`` would count it).
+        ``json``: the request's first ``Content-Type`` is JSON (``is_json``)."""
+        if len(body) > self.max_bytes:
+            await self._refuse(scope, receive, send)
+            return True
+        return json and bool(body) and not await _utf8(body, scope, receive, send)
 
     async def _refuse(self, scope: Scope, receive: Receive, send: Send) -> None:
         response = problem(
@@ -181,9 +194,13 @@ def check_data(value: Any, settings: Settings, *, field: str, cap: str = "input"
     JSON bytes of data the client sends along (``input``, ``fallback.data``, a tool's
     output: ``cap="tool"``)."""
     _at_most(field, depth(value), settings.max_input_depth, "levels", what=f"{field} depth")
-    size = len(json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode())
+    size = len(_COMPACT.encode(value).encode())
     limit = settings.max_tool_output_bytes if cap == "tool" else settings.max_input_bytes
     _at_most(field, size, limit, "bytes of JSON", what=f"{field} size")
+
+
+# ``json.dumps(value, separators=(",", ":"), ensure_ascii=False)``'s encoder, made once.
+_COMPACT: Final = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
 
 
 def check_tools(spec: JobSpec, settings: Settings) -> None:

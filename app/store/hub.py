@@ -23,8 +23,8 @@ import asyncio
 import contextlib
 import logging
 from collections import defaultdict
-from collections.abc import AsyncIterator, Callable, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import Callable, Sequence
+from contextlib import AbstractAsyncContextManager
 from typing import Any, Final
 
 from redis.asyncio import Redis
@@ -45,10 +45,13 @@ _PING: Final = b"*1\r\n$4\r\nPING\r\n"
 class Watch:
     """One waiter: set when a message for its key (or any, for ``ANY``) arrives."""
 
-    __slots__ = ("_event", "_keep", "messages", "payload")
+    __slots__ = ("_keep", "_notified", "_waiters", "messages", "payload")
 
     def __init__(self, keep: int | None = None) -> None:
-        self._event = asyncio.Event()
+        self._notified = False  # a message came since the last wait
+        # Each ``wait`` in progress (there is rarely more than one): an ``asyncio.Event``'s
+        # waiters and an ``asyncio.timeout`` per wait, without their layers.
+        self._waiters: list[asyncio.Future[None]] = []
         self._keep = keep  # the most messages held (None: all until drained)
         self.messages: list[str] = []
         self.payload: str | None = None  # what the last message carried after its key
@@ -58,26 +61,65 @@ class Watch:
         self.messages.append(data)
         if self._keep is not None and len(self.messages) > self._keep:
             del self.messages[: -self._keep]
-        self._event.set()
+        self._notified = True
+        for waiter in self._waiters:
+            if not waiter.done():
+                waiter.set_result(None)
 
     def reset(self) -> None:
         """Forget what arrived so far: the next ``wait`` waits for a new message."""
-        self._event.clear()
+        self._notified = False
         self.messages.clear()
 
     async def wait(self, timeout_s: float) -> bool:
         """True when notified (since the last wait), False after ``timeout_s``."""
-        if not self._event.is_set() and timeout_s > 0:
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(timeout_s):
-                    await self._event.wait()
-        notified = self._event.is_set()
-        self._event.clear()
+        if not self._notified and timeout_s > 0:
+            loop = asyncio.get_running_loop()
+            waiter: asyncio.Future[None] = loop.create_future()
+            timer = loop.call_later(timeout_s, _time_up, waiter)
+            self._waiters.append(waiter)
+            try:
+                await waiter
+            finally:
+                timer.cancel()
+                self._waiters.remove(waiter)
+        notified = self._notified
+        self._notified = False
         return notified
 
     def drain(self) -> list[str]:
         out, self.messages = self.messages, []
         return out
+
+
+def _time_up(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
+
+
+class _Watching:
+    """``Hub.watch``'s block (a class, not a generator: every long-poll enters one)."""
+
+    __slots__ = ("_entry", "_hub", "_watcher")
+
+    def __init__(self, hub: Hub, entry: tuple[str, str]) -> None:
+        self._hub = hub
+        self._entry = entry
+        self._watcher: Watch | None = None
+
+    async def __aenter__(self) -> Watch:
+        hub = self._hub
+        await hub.start()
+        watcher = self._watcher = Watch()
+        hub._watchers[self._entry].add(watcher)
+        return watcher
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        watchers = self._hub._watchers.get(self._entry)
+        if watchers is not None:
+            watchers.discard(self._watcher)
+            if not watchers:
+                del self._hub._watchers[self._entry]
 
 
 class Hub:
@@ -100,7 +142,10 @@ class Hub:
 
     async def start(self) -> None:
         """Subscribe (once); returns when the subscription is live or after 2 s."""
-        if self._task is None or self._task.done():
+        task = self._task
+        if task is not None and self._subscribed.is_set() and not task.done():
+            return  # live: every watch of a long-poll starts here
+        if task is None or task.done():
             self._subscribed.clear()
             self._task = asyncio.create_task(self._run(), name="redis-pubsub")
         with contextlib.suppress(TimeoutError):
@@ -136,22 +181,10 @@ class Hub:
             # A watcher of a channel the hub does not subscribe to would never wake.
             raise ValueError(f"this hub does not subscribe to {channel!r}: {self._channels}")
 
-    @asynccontextmanager
-    async def watch(self, channel: str, key: str = ANY) -> AsyncIterator[Watch]:
-        """Register a watcher for messages on ``channel`` about ``key``."""
+    def watch(self, channel: str, key: str = ANY) -> AbstractAsyncContextManager[Watch]:
+        """Register a watcher for messages on ``channel`` about ``key`` (``async with``)."""
         self._check(channel)
-        await self.start()
-        watcher = Watch()
-        entry = (channel, key)
-        self._watchers[entry].add(watcher)
-        try:
-            yield watcher
-        finally:
-            watchers = self._watchers.get(entry)
-            if watchers is not None:
-                watchers.discard(watcher)
-                if not watchers:
-                    del self._watchers[entry]
+        return _Watching(self, (channel, key))
 
     def standing(
         self, channel: str, key: str = ANY, *, keep: int = 64, also: Sequence[str] = ()

@@ -14,10 +14,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import lru_cache
-from typing import Any, Final, cast
+from typing import Any, Final
 
 from pydantic import TypeAdapter
-from pydantic_core import to_json
+from pydantic_core import from_json, to_json
 
 from app.core.callback import CallbackStatus, Delivery, message_id
 from app.core.checkpoint import Checkpoint, RequiredAction, ToolOutput
@@ -53,10 +53,13 @@ class JobView:
     required_action: RequiredAction | None = None
     pauses: int = 0  # how many times the job waited for tool outputs (names the current one)
     callback: CallbackStatus | None = None  # its callback and how each delivery went
-    # ``result`` and ``turns`` as the store holds them (each written by its model's
-    # ``model_dump_json``): ``public_job_json`` passes them on instead of writing them again.
+    # ``result``, ``turns``, ``history`` and ``transcript`` as the store holds them (each
+    # written by its model's ``model_dump_json``, or its list's TypeAdapter's
+    # ``dump_json``): ``public_job_json`` passes them on instead of writing them again.
     result_json: str | None = field(default=None, compare=False, repr=False)
     turns_json: str | None = field(default=None, compare=False, repr=False)
+    history_json: str | None = field(default=None, compare=False, repr=False)
+    transcript_json: str | None = field(default=None, compare=False, repr=False)
 
     @property
     def terminal(self) -> bool:
@@ -151,37 +154,43 @@ def job_view(raw: Mapping[Any, Any]) -> JobView | None:
     # The common empty arrays and map (most jobs' history, transcript, metadata) without
     # a parser: what each would parse to.
     history, transcript, metadata = get("history"), get("transcript"), get("metadata")
+    history = None if history == "[]" else history
+    transcript = None if transcript == "[]" else transcript
     action = get("action")
-    return LazyView(
-        id=fields["id"],
-        tenant=fields["tenant"],
-        status=cast(JobStatus, fields["status"]),
-        created_at=iso(int(fields["created_ms"])),
-        started_at=iso(int(started)) if started else None,
-        finished_at=iso(int(finished)) if finished else None,
-        attempts=int(get("attempts", "0")),
-        result=None,  # type: ignore[arg-type]  # parsed from result_json when read
-        turns=() if turns == "[]" else None,  # type: ignore[arg-type]  # likewise
-        history=_HISTORY.validate_json(history) if history and history != "[]" else (),
-        transcript=(
-            _TRANSCRIPT.validate_json(transcript) if transcript and transcript != "[]" else ()
-        ),
-        metadata={} if metadata is None or metadata == "{}" else json.loads(metadata),
-        model=get("model"),
-        idempotency_key=get("idem"),
-        required_action=RequiredAction.model_validate_json(action) if action else None,
-        pauses=int(get("pauses") or 0),
-        callback=_callback(fields) if get("callback") else None,
-        result_json=result,
-        turns_json=turns,
+    # LazyView(id=..., tenant=..., ...) in its fields' order (``_lazy_view``).
+    return _lazy_view(
+        (
+            fields["id"],
+            fields["tenant"],
+            fields["status"],
+            iso(int(fields["created_ms"])),
+            iso(int(started)) if started else None,
+            iso(int(finished)) if finished else None,
+            int(get("attempts", "0")),
+            None,  # result: parsed from result_json when read
+            () if turns == "[]" else None,  # turns: likewise
+            None if history else (),  # history: likewise
+            None if transcript else (),  # transcript: likewise
+            {} if metadata is None or metadata == "{}" else from_json(metadata),
+            get("model"),
+            get("idem"),
+            RequiredAction.model_validate_json(action) if action else None,
+            int(get("pauses") or 0),
+            _callback(fields) if get("callback") else None,
+            result,
+            turns,
+            history or None,
+            transcript or None,
+        )
     )
 
 
 class LazyView(JobView):
-    """A ``JobView`` made from the JSON the store holds: its ``result`` and ``turns``, given
-    as None, are parsed from ``result_json`` and ``turns_json`` when first read. A job's
+    """A ``JobView`` made from the JSON the store holds: its ``result``, ``turns``,
+    ``history`` and ``transcript``, given as None, are parsed from ``result_json``,
+    ``turns_json``, ``history_json`` and ``transcript_json`` when first read. A job's
     answer (``public_job_json``) passes that JSON on and never reads them: the API's
-    submit and long-poll parse neither."""
+    submit and long-poll parse none of them."""
 
     __slots__ = ()
     __hash__ = JobView.__hash__
@@ -218,11 +227,75 @@ class LazyView(JobView):
     def turns(self, value: tuple[TurnRecord, ...] | None) -> None:  # likewise
         _TURNS_SLOT.__set__(self, value)
 
+    @property
+    def history(self) -> tuple[Rejection, ...]:
+        history: tuple[Rejection, ...] | None = _HISTORY_SLOT.__get__(self)
+        if history is None:
+            assert self.history_json is not None
+            history = _HISTORY.validate_json(self.history_json)
+            _HISTORY_SLOT.__set__(self, history)
+        return history
+
+    @history.setter
+    def history(self, value: tuple[Rejection, ...] | None) -> None:  # likewise
+        _HISTORY_SLOT.__set__(self, value)
+
+    @property
+    def transcript(self) -> tuple[TranscriptEntry, ...]:
+        transcript: tuple[TranscriptEntry, ...] | None = _TRANSCRIPT_SLOT.__get__(self)
+        if transcript is None:
+            assert self.transcript_json is not None
+            transcript = _TRANSCRIPT.validate_json(self.transcript_json)
+            _TRANSCRIPT_SLOT.__set__(self, transcript)
+        return transcript
+
+    @transcript.setter
+    def transcript(self, value: tuple[TranscriptEntry, ...] | None) -> None:  # likewise
+        _TRANSCRIPT_SLOT.__set__(self, value)
+
 
 # JobView's own slots (the properties above shadow them in LazyView).
 _RESULT: Final = JobView.__dict__["result"]
 _TURNS_SLOT: Final = JobView.__dict__["turns"]
+_HISTORY_SLOT: Final = JobView.__dict__["history"]
+_TRANSCRIPT_SLOT: Final = JobView.__dict__["transcript"]
 _COMPARED: Final = tuple(f.name for f in dataclasses.fields(JobView) if f.compare)
+# Each field's slot, in the fields' order: ``_lazy_view`` sets them as the dataclass's __init__
+# would, in half its time (no ``object.__setattr__`` per field, no property setter).
+_SLOTS: Final = tuple(JobView.__dict__[f.name].__set__ for f in dataclasses.fields(JobView))
+_FIELD_ORDER: Final = (
+    "id",
+    "tenant",
+    "status",
+    "created_at",
+    "started_at",
+    "finished_at",
+    "attempts",
+    "result",
+    "turns",
+    "history",
+    "transcript",
+    "metadata",
+    "model",
+    "idempotency_key",
+    "required_action",
+    "pauses",
+    "callback",
+    "result_json",
+    "turns_json",
+    "history_json",
+    "transcript_json",
+)
+if tuple(f.name for f in dataclasses.fields(JobView)) != _FIELD_ORDER:  # pragma: no cover
+    raise RuntimeError("job_view writes JobView's fields in the order of _FIELD_ORDER")
+
+
+def _lazy_view(values: tuple[Any, ...]) -> LazyView:
+    """``LazyView(*values)``: the fields in their order."""
+    view = object.__new__(LazyView)
+    for put, value in zip(_SLOTS, values, strict=True):
+        put(view, value)
+    return view
 
 
 def public_job(view: JobView) -> Job:
@@ -249,8 +322,9 @@ def public_job(view: JobView) -> Job:
 
 def public_job_json(view: JobView) -> bytes:
     """``public_job(view).model_dump_json()``, byte for byte, and cheaper: the envelope
-    (whose serializer runs in Python, the costliest part of a job to write) and the turn
-    records go out as the store holds them, written once by the same models; the other
+    (whose serializer runs in Python, the costliest part of a job to write), the turn
+    records, the history and the transcript go out as the store holds them, written once
+    by the same models; the other
     fields are written here in ``Job``'s order (``_JOB_FIELDS``, checked at import)."""
     result = view.result_json
     if result is None:
@@ -258,35 +332,44 @@ def public_job_json(view: JobView) -> bytes:
     turns = view.turns_json
     if turns is None:
         turns = _TURNS.dump_json(view.turns).decode()
+    history = view.history_json
+    if history is None:
+        history = _HISTORY.dump_json(view.history).decode() if view.history else "[]"
+    transcript = view.transcript_json
+    if transcript is None:
+        transcript = _TRANSCRIPT.dump_json(view.transcript).decode() if view.transcript else "[]"
     action = view.required_action if view.status == "requires_action" else None
+    # The plain fields in two writes (a dict's members are written as each alone is).
+    head = to_json(
+        {
+            "id": view.id,
+            "status": view.status,
+            "createdAt": view.created_at,
+            "startedAt": view.started_at,
+            "finishedAt": view.finished_at,
+            "attempts": view.attempts,
+        }
+    )
+    tail = to_json(
+        {
+            "metadata": view.metadata,
+            "model": view.model,
+            "idempotencyKey": view.idempotency_key,
+        }
+    )
     return b"".join(
         (
-            b'{"id":',
-            to_json(view.id),
-            b',"status":',
-            to_json(view.status),
-            b',"createdAt":',
-            to_json(view.created_at),
-            b',"startedAt":',
-            to_json(view.started_at),
-            b',"finishedAt":',
-            to_json(view.finished_at),
-            b',"attempts":',
-            to_json(view.attempts),
+            head[:-1],
             b',"result":',
             result.encode(),
             b',"turns":',
             turns.encode(),
             b',"history":',
-            _HISTORY.dump_json(view.history) if view.history else b"[]",
+            history.encode(),
             b',"transcript":',
-            _TRANSCRIPT.dump_json(view.transcript) if view.transcript else b"[]",
-            b',"metadata":',
-            to_json(view.metadata),
-            b',"model":',
-            to_json(view.model),
-            b',"idempotencyKey":',
-            to_json(view.idempotency_key),
+            transcript.encode(),
+            b",",
+            tail[1:-1],
             b',"requiredAction":',
             b"null" if action is None else action.model_dump_json().encode(),
             b',"callback":',

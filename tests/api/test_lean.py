@@ -10,6 +10,7 @@ headers."""
 from __future__ import annotations
 
 import json
+import re
 import socket
 import uuid
 from collections.abc import Iterator
@@ -35,6 +36,7 @@ HOT = {("POST", "/v1/jobs"), ("GET", "/v1/jobs/{job_id}"), ("POST", "/v1/generat
 VALID = {"task": "Name a city.", "signature": "{city :string}", "budget": {"maxTurns": 1}}
 # What differs between two runs of one request: the job's id and its moments.
 VARYING = ("id", "createdAt", "startedAt", "finishedAt")
+TRACEPARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 
 
 def _general_path() -> None:
@@ -322,3 +324,150 @@ def test_a_middleware_added_to_the_app_sees_every_request(
         assert got.status_code == 200
         assert created.headers["x-stamp"] == got.headers["x-stamp"] == "1"
     assert served == []  # the front left them to FastAPI's stack, which holds the layer
+
+
+# -- over a raw socket: the front's own reading and writing (app.api.serving) ---------------
+
+_JOB_ID = re.compile(rb"job_[0-9a-z]{26}")
+
+
+def _request(
+    method: str, path: str, body: bytes = b"", *, chunked: bool = False, **headers: str
+) -> bytes:
+    """A request's bytes; ``headers`` by name with ``_`` for ``-``."""
+    lines = [f"{method} {path} HTTP/1.1", "Host: x", f"Authorization: Bearer {KEYS['alice']}"]
+    lines += [f"{name.replace('_', '-')}: {value}" for name, value in headers.items()]
+    if chunked:
+        lines.append("Transfer-Encoding: chunked")
+        body = f"{len(body):x}\r\n".encode() + body + b"\r\n0\r\n\r\n"
+    elif body:
+        lines.append(f"Content-Length: {len(body)}")
+    return ("\r\n".join(lines) + "\r\n\r\n").encode() + body
+
+
+def _answers(received: bytes, heads: tuple[int, ...]) -> list[tuple[bytes, list[bytes], Any]]:
+    """Each response in ``received``: its status line, its header lines (in order, the
+    date left out), its body (JSON, without what differs between runs); job ids masked.
+    ``heads``: the answers to HEAD requests, by number (no body)."""
+    answers: list[tuple[bytes, list[bytes], Any]] = []
+    rest = _JOB_ID.sub(b"job_" + b"x" * 26, received)
+    while rest:
+        head, _, rest = rest.partition(b"\r\n\r\n")
+        status, *lines = head.split(b"\r\n")
+        length = 0
+        for line in lines:
+            if len(answers) not in heads and line.lower().startswith(b"content-length:"):
+                length = int(line.split(b":", 1)[1])
+        body, rest = rest[:length], rest[length:]
+        shown: Any = json.loads(body) if body else None
+        if isinstance(shown, dict):
+            shown = {k: v for k, v in shown.items() if k not in VARYING}
+        answers.append((status, [line for line in lines if not line.startswith(b"date:")], shown))
+    return answers
+
+
+def _exchange_raw(
+    url: str, sent: bytes, heads: tuple[int, ...] = ()
+) -> list[tuple[bytes, list[bytes], Any]]:
+    """``sent`` in one write (each body with its head: the front reads it at once); what
+    comes back until the server closes the connection (``heads``: as ``_answers``)."""
+    port = int(url.rsplit(":", 1)[1])
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(sent)
+        received = b""
+        while data := sock.recv(65536):
+            received += data
+    return _answers(received, heads)
+
+
+@pytest.fixture
+def fast_paths(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
+    """How often the front read a whole body at once and wrote an answer in one piece."""
+    from app.api.serving import respond, whole_body
+
+    counts = {"body": 0, "respond": 0}
+
+    def counted_body(receive: Any) -> bytes | None:
+        body = whole_body(receive)
+        counts["body"] += body is not None
+        return body
+
+    def counted_respond(*args: Any) -> bool:
+        done = respond(*args)
+        counts["respond"] += done
+        return done
+
+    monkeypatch.setattr("app.api.front.whole_body", counted_body)
+    monkeypatch.setattr("app.api.front.respond", counted_respond)
+    return counts
+
+
+def test_requests_read_and_answered_at_once_get_the_same_answers(
+    three: tuple[str, str, str], fast_paths: dict[str, int]
+) -> None:
+    """Requests that arrive whole, several in one write (pipelined), kept alive or closed:
+    the front reads each body at once and writes each answer in one piece
+    (``serving.whole_body``, ``serving.respond``), byte for byte what uvicorn's own
+    ``receive`` and ``send`` give the same app with the front off and the general path."""
+    valid = json.dumps(VALID).encode()
+    runs = []
+    for url in three:
+        with httpx.Client(
+            base_url=url, headers={"authorization": f"Bearer {KEYS['alice']}"}, timeout=30
+        ) as http:
+            job_id = http.post("/v1/jobs", json=VALID).json()["id"]  # stays queued
+        json_type = "application/json"
+        kept = b"".join(
+            [
+                _request("POST", "/v1/jobs", valid, Content_Type=json_type),
+                _request("POST", "/v1/generate?waitMs=0", valid, Content_Type=json_type),
+                _request(
+                    "POST", "/v1/jobs", b'{"task": "caf\xe9"}', Content_Type=json_type
+                ),  # not UTF-8
+                _request("POST", "/v1/jobs", b"{", Content_Type=json_type),
+                _request("POST", "/v1/jobs", valid, Content_Type="text/plain"),
+                _request(
+                    "POST", "/v1/jobs", valid, Idempotency_Key="raw-key", Content_Type=json_type
+                ),
+                _request(
+                    "POST", "/v1/jobs", valid, Idempotency_Key="raw-key", Content_Type=json_type
+                ),
+                _request("GET", f"/v1/jobs/{job_id}?waitMs=20"),
+                _request("HEAD", f"/v1/jobs/{job_id}"),
+                _request("GET", f"/v1/jobs/{job_id}", Traceparent=TRACEPARENT),
+                _request("GET", f"/v1/jobs/{job_id}", Connection="close"),
+            ]
+        )
+        run = _exchange_raw(url, kept, heads=(8,))
+        run += _exchange_raw(
+            url, _request("POST", "/v1/jobs", valid, Connection="close", Content_Type=json_type)
+        )
+        # over the cap (32 KiB) in chunks, all sent: counted once read
+        big = _request("POST", "/v1/jobs", b"x" * 40_000, chunked=True, Content_Type=json_type)
+        run += _exchange_raw(url, big)
+        run += _exchange_raw(
+            url,
+            _request(
+                "POST",
+                "/v1/jobs",
+                valid,
+                Expect="100-continue",
+                Connection="close",
+                Content_Type=json_type,
+            ),
+        )
+        runs.append(run)
+        if url == three[0]:
+            assert fast_paths["body"] >= 8
+            assert fast_paths["respond"] >= 6
+            counted = dict(fast_paths)
+    assert fast_paths == counted  # nothing taken by the front when it is off
+    front, lean, general = runs
+    assert front == lean == general
+    statuses = [answer[0].split()[1] for answer in front]
+    assert statuses == [
+        b"202", b"202", b"422", b"422", b"415", b"202", b"200", b"200", b"405", b"200", b"200",
+        b"202", b"413", b"100", b"202",
+    ]  # fmt: skip
+    assert b"connection: close" in front[10][1]
+    assert b"connection: close" in front[11][1]

@@ -20,6 +20,7 @@ from app.core.envelope import Envelope, Execution
 from app.core.job import Job
 from app.core.turn import Rejection
 from app.store import JobView, public_job, public_job_json
+from app.store.leases import _HISTORY, _TRANSCRIPT  # how a worker's commit writes them
 from app.store.records import LazyView, job_view
 from tests.api.conftest import finished, scripted
 
@@ -225,8 +226,9 @@ def test_a_job_is_written_as_its_response_model_writes_it() -> None:
             "attempts": str(view.attempts),
             "result": view.result.model_dump_json(),
             "turns": json.dumps(json.loads(expected)["turns"], separators=(",", ":")),
-            "history": json.dumps([h.model_dump(mode="json") for h in view.history]),
-            "transcript": json.dumps([t.model_dump(mode="json") for t in view.transcript]),
+            # as a worker's commit writes them (app.store.leases)
+            "history": _HISTORY.dump_json(list(view.history)).decode(),
+            "transcript": _TRANSCRIPT.dump_json(list(view.transcript)).decode(),
             "metadata": json.dumps(view.metadata),
         }
         if view.idempotency_key is not None:
@@ -237,8 +239,10 @@ def test_a_job_is_written_as_its_response_model_writes_it() -> None:
         assert stored is not None
         assert stored.result_json == fields["result"]
         assert public_job_json(stored) == public_job(stored).model_dump_json().encode()
-        # result and turns are parsed when read (LazyView), and compare as a JobView's do
+        # result, turns, history and transcript are parsed when read (LazyView), and
+        # compare as a JobView's do
         assert (stored.result, stored.turns) == (view.result, view.turns)
+        assert (stored.history, stored.transcript) == (view.history, view.transcript)
         assert isinstance(stored, LazyView)
         plain = JobView(**{f.name: getattr(stored, f.name) for f in dataclasses.fields(JobView)})
         assert stored == plain
