@@ -284,5 +284,9 @@ def _socket_timeout(redis: RedisClient) -> float | None:
     return float(timeout) if isinstance(timeout, int | float) and timeout > 0 else None
 
 
+# Made once: ``json.dumps`` with these options builds an encoder per call.
+_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
+
+
 def dumps(value: Any) -> str:
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    return _ENCODER.encode(value)
