@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import lru_cache
@@ -185,6 +185,36 @@ def job_view(raw: Mapping[Any, Any]) -> JobView | None:
     )
 
 
+_TURNS: Final = TypeAdapter(tuple[TurnRecord, ...])
+_HISTORY: Final = TypeAdapter(tuple[Rejection, ...])
+_TRANSCRIPT: Final = TypeAdapter(tuple[TranscriptEntry, ...])
+# JobView's own slots (LazyView's properties shadow them).
+_RESULT: Final = JobView.__dict__["result"]
+_TURNS_SLOT: Final = JobView.__dict__["turns"]
+_HISTORY_SLOT: Final = JobView.__dict__["history"]
+_TRANSCRIPT_SLOT: Final = JobView.__dict__["transcript"]
+
+
+def _parsed(slot: Any, source: str, parse: Callable[[str], Any]) -> Any:
+    """A property of ``LazyView``: the value in ``slot`` (JobView's own), or, while that is
+    None, ``parse`` of the JSON text in the attribute ``source``, kept in ``slot``. Set
+    (by the dataclass's ``__init__`` only), it sets the slot."""
+
+    def get(self: JobView) -> Any:
+        value = slot.__get__(self)
+        if value is None:
+            json_text = getattr(self, source)
+            assert json_text is not None
+            value = parse(json_text)
+            slot.__set__(self, value)
+        return value
+
+    def put(self: JobView, value: Any) -> None:
+        slot.__set__(self, value)
+
+    return property(get, put)
+
+
 class LazyView(JobView):
     """A ``JobView`` made from the JSON the store holds: its ``result``, ``turns``,
     ``history`` and ``transcript``, given as None, are parsed from ``result_json``,
@@ -201,64 +231,13 @@ class LazyView(JobView):
             return NotImplemented
         return all(getattr(self, name) == getattr(other, name) for name in _COMPARED)
 
-    @property
-    def result(self) -> Envelope:
-        result: Envelope | None = _RESULT.__get__(self)
-        if result is None:
-            assert self.result_json is not None
-            result = Envelope.model_validate_json(self.result_json)
-            _RESULT.__set__(self, result)
-        return result
-
-    @result.setter
-    def result(self, value: Envelope | None) -> None:  # the dataclass's __init__ only
-        _RESULT.__set__(self, value)
-
-    @property
-    def turns(self) -> tuple[TurnRecord, ...]:
-        turns: tuple[TurnRecord, ...] | None = _TURNS_SLOT.__get__(self)
-        if turns is None:
-            assert self.turns_json is not None
-            turns = _TURNS.validate_json(self.turns_json)
-            _TURNS_SLOT.__set__(self, turns)
-        return turns
-
-    @turns.setter
-    def turns(self, value: tuple[TurnRecord, ...] | None) -> None:  # likewise
-        _TURNS_SLOT.__set__(self, value)
-
-    @property
-    def history(self) -> tuple[Rejection, ...]:
-        history: tuple[Rejection, ...] | None = _HISTORY_SLOT.__get__(self)
-        if history is None:
-            assert self.history_json is not None
-            history = _HISTORY.validate_json(self.history_json)
-            _HISTORY_SLOT.__set__(self, history)
-        return history
-
-    @history.setter
-    def history(self, value: tuple[Rejection, ...] | None) -> None:  # likewise
-        _HISTORY_SLOT.__set__(self, value)
-
-    @property
-    def transcript(self) -> tuple[TranscriptEntry, ...]:
-        transcript: tuple[TranscriptEntry, ...] | None = _TRANSCRIPT_SLOT.__get__(self)
-        if transcript is None:
-            assert self.transcript_json is not None
-            transcript = _TRANSCRIPT.validate_json(self.transcript_json)
-            _TRANSCRIPT_SLOT.__set__(self, transcript)
-        return transcript
-
-    @transcript.setter
-    def transcript(self, value: tuple[TranscriptEntry, ...] | None) -> None:  # likewise
-        _TRANSCRIPT_SLOT.__set__(self, value)
+    # Each parsed from its JSON when first read, then kept in JobView's own slot.
+    result = _parsed(_RESULT, "result_json", Envelope.model_validate_json)
+    turns = _parsed(_TURNS_SLOT, "turns_json", _TURNS.validate_json)
+    history = _parsed(_HISTORY_SLOT, "history_json", _HISTORY.validate_json)
+    transcript = _parsed(_TRANSCRIPT_SLOT, "transcript_json", _TRANSCRIPT.validate_json)
 
 
-# JobView's own slots (the properties above shadow them in LazyView).
-_RESULT: Final = JobView.__dict__["result"]
-_TURNS_SLOT: Final = JobView.__dict__["turns"]
-_HISTORY_SLOT: Final = JobView.__dict__["history"]
-_TRANSCRIPT_SLOT: Final = JobView.__dict__["transcript"]
 _COMPARED: Final = tuple(f.name for f in dataclasses.fields(JobView) if f.compare)
 # Each field's slot, in the fields' order: ``_lazy_view`` sets them as the dataclass's __init__
 # would, in half its time (no ``object.__setattr__`` per field, no property setter).
@@ -464,9 +443,6 @@ def _dumps(value: Any) -> str:
 
 
 _OUTPUTS: Final = TypeAdapter(StoredOutputs)
-_TURNS: Final = TypeAdapter(tuple[TurnRecord, ...])
-_HISTORY: Final = TypeAdapter(tuple[Rejection, ...])
-_TRANSCRIPT: Final = TypeAdapter(tuple[TranscriptEntry, ...])
 # The fields public_job_json writes, in order: a field added to Job must be added there too.
 _JOB_FIELDS: Final = (
     "id",
