@@ -12,7 +12,6 @@ underneath them.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 from typing import Any, Final
 
@@ -23,6 +22,7 @@ from app.core import codes
 from app.core.errors import InvalidInput
 from app.core.spec import JobSpec
 from app.core.validation import check_schema
+from app.core.wire import compact_json
 from app.settings import Settings
 
 HTTP1: Final = ("1.1", "1.0")
@@ -194,13 +194,9 @@ def check_data(value: Any, settings: Settings, *, field: str, cap: str = "input"
     JSON bytes of data the client sends along (``input``, ``fallback.data``, a tool's
     output: ``cap="tool"``)."""
     _at_most(field, depth(value), settings.max_input_depth, "levels", what=f"{field} depth")
-    size = len(_COMPACT.encode(value).encode())
+    size = len(compact_json(value).encode())
     limit = settings.max_tool_output_bytes if cap == "tool" else settings.max_input_bytes
     _at_most(field, size, limit, "bytes of JSON", what=f"{field} size")
-
-
-# ``json.dumps(value, separators=(",", ":"), ensure_ascii=False)``'s encoder, made once.
-_COMPACT: Final = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
 
 
 def check_tools(spec: JobSpec, settings: Settings) -> None:
@@ -246,7 +242,7 @@ _SIGNATURE_TEXT_KEPT: Final = 64 * 1024
 
 
 def _measure(schema: Any) -> tuple[int, int]:
-    size = len(json.dumps(schema, separators=(",", ":"), ensure_ascii=False).encode())
+    size = len(compact_json(schema).encode())
     return size, depth(schema)
 
 

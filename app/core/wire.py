@@ -13,6 +13,9 @@ service still reads during a rolling upgrade.
 
 from __future__ import annotations
 
+import json
+from typing import Any, Final
+
 from pydantic import BaseModel, ConfigDict
 from pydantic.alias_generators import to_camel
 
@@ -26,3 +29,13 @@ class Wire(BaseModel):
         frozen=True,
         extra="ignore",
     )
+
+
+# ``json.dumps(value, separators=(",", ":"), ensure_ascii=False)``'s encoder, made once
+# (``json.dumps`` with options builds one per call).
+_COMPACT: Final = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
+
+
+def compact_json(value: Any) -> str:
+    """``value`` as the JSON text reprompt stores and measures: no spaces, text as is."""
+    return _COMPACT.encode(value)

@@ -12,7 +12,6 @@ and the process's one pub/sub subscription.
 from __future__ import annotations
 
 import inspect
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
@@ -26,6 +25,7 @@ from redis.exceptions import NoScriptError
 
 from app.core.envelope import Envelope
 from app.core.spec import CALLBACK_EVENTS
+from app.core.wire import compact_json
 from app.store.batching import Batcher, pipelines
 from app.store.hub import Hub
 from app.store.ids import is_job_id, shard_of
@@ -284,9 +284,4 @@ def _socket_timeout(redis: RedisClient) -> float | None:
     return float(timeout) if isinstance(timeout, int | float) and timeout > 0 else None
 
 
-# Made once: ``json.dumps`` with these options builds an encoder per call.
-_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
-
-
-def dumps(value: Any) -> str:
-    return _ENCODER.encode(value)
+dumps: Final = compact_json

@@ -26,7 +26,7 @@ from app.core.envelope import TERMINAL, Envelope, JobStatus
 from app.core.job import Job
 from app.core.spec import CALLBACK_EVENTS, CallbackEvent
 from app.core.turn import Rejection, Spend, TurnRecord
-from app.core.wire import Wire
+from app.core.wire import Wire, compact_json
 from app.store.ids import shard_of
 from app.tracecontext import TraceContext
 
@@ -411,7 +411,7 @@ def events_of(raw: str | bytes | None, *, after: int) -> list[Event]:
         return []
     entries = json.loads(raw)
     return [
-        Event(id=str(number), name=entry["name"], data=_dumps(entry["data"]))
+        Event(id=str(number), name=entry["name"], data=compact_json(entry["data"]))
         for number, entry in enumerate(entries, start=1)
         if number > after
     ]
@@ -436,10 +436,6 @@ def outputs(raw: str | bytes | None) -> Outputs | None:
 class StoredOutputs(Wire):
     outputs: tuple[ToolOutput, ...]
     received_ms: int
-
-
-def _dumps(value: Any) -> str:
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
 
 _OUTPUTS: Final = TypeAdapter(StoredOutputs)
