@@ -69,12 +69,6 @@ class LeanRequest(Request):
         # The first value of each name wins: the last one written, reversed.
         self.heads: dict[bytes, bytes] = dict(reversed(scope["headers"]))
 
-    def head(self, name: bytes) -> str | None:
-        """Header ``name`` (lower case) as Starlette's ``Headers.get`` reads it (latin-1),
-        None if absent."""
-        value = self.heads.get(name)
-        return None if value is None else value.decode("latin-1")
-
 
 class Unusual(Exception):
     """The request is not the plain, valid one a reader handles: FastAPI reads it."""
@@ -145,10 +139,7 @@ async def lean_response(
     read: bytes | None = None
     try:
         if route.reads_body:
-            # (``app.api.front`` has read it into the request: Starlette's own attribute)
-            read = getattr(request, "_body", None)
-            if read is None:
-                read = await request.body()
+            read = await request.body()  # (what ``app.api.front`` read, if it did)
         arguments = await route.reader(request)
     except (Unusual, ClientDisconnect):
         return None, read
@@ -167,9 +158,7 @@ def _replaying(body: bytes, receive: Receive) -> Receive:
 
 async def json_body(request: LeanRequest, model: type[M]) -> M:
     """The request's JSON body as ``model``; ``Unusual`` unless it is there and valid."""
-    body = getattr(request, "_body", None)  # read already (LeanRoute reads it first)
-    if body is None:
-        body = await request.body()
+    body = await request.body()  # read already (LeanRoute reads a route's body first)
     content_type = request.heads.get(b"content-type")
     if content_type is None or not is_json(content_type.decode("latin-1")):
         raise Unusual
