@@ -9,13 +9,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Annotated, Final, cast
+from typing import Annotated, Final
 
 from fastapi import Depends, Request
 from fastapi.openapi.models import HTTPBearer as HTTPBearerModel
 from fastapi.security.base import SecurityBase
 
-from app.api.auth import DEFAULT_TENANT, authenticate
+from app.api.auth import authenticate
 from app.api.fairness import Fairness
 from app.api.limits import first_headers, is_json
 from app.api.problems import NotReady, UnsupportedMediaType
@@ -58,11 +58,7 @@ def resources_of(request: Request) -> Resources:
 
 async def get_resources(request: Request) -> Resources:
     # async: FastAPI runs a plain ``def`` dependency in a thread, a hop per request.
-    return _resources(request)
-
-
-def _resources(request: Request) -> Resources:
-    return cast(Resources, request.scope["app"].state.resources)
+    return resources_of(request)
 
 
 class Bearer(SecurityBase):
@@ -85,7 +81,7 @@ class Bearer(SecurityBase):
         content_type, authorization, declared = first_headers(
             request.scope["headers"], b"content-type", b"authorization", b"content-length"
         )
-        return self.caller(_resources(request), content_type, authorization, declared)
+        return self.caller(resources_of(request), content_type, authorization, declared)
 
     def caller(
         self,
@@ -98,20 +94,15 @@ class Bearer(SecurityBase):
         ``Content-Length`` headers (``app.api.lean``'s readers read them themselves)."""
         if self.json_body:
             require_json(content_type or "")
-        if not res.keys:  # auth off: everyone is the one tenant (``authenticate``'s answer)
-            tenant = DEFAULT_TENANT
-        else:
-            token: str | None = None
-            if authorization:
-                scheme, _, credentials = authorization.partition(" ")
-                credentials = credentials.strip()
-                if scheme and credentials and scheme.lower() == "bearer":
-                    token = credentials
-            tenant = authenticate(token, res.keys, present=authorization is not None)
-        fairness = res.fairness
-        if fairness.rate_per_s > 0:  # (``admit`` does nothing otherwise)
-            body_bytes = int(declared) if declared is not None and declared.isdigit() else 0
-            fairness.admit(tenant, body_bytes=body_bytes)  # 429 when faster than its share
+        token: str | None = None
+        if authorization:
+            scheme, _, credentials = authorization.partition(" ")
+            credentials = credentials.strip()
+            if scheme and credentials and scheme.lower() == "bearer":
+                token = credentials
+        tenant = authenticate(token, res.keys, present=authorization is not None)
+        body_bytes = int(declared) if declared is not None and declared.isdigit() else 0
+        res.fairness.admit(tenant, body_bytes=body_bytes)  # 429 when faster than its share
         return Caller(res, tenant)
 
 
