@@ -203,14 +203,27 @@ class Role:
     def shard_of(self, job_id: str) -> ShardKeys:
         return self.keys.shard(shard_of(job_id))
 
-    async def _run(self, name: str, keys: Sequence[str], args: Sequence[str | int | float]) -> Any:
+    async def _run(
+        self,
+        name: str,
+        keys: Sequence[str],
+        args: Sequence[str | int | float],
+        *,
+        on: tuple[Batcher | None, Any] | None = None,
+    ) -> Any:
+        """Script ``name``, pipelined on the role's batcher (through redis-py without one);
+        ``on``: another (batcher or None, the client it stands for)."""
         script: AsyncScript = self._scripts[name]
-        if self._batcher is None:
-            return await script(keys=keys, args=args)
+        batcher, client = (self._batcher, self._redis) if on is None else on
+        if batcher is None:
+            return await script(keys=keys, args=args, client=client)
+        command = ("EVALSHA", script.sha, len(keys), *keys, *args)
         try:
-            return await self._batcher.call("EVALSHA", script.sha, len(keys), *keys, *args)
+            return await batcher.call(*command)
         except NoScriptError:  # a new or restarted Redis: the script loads, then runs
-            return await script(keys=keys, args=args)
+            # (through the batcher too: the client's pool may be busy, as a lane's can be)
+            await batcher.call("SCRIPT", "LOAD", script.script)
+            return await batcher.call(*command)
 
     async def _read(self, job_ids: Sequence[str]) -> list[JobView | None]:
         """Each job as stored, in one round trip: every field a view shows, not the spec

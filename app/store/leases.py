@@ -32,7 +32,7 @@ from typing import Any, ClassVar, Final
 
 from pydantic import TypeAdapter
 from redis.asyncio import Redis
-from redis.exceptions import NoScriptError, RedisClusterException, RedisError
+from redis.exceptions import RedisClusterException, RedisError
 
 from app.core import codes
 from app.core.checkpoint import Checkpoint, RequiredAction
@@ -244,16 +244,8 @@ class Leases(Role):
         self, name: str, keys: Sequence[str], args: Sequence[str | int | float]
     ) -> Any:
         """Run script ``name`` on the lane (``_run`` is on the shared pool)."""
-        script = self._scripts[name]
         batcher = self._own_lane if self._lane is not self._redis else self._batcher
-        if batcher is None:
-            return await script(keys=keys, args=args, client=self._lane)
-        command = ("EVALSHA", script.sha, len(keys), *keys, *args)
-        try:
-            return await batcher.call(*command)
-        except NoScriptError:  # a new or restarted Redis: the script loads, then runs
-            await batcher.call("SCRIPT", "LOAD", script.script)
-            return await batcher.call(*command)
+        return await self._run(name, keys, args, on=(batcher, self._lane))
 
     @edge
     async def claim(
