@@ -52,10 +52,10 @@ from starlette.middleware.errors import ServerErrorMiddleware
 from starlette.middleware.exceptions import ExceptionMiddleware
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
-from starlette.types import ASGIApp, ExceptionHandler, Message, Receive, Scope, Send
+from starlette.types import ASGIApp, ExceptionHandler, Receive, Scope, Send
 
 from app.api.lean import GENERAL, LeanRequest, LeanRoute, _replaying, lean_response
-from app.api.limits import HTTP1, BodyLimit, is_json
+from app.api.limits import HTTP1, BodyLimit, is_json, replaying
 from app.api.serving import respond, whole_body
 
 # FastAPI's own layers that do nothing for a request without telemetry and without
@@ -212,7 +212,9 @@ async def _intake(
         return request
     heads = request.heads
     declared = heads.get(b"content-length")
-    if route.reads_body and not _over(declared, limit.max_bytes):
+    if route.reads_body and not limit.declared_over(
+        None if declared is None else declared.decode("latin-1")
+    ):
         # The common request: its whole body in one message (here already, or next).
         body = whole_body(receive)
         if body is None:
@@ -220,7 +222,7 @@ async def _intake(
             if message["type"] == "http.request" and not message.get("more_body", False):
                 body = message.get("body", b"")
             else:  # more to come, or the client left: the limit reads it all
-                receive = _replaying_message(message, receive)
+                receive = replaying([message], receive)
         if body is not None:
             content_type = heads.get(b"content-type")
             if content_type is not None and not is_json(content_type.decode("latin-1")):
@@ -239,23 +241,6 @@ async def _intake(
     if checked is None:
         return None
     return LeanRequest(scope, checked, send)
-
-
-def _over(declared: bytes | None, max_bytes: int) -> bool:
-    """A declared ``Content-Length`` over the cap (``BodyLimit`` refuses it unread)."""
-    if declared is None:
-        return False
-    text = declared.decode("latin-1").strip()
-    return text.isdigit() and int(text) > max_bytes
-
-
-def _replaying_message(message: Message, receive: Receive) -> Receive:
-    replay = [message]
-
-    async def replayed() -> Message:
-        return replay.pop() if replay else await receive()
-
-    return replayed
 
 
 async def _handled(

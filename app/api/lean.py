@@ -42,9 +42,9 @@ from fastapi.routing import APIRoute
 from pydantic import BaseModel, ValidationError
 from pydantic_core import SchemaValidator
 from starlette.requests import ClientDisconnect
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
-from app.api.limits import is_json
+from app.api.limits import is_json, replaying
 from app.core.spec import _without_unicode_scan as without_unicode_scan
 
 Reader = Callable[["LeanRequest"], Awaitable[dict[str, Any]]]
@@ -148,12 +148,7 @@ async def lean_response(
 
 
 def _replaying(body: bytes, receive: Receive) -> Receive:
-    replay: list[Message] = [{"type": "http.request", "body": body, "more_body": False}]
-
-    async def replayed() -> Message:
-        return replay.pop() if replay else await receive()
-
-    return replayed
+    return replaying([{"type": "http.request", "body": body, "more_body": False}], receive)
 
 
 async def json_body(request: LeanRequest, model: type[M]) -> M:

@@ -61,7 +61,7 @@ class BodyLimit:
         if declared is None and encoding is None and scope.get("http_version") in HTTP1:
             # No body (HTTP/1 sends one only with either header): nothing to count.
             return receive
-        if declared is not None and declared.strip().isdigit() and int(declared) > self.max_bytes:
+        if self.declared_over(declared):
             await self._refuse(scope, receive, send)
             return None
         chunks: list[bytes] = []
@@ -84,11 +84,13 @@ class BodyLimit:
                     return None
                 replay = [{"type": "http.request", "body": body, "more_body": False}]
                 break
+        return replaying(replay, receive)
 
-        async def replayed() -> Message:
-            return replay.pop() if replay else await receive()
-
-        return replayed
+    def declared_over(self, declared: str | None) -> bool:
+        """A declared ``Content-Length`` over the cap (refused before a byte is read)."""
+        return (
+            declared is not None and declared.strip().isdigit() and int(declared) > self.max_bytes
+        )
 
     async def refused(
         self, scope: Scope, body: bytes, json: bool, receive: Receive, send: Send
@@ -112,6 +114,15 @@ class BodyLimit:
             headers={"Connection": "close"},
         )
         await response(scope, receive, send)
+
+
+def replaying(messages: list[Message], receive: Receive) -> Receive:
+    """``receive`` with ``messages`` (read already, last first) given back first."""
+
+    async def replayed() -> Message:
+        return messages.pop() if messages else await receive()
+
+    return replayed
 
 
 def first_headers(headers: Iterable[tuple[bytes, bytes]], *names: bytes) -> list[str | None]:
