@@ -120,6 +120,10 @@ class _Job:
     flushing: asyncio.Task[None] | None = None
     writing: bool = False  # the background flush has its turn and is writing
     span: JobSpan | None = None  # with traces on: this claim's span
+    # Bookkeeping owed (metrics, the 'started' log line), in order: done once the job's
+    # task waits (for the model's answer, for Redis's reply) rather than on its way to the
+    # model call or the commit, and before anything else the worker logs or counts for it.
+    owed: list[Callable[[], None]] | None = None
 
     @property
     def id(self) -> str:
@@ -353,6 +357,7 @@ class Worker:
         job.task.add_done_callback(lambda _: self._finished(job))
 
     def _finished(self, job: _Job) -> None:
+        self._catch_up(job)  # done by the task's end, unless it never ran
         if self._jobs.get(job.id) is job:
             del self._jobs[job.id]
         self._slots.release()
@@ -363,19 +368,32 @@ class Worker:
     # -- one job ------------------------------------------------------------------------
 
     async def _process(self, job: _Job) -> None:
-        claim = job.claim
-        waited_s = max(0.0, time.time() - claim.created_at_ms / 1000)
-        metrics.job_started(waited_s)
-        # Logged as it starts, not with the end: a worker killed mid-job leaves this line
-        # to say it held the job (and which claim). Made whole here: no arguments to format.
-        if log.isEnabledFor(logging.INFO):
-            logs.info(
-                log,
-                f"job {job.id} started: attempt {claim.attempt}, tenant {claim.tenant}, "
-                f"queued {waited_s:.3f}s",
-            )
+        now = time.time()
+        # Counted and logged once the job waits for its model call (``_owe``), the line
+        # stamped with now: a worker killed mid-job still leaves it to say it held the job.
+        self._owe(job, functools.partial(_started, job, now))
         with self._span(job):
             await self._run(job)
+
+    def _owe(self, job: _Job, work: Callable[[], None]) -> None:
+        """Do ``work`` (bookkeeping: a metric, a log line) once the job's task waits, after
+        what the job owes already; ``_catch_up`` does it sooner where order shows."""
+        owed = job.owed
+        if owed is None:
+            job.owed = [work]
+            asyncio.get_running_loop().call_soon(self._catch_up, job)
+        else:
+            owed.append(work)
+
+    def _catch_up(self, job: _Job) -> None:
+        """Do what the job owes (``_owe``), in order; a failure is logged, and the rest done."""
+        while job.owed:
+            owed, job.owed = job.owed, None
+            for work in owed:
+                try:
+                    work()
+                except Exception:
+                    log.exception("job %s: its bookkeeping failed", job.id)
 
     def _span(self, job: _Job) -> contextlib.AbstractContextManager[object]:
         """The claim's trace span (a child of the client's, when it sent a traceparent)."""
@@ -405,10 +423,12 @@ class Worker:
             if job.stopped is not None:  # ended between turns, or by a refused write
                 await self._stopped(job)
         finally:
+            self._catch_up(job)
             metrics.job_left()
 
     async def _stopped(self, job: _Job) -> None:
         job.unwinding = True
+        self._catch_up(job)
         if job.span is not None:
             job.span.stopped(job.stopped or "shutdown")
         log.info("job %s stopped: %s", job.id, job.stopped or "the worker is shutting down")
@@ -450,6 +470,7 @@ class Worker:
         except _LeaseLost:
             return None
         except Exception:  # a bug in the loop ends this job, never the worker
+            self._catch_up(job)
             log.exception("job %s: the turn loop failed", job.id)
             detail = "the worker failed while running the job"
             return Envelope.failure(codes.INTERNAL_ERROR, detail), (), ()
@@ -514,15 +535,13 @@ class Worker:
         if job.span is not None:
             job.span.on_event(event)
         if isinstance(event, ToolsAnswered):
-            metrics.record_tool_calls(event.calls)
+            self._owe(job, functools.partial(metrics.record_tool_calls, event.calls))
             job.events.append((event.name, event))
         elif isinstance(event, TurnEnded):
             record = event.record
-            # The call was made and paid for, whoever owns the job now.
-            metrics.record_turn(record, calls_left=event.calls_left)
-            metrics.record_tool_calls(
-                c for c in record.tool_call_details if c.outcome != "requires_action"
-            )
+            # The call was made and paid for, whoever owns the job now: counted once the
+            # job waits (the commit's reply, the next model call's answer).
+            self._owe(job, functools.partial(_count_turn, event))
             if job.turn is not None:  # one record per write: flush the one before
                 await self._flush(job)
             job.turn = record.model_copy(update={"job_attempt": job.claim.attempt})
@@ -573,6 +592,7 @@ class Worker:
             "progress",
             lambda: self.store.write(claim, progress=progress, turn=turn, events=events),
         )
+        self._catch_up(job)
         if written is None or written is Written.OURS:
             return  # given up on a transport error: progress is best effort
         if job.stopped is None:  # else we already know why, and stop anyway
@@ -592,6 +612,7 @@ class Worker:
             try:
                 return await call(), attempt
             except Exception as exc:
+                self._catch_up(job)
                 if attempt == WRITE_TRIES:
                     log.warning("job %s: %s failed %d times: %r", job.id, what, attempt, exc)
                     return None, attempt
@@ -621,6 +642,7 @@ class Worker:
             )
 
         written, tries = await self._settle(job, "commit", complete)
+        self._catch_up(job)
         if written is None:
             if job.span is not None:
                 job.span.stopped("commit-failed")
@@ -680,6 +702,7 @@ class Worker:
             )
 
         written, _ = await self._settle(job, "pause", pause)
+        self._catch_up(job)
         if job.span is not None:
             if written is Written.OURS:
                 job.span.paused(len(action.tool_calls))
@@ -729,6 +752,7 @@ class Worker:
             try:
                 return await write(), tries
             except (StoreUnavailable, OSError) as exc:
+                self._catch_up(job)
                 if time.monotonic() + wait_s > give_up:
                     # The lease runs out and the reaper requeues the job: it is not lost.
                     log.error("job %s: %s failed, the job will be run again: %r", job.id, what, exc)
@@ -920,6 +944,31 @@ def _progress(event: TurnStarted | TurnEnded) -> Progress:
         remaining=event.remaining,
         model=event.model,
     )
+
+
+def _started(job: _Job, now: float) -> None:
+    """Count a job started at ``now`` (``time.time()``), and log its INFO line, stamped
+    then: ``job j_… started: attempt 1, tenant acme, queued 0.002s``. Logged as it starts,
+    not with the end: a worker killed mid-job leaves this line to say it held the job (and
+    which claim). Made whole here: no arguments to format."""
+    claim = job.claim
+    waited_s = max(0.0, now - claim.created_at_ms / 1000)
+    metrics.job_started(waited_s)
+    if log.isEnabledFor(logging.INFO):
+        logs.info(
+            log,
+            f"job {job.id} started: attempt {claim.attempt}, tenant {claim.tenant}, "
+            f"queued {waited_s:.3f}s",
+            now,
+        )
+
+
+def _count_turn(event: TurnEnded) -> None:
+    """Count a model call from its turn's end, and the tool calls it made whose outcome
+    is known (a client's call is counted when it is answered)."""
+    record = event.record
+    metrics.record_turn(record, calls_left=event.calls_left)
+    metrics.record_tool_calls(c for c in record.tool_call_details if c.outcome != "requires_action")
 
 
 def _ended_line(job: _Job, envelope: Envelope, duration_s: float) -> str:
