@@ -446,7 +446,7 @@ class Worker:
 
         runtime = Runtime(
             client=self.client,
-            # The trace's coroutine itself, awaited by the loop: no coroutine around it.
+            # Done at once, or the coroutine to await (``_trace``): no coroutine around it.
             tracer=functools.partial(self._trace, job),
             cancelled=lambda: job.stopped is not None,
             tools=self._http_tools(spec, job.claim),
@@ -528,23 +528,33 @@ class Worker:
 
         return check
 
-    async def _trace(self, job: _Job, event: LoopEvent) -> None:
+    def _trace(self, job: _Job, event: LoopEvent) -> Awaitable[None] | None:
         """Mirror the loop's events into the job's outbox, the metrics and the trace; the
         outbox is written once a phase lasts ``FLUSH_AFTER_S``, with the next write, or with
-        the commit."""
+        the commit. Done here (``None``), but for a turn's end while the turn before waits
+        to be written: then the coroutine that writes it first, for the loop to await."""
         if job.span is not None:
             job.span.on_event(event)
-        if isinstance(event, ToolsAnswered):
-            self._owe(job, functools.partial(metrics.record_tool_calls, event.calls))
-            job.events.append((event.name, event))
-        elif isinstance(event, TurnEnded):
-            record = event.record
+        if isinstance(event, TurnEnded):
             # The call was made and paid for, whoever owns the job now: counted once the
             # job waits (the commit's reply, the next model call's answer).
             self._owe(job, functools.partial(_count_turn, event))
             if job.turn is not None:  # one record per write: flush the one before
-                await self._flush(job)
-            job.turn = record.model_copy(update={"job_attempt": job.claim.attempt})
+                return self._flushed_then(job, event)
+        self._note(job, event)
+        return None
+
+    async def _flushed_then(self, job: _Job, event: TurnEnded) -> None:
+        await self._flush(job)
+        self._note(job, event)
+
+    def _note(self, job: _Job, event: LoopEvent) -> None:
+        """Put ``event`` in the job's outbox (``_trace``)."""
+        if isinstance(event, ToolsAnswered):
+            self._owe(job, functools.partial(metrics.record_tool_calls, event.calls))
+            job.events.append((event.name, event))
+        elif isinstance(event, TurnEnded):
+            job.turn = event.record.model_copy(update={"job_attempt": job.claim.attempt})
             job.events.append((event.name, event.summary()))
             job.progress = event
         else:

@@ -122,6 +122,37 @@ async def test_bookkeeping_that_fails_is_logged_and_the_rest_and_the_job_go_on(
     assert sample("reprompt_jobs_in_progress") == 0
 
 
+async def test_quick_turns_each_write_their_record_in_order_and_each_is_counted(
+    store: Store, router: Router
+) -> None:
+    # No turn lasts FLUSH_AFTER_S: the first turn's record is written as the second ends
+    # (one record per write), the second with the commit.
+    invalid = {"type": "must_return", "outcome": "invalid"}
+    success = {"type": "retry", "outcome": "success"}
+    before = (sample("reprompt_turns_total", invalid), sample("reprompt_turns_total", success))
+    spec = job(["broken_json", "ok"], budget={"maxTurns": 1, "returnRetries": 1})
+    job_id = await submit(store, spec)
+    async with running(Worker(store, router, worker_settings())):
+        view = await finished(store, job_id)
+    assert view.status == "succeeded"
+    assert [(t.index, t.outcome, t.job_attempt) for t in view.turns] == [
+        (1, "invalid", 1),
+        (2, "success", 1),
+    ]
+    events = await store.events(job_id, after=None, block_ms=0)
+    assert [e.name for e in events] == [
+        "job_queued",
+        "job_start",
+        "turn_start",
+        "turn_end",
+        "turn_start",
+        "turn_end",
+        "job_end",
+    ]
+    after = (sample("reprompt_turns_total", invalid), sample("reprompt_turns_total", success))
+    assert (after[0] - before[0], after[1] - before[1]) == (1, 1)
+
+
 def test_info_stamps_a_line_with_the_time_given(caplog: pytest.LogCaptureFixture) -> None:
     log = logging.getLogger("app.worker")
     with caplog.at_level(logging.INFO, logger="app.worker"):
