@@ -98,7 +98,7 @@ class _LeaseLost(Exception):
     """A fenced write was refused: the job is no longer ours (lease lost or cancelled)."""
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class _Job:
     """A claimed job this worker is running."""
 
