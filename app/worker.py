@@ -120,10 +120,6 @@ class _Job:
     flushing: asyncio.Task[None] | None = None
     writing: bool = False  # the background flush has its turn and is writing
     span: JobSpan | None = None  # with traces on: this claim's span
-    # Bookkeeping owed (metrics, the 'started' log line), in order: done once the job's
-    # task waits (for the model's answer, for Redis's reply) rather than on its way to the
-    # model call or the commit, and before anything else the worker logs or counts for it.
-    owed: list[Callable[[], None]] | None = None
 
     @property
     def id(self) -> str:
@@ -168,6 +164,8 @@ class Worker:
         self._stopping: asyncio.Event | None = None  # run's stop, while it runs
         self._stop_waiter: asyncio.Future[Any] | None = None
         self._flushes = asyncio.Semaphore(FLUSHES_AT_ONCE)
+        # Bookkeeping owed, every job's in order (``_owe``): (job id, work).
+        self._owed: list[tuple[str, Callable[[], None]]] = []
         # Completion callbacks (#13): this worker sends its share of every shard's outbox.
         self.sender = (
             CallbackSender(store, outbound, settings)
@@ -371,29 +369,32 @@ class Worker:
         now = time.time()
         # Counted and logged once the job waits for its model call (``_owe``), the line
         # stamped with now: a worker killed mid-job still leaves it to say it held the job.
-        self._owe(job, functools.partial(_started, job, now))
+        self._owe(job, functools.partial(_started, job.claim, now))  # no cycle with job
         with self._span(job):
             await self._run(job)
 
     def _owe(self, job: _Job, work: Callable[[], None]) -> None:
-        """Do ``work`` (bookkeeping: a metric, a log line) once the job's task waits, after
-        what the job owes already; ``_catch_up`` does it sooner where order shows."""
-        owed = job.owed
-        if owed is None:
-            job.owed = [work]
-            asyncio.get_running_loop().call_soon(self._catch_up, job)
-        else:
-            owed.append(work)
+        """Do ``work`` (bookkeeping: a metric, a log line) once the job's task waits (for the
+        model's answer, for Redis's reply) rather than on its way to the model call or the
+        commit, after everything owed before it; ``_catch_up`` does it sooner where order
+        shows. One payment scheduled for every job's bookkeeping of a pass of the loop."""
+        owed = self._owed
+        owed.append((job.id, work))
+        if len(owed) == 1:
+            asyncio.get_running_loop().call_soon(self._catch_up)
 
-    def _catch_up(self, job: _Job) -> None:
-        """Do what the job owes (``_owe``), in order; a failure is logged, and the rest done."""
-        while job.owed:
-            owed, job.owed = job.owed, None
-            for work in owed:
-                try:
-                    work()
-                except Exception:
-                    log.exception("job %s: its bookkeeping failed", job.id)
+    def _catch_up(self, job: _Job | None = None) -> None:
+        """Do everything owed (``_owe``), in order, now: before anything else the worker
+        logs or counts for ``job``. A failure is logged, and the rest done."""
+        owed = self._owed
+        if not owed:
+            return
+        self._owed = []
+        for job_id, work in owed:
+            try:
+                work()
+            except Exception:
+                log.exception("job %s: its bookkeeping failed", job_id)
 
     def _span(self, job: _Job) -> contextlib.AbstractContextManager[object]:
         """The claim's trace span (a child of the client's, when it sent a traceparent)."""
@@ -956,18 +957,17 @@ def _progress(event: TurnStarted | TurnEnded) -> Progress:
     )
 
 
-def _started(job: _Job, now: float) -> None:
+def _started(claim: Claim, now: float) -> None:
     """Count a job started at ``now`` (``time.time()``), and log its INFO line, stamped
     then: ``job j_… started: attempt 1, tenant acme, queued 0.002s``. Logged as it starts,
     not with the end: a worker killed mid-job leaves this line to say it held the job (and
     which claim). Made whole here: no arguments to format."""
-    claim = job.claim
     waited_s = max(0.0, now - claim.created_at_ms / 1000)
     metrics.job_started(waited_s)
     if log.isEnabledFor(logging.INFO):
         logs.info(
             log,
-            f"job {job.id} started: attempt {claim.attempt}, tenant {claim.tenant}, "
+            f"job {claim.job_id} started: attempt {claim.attempt}, tenant {claim.tenant}, "
             f"queued {waited_s:.3f}s",
             now,
         )
