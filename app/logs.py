@@ -71,20 +71,33 @@ class _Handler(logging.StreamHandler):  # type: ignore[type-arg]
 _direct: _Handler | None = None  # configure()'s handler: the one ``info`` may write to itself
 
 
-def info(logger: logging.Logger, message: str) -> None:
+def info(logger: logging.Logger, message: str, created: float | None = None) -> None:
     """``logger.info(message)`` for a finished text (nothing to format into it), and the
     same line: written straight to ``configure``'s stream, without a ``LogRecord`` and
     the walk through loggers and handlers, when that handler is the only place the line
     can go (no other handler on the way to the root, no filter, no record factory, as
     ``reprompt worker`` runs); else through ``logging`` as usual (a test's capture, an
-    embedding app's configuration)."""
+    embedding app's configuration).
+
+    ``created``: the ``time.time()`` the line is stamped with, for a line written later
+    than what it tells of happened (the worker's 'started' line, written once the job's
+    model call is on its way); now when not given."""
     if not logger.isEnabledFor(logging.INFO):
         return
     handler = _direct
     if handler is None or not _only_to(logger, handler):
-        logger.info(message)
+        if created is None:
+            logger.info(message)
+            return
+        fn, lno, func, _ = logger.findCaller()
+        record = logger.makeRecord(logger.name, logging.INFO, fn, lno, message, (), None, func)
+        record.relativeCreated += (created - record.created) * 1000
+        record.created = created
+        record.msecs = int((created - int(created)) * 1000) + 0.0  # as LogRecord works it out
+        logger.handle(record)
         return
-    created = time.time()
+    if created is None:
+        created = time.time()
     msecs = int((created - int(created)) * 1000) + 0.0  # as LogRecord works it out
     formatter = handler.formatter
     assert isinstance(formatter, Formatter)  # _only_to checked it

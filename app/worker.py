@@ -98,7 +98,7 @@ class _LeaseLost(Exception):
     """A fenced write was refused: the job is no longer ours (lease lost or cancelled)."""
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class _Job:
     """A claimed job this worker is running."""
 
@@ -164,6 +164,8 @@ class Worker:
         self._stopping: asyncio.Event | None = None  # run's stop, while it runs
         self._stop_waiter: asyncio.Future[Any] | None = None
         self._flushes = asyncio.Semaphore(FLUSHES_AT_ONCE)
+        # Bookkeeping owed, every job's in order (``_owe``): (job id, work).
+        self._owed: list[tuple[str, Callable[[], None]]] = []
         # Completion callbacks (#13): this worker sends its share of every shard's outbox.
         self.sender = (
             CallbackSender(store, outbound, settings)
@@ -353,6 +355,7 @@ class Worker:
         job.task.add_done_callback(lambda _: self._finished(job))
 
     def _finished(self, job: _Job) -> None:
+        self._catch_up(job)  # done by the task's end, unless it never ran
         if self._jobs.get(job.id) is job:
             del self._jobs[job.id]
         self._slots.release()
@@ -363,19 +366,35 @@ class Worker:
     # -- one job ------------------------------------------------------------------------
 
     async def _process(self, job: _Job) -> None:
-        claim = job.claim
-        waited_s = max(0.0, time.time() - claim.created_at_ms / 1000)
-        metrics.job_started(waited_s)
-        # Logged as it starts, not with the end: a worker killed mid-job leaves this line
-        # to say it held the job (and which claim). Made whole here: no arguments to format.
-        if log.isEnabledFor(logging.INFO):
-            logs.info(
-                log,
-                f"job {job.id} started: attempt {claim.attempt}, tenant {claim.tenant}, "
-                f"queued {waited_s:.3f}s",
-            )
+        now = time.time()
+        # Counted and logged once the job waits for its model call (``_owe``), the line
+        # stamped with now: a worker killed mid-job still leaves it to say it held the job.
+        self._owe(job, functools.partial(_started, job.claim, now))  # no cycle with job
         with self._span(job):
             await self._run(job)
+
+    def _owe(self, job: _Job, work: Callable[[], None]) -> None:
+        """Do ``work`` (bookkeeping: a metric, a log line) once the job's task waits (for the
+        model's answer, for Redis's reply) rather than on its way to the model call or the
+        commit, after everything owed before it; ``_catch_up`` does it sooner where order
+        shows. One payment scheduled for every job's bookkeeping of a pass of the loop."""
+        owed = self._owed
+        owed.append((job.id, work))
+        if len(owed) == 1:
+            asyncio.get_running_loop().call_soon(self._catch_up)
+
+    def _catch_up(self, job: _Job | None = None) -> None:
+        """Do everything owed (``_owe``), in order, now: before anything else the worker
+        logs or counts for ``job``. A failure is logged, and the rest done."""
+        owed = self._owed
+        if not owed:
+            return
+        self._owed = []
+        for job_id, work in owed:
+            try:
+                work()
+            except Exception:
+                log.exception("job %s: its bookkeeping failed", job_id)
 
     def _span(self, job: _Job) -> contextlib.AbstractContextManager[object]:
         """The claim's trace span (a child of the client's, when it sent a traceparent)."""
@@ -405,10 +424,12 @@ class Worker:
             if job.stopped is not None:  # ended between turns, or by a refused write
                 await self._stopped(job)
         finally:
+            self._catch_up(job)
             metrics.job_left()
 
     async def _stopped(self, job: _Job) -> None:
         job.unwinding = True
+        self._catch_up(job)
         if job.span is not None:
             job.span.stopped(job.stopped or "shutdown")
         log.info("job %s stopped: %s", job.id, job.stopped or "the worker is shutting down")
@@ -426,7 +447,7 @@ class Worker:
 
         runtime = Runtime(
             client=self.client,
-            # The trace's coroutine itself, awaited by the loop: no coroutine around it.
+            # Done at once, or the coroutine to await (``_trace``): no coroutine around it.
             tracer=functools.partial(self._trace, job),
             cancelled=lambda: job.stopped is not None,
             tools=self._http_tools(spec, job.claim),
@@ -450,6 +471,7 @@ class Worker:
         except _LeaseLost:
             return None
         except Exception:  # a bug in the loop ends this job, never the worker
+            self._catch_up(job)
             log.exception("job %s: the turn loop failed", job.id)
             detail = "the worker failed while running the job"
             return Envelope.failure(codes.INTERNAL_ERROR, detail), (), ()
@@ -507,25 +529,33 @@ class Worker:
 
         return check
 
-    async def _trace(self, job: _Job, event: LoopEvent) -> None:
+    def _trace(self, job: _Job, event: LoopEvent) -> Awaitable[None] | None:
         """Mirror the loop's events into the job's outbox, the metrics and the trace; the
         outbox is written once a phase lasts ``FLUSH_AFTER_S``, with the next write, or with
-        the commit."""
+        the commit. Done here (``None``), but for a turn's end while the turn before waits
+        to be written: then the coroutine that writes it first, for the loop to await."""
         if job.span is not None:
             job.span.on_event(event)
+        if isinstance(event, TurnEnded):
+            # The call was made and paid for, whoever owns the job now: counted once the
+            # job waits (the commit's reply, the next model call's answer).
+            self._owe(job, functools.partial(_count_turn, event))
+            if job.turn is not None:  # one record per write: flush the one before
+                return self._flushed_then(job, event)
+        self._note(job, event)
+        return None
+
+    async def _flushed_then(self, job: _Job, event: TurnEnded) -> None:
+        await self._flush(job)
+        self._note(job, event)
+
+    def _note(self, job: _Job, event: LoopEvent) -> None:
+        """Put ``event`` in the job's outbox (``_trace``)."""
         if isinstance(event, ToolsAnswered):
-            metrics.record_tool_calls(event.calls)
+            self._owe(job, functools.partial(metrics.record_tool_calls, event.calls))
             job.events.append((event.name, event))
         elif isinstance(event, TurnEnded):
-            record = event.record
-            # The call was made and paid for, whoever owns the job now.
-            metrics.record_turn(record, calls_left=event.calls_left)
-            metrics.record_tool_calls(
-                c for c in record.tool_call_details if c.outcome != "requires_action"
-            )
-            if job.turn is not None:  # one record per write: flush the one before
-                await self._flush(job)
-            job.turn = record.model_copy(update={"job_attempt": job.claim.attempt})
+            job.turn = event.record.model_copy(update={"job_attempt": job.claim.attempt})
             job.events.append((event.name, event.summary()))
             job.progress = event
         else:
@@ -573,6 +603,7 @@ class Worker:
             "progress",
             lambda: self.store.write(claim, progress=progress, turn=turn, events=events),
         )
+        self._catch_up(job)
         if written is None or written is Written.OURS:
             return  # given up on a transport error: progress is best effort
         if job.stopped is None:  # else we already know why, and stop anyway
@@ -592,6 +623,7 @@ class Worker:
             try:
                 return await call(), attempt
             except Exception as exc:
+                self._catch_up(job)
                 if attempt == WRITE_TRIES:
                     log.warning("job %s: %s failed %d times: %r", job.id, what, attempt, exc)
                     return None, attempt
@@ -621,6 +653,7 @@ class Worker:
             )
 
         written, tries = await self._settle(job, "commit", complete)
+        self._catch_up(job)
         if written is None:
             if job.span is not None:
                 job.span.stopped("commit-failed")
@@ -680,6 +713,7 @@ class Worker:
             )
 
         written, _ = await self._settle(job, "pause", pause)
+        self._catch_up(job)
         if job.span is not None:
             if written is Written.OURS:
                 job.span.paused(len(action.tool_calls))
@@ -729,6 +763,7 @@ class Worker:
             try:
                 return await write(), tries
             except (StoreUnavailable, OSError) as exc:
+                self._catch_up(job)
                 if time.monotonic() + wait_s > give_up:
                     # The lease runs out and the reaper requeues the job: it is not lost.
                     log.error("job %s: %s failed, the job will be run again: %r", job.id, what, exc)
@@ -920,6 +955,30 @@ def _progress(event: TurnStarted | TurnEnded) -> Progress:
         remaining=event.remaining,
         model=event.model,
     )
+
+
+def _started(claim: Claim, now: float) -> None:
+    """Count a job started at ``now`` (``time.time()``), and log its INFO line, stamped
+    then: ``job j_… started: attempt 1, tenant acme, queued 0.002s``. Logged as it starts,
+    not with the end: a worker killed mid-job leaves this line to say it held the job (and
+    which claim). Made whole here: no arguments to format."""
+    waited_s = max(0.0, now - claim.created_at_ms / 1000)
+    metrics.job_started(waited_s)
+    if log.isEnabledFor(logging.INFO):
+        logs.info(
+            log,
+            f"job {claim.job_id} started: attempt {claim.attempt}, tenant {claim.tenant}, "
+            f"queued {waited_s:.3f}s",
+            now,
+        )
+
+
+def _count_turn(event: TurnEnded) -> None:
+    """Count a model call from its turn's end, and the tool calls it made whose outcome
+    is known (a client's call is counted when it is answered)."""
+    record = event.record
+    metrics.record_turn(record, calls_left=event.calls_left)
+    metrics.record_tool_calls(c for c in record.tool_call_details if c.outcome != "requires_action")
 
 
 def _ended_line(job: _Job, envelope: Envelope, duration_s: float) -> str:

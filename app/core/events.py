@@ -103,7 +103,7 @@ async def emit(tracer: Tracer | None, event: LoopEvent) -> None:
     if tracer is None:
         return
     result = tracer(event)
-    if inspect.isawaitable(result):
+    if result is not None and inspect.isawaitable(result):
         await result
 
 

@@ -13,9 +13,8 @@ visited, or the worst case of a pattern match (``app.core.pattern.Pattern.cost``
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from contextvars import ContextVar
+from collections.abc import Callable
+from contextvars import ContextVar, Token
 from typing import Final
 
 # A check gets a floor, plus a share per character of what it checks: a big value gets
@@ -48,28 +47,38 @@ def steps_for(chars: int) -> int:
     return BASE_STEPS + STEPS_PER_CHAR * chars
 
 
-@contextmanager
-def work_budget(steps: int) -> Iterator[None]:
-    """Every check inside shares ``steps``; an enclosing budget, if any, rules instead."""
-    if _BUDGET.get() is not None:
-        yield
-        return
-    token = _BUDGET.set(_Budget(steps))
-    try:
-        yield
-    finally:
-        _BUDGET.reset(token)
+class work_budget:  # noqa: N801 (used as a function: ``with work_budget(steps):``)
+    """Every check inside shares ``steps``; an enclosing budget, if any, rules instead.
+
+    A class rather than a ``@contextmanager`` generator: it is entered several times per
+    answer checked, and a generator's context manager costs a few objects and calls more.
+    """
+
+    __slots__ = ("_steps", "_token")
+
+    def __init__(self, steps: int) -> None:
+        self._steps = steps
+        self._token: Token[_Budget | None] | None = None
+
+    def __enter__(self) -> None:
+        if _BUDGET.get() is None:
+            self._token = _BUDGET.set(_Budget(self._steps))
+
+    def __exit__(self, *exc: object) -> None:
+        token = self._token
+        if token is not None:
+            self._token = None
+            _BUDGET.reset(token)
 
 
-@contextmanager
-def own_budget(steps: int) -> Iterator[None]:
+class own_budget(work_budget):  # noqa: N801 (used as a function, as ``work_budget``)
     """A budget of its own for a check inside another's (a judge's answer, read while the
     candidate's validators run): it neither spends nor is limited by the enclosing one."""
-    token = _BUDGET.set(_Budget(steps))
-    try:
-        yield
-    finally:
-        _BUDGET.reset(token)
+
+    __slots__ = ()
+
+    def __enter__(self) -> None:
+        self._token = _BUDGET.set(_Budget(self._steps))
 
 
 def grant(steps: int) -> None:

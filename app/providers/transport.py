@@ -31,8 +31,7 @@ import json
 import logging
 import re
 import weakref
-from collections.abc import AsyncIterable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import AsyncIterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
@@ -296,32 +295,48 @@ def _text(response: httpx.Response, content: bytes) -> str:
         return content.decode("utf-8", errors="replace")
 
 
-@contextmanager
-def map_transport_errors(edge: Edge, timeout_s: float) -> Iterator[None]:
-    """Turn httpx and asyncio failures raised inside the block into ``ProviderError``."""
-    try:
-        yield
-    except (httpx.TimeoutException, TimeoutError) as exc:
-        raise ProviderTimeout(
-            f"{edge.provider} did not answer within {round(timeout_s, 2):g}s"
-            f" for model {edge.model} ({type(exc).__name__})",
-            provider=edge.provider,
-            model=edge.model,
-        ) from None
-    except (httpx.UnsupportedProtocol, httpx.ProxyError, httpx.InvalidURL) as exc:
-        raise ProviderConfigError(
-            f"{edge.provider}: cannot reach its base_url ({type(exc).__name__}: "
-            f"{edge.scrub(str(exc))})",
-            provider=edge.provider,
-            model=edge.model,
-        ) from None
-    except (httpx.TransportError, httpx.DecodingError) as exc:
-        raise ProviderUnavailable(
-            f"{edge.provider} connection failed for model {edge.model} "
-            f"({type(exc).__name__}: {edge.scrub(str(exc))})",
-            provider=edge.provider,
-            model=edge.model,
-        ) from None
+class map_transport_errors:  # noqa: N801 (used as a function: ``with map_transport_errors(...)``)
+    """Turn httpx and asyncio failures raised inside the block into ``ProviderError``.
+
+    A class rather than a ``@contextmanager`` generator: it is entered once per model call,
+    and a generator's context manager costs a few objects and calls more."""
+
+    __slots__ = ("_edge", "_timeout_s")
+
+    def __init__(self, edge: Edge, timeout_s: float) -> None:
+        self._edge = edge
+        self._timeout_s = timeout_s
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: object
+    ) -> None:
+        if exc is None:
+            return
+        edge = self._edge
+        if isinstance(exc, httpx.TimeoutException | TimeoutError):
+            raise ProviderTimeout(
+                f"{edge.provider} did not answer within {round(self._timeout_s, 2):g}s"
+                f" for model {edge.model} ({type(exc).__name__})",
+                provider=edge.provider,
+                model=edge.model,
+            ) from None
+        if isinstance(exc, httpx.UnsupportedProtocol | httpx.ProxyError | httpx.InvalidURL):
+            raise ProviderConfigError(
+                f"{edge.provider}: cannot reach its base_url ({type(exc).__name__}: "
+                f"{edge.scrub(str(exc))})",
+                provider=edge.provider,
+                model=edge.model,
+            ) from None
+        if isinstance(exc, httpx.TransportError | httpx.DecodingError):
+            raise ProviderUnavailable(
+                f"{edge.provider} connection failed for model {edge.model} "
+                f"({type(exc).__name__}: {edge.scrub(str(exc))})",
+                provider=edge.provider,
+                model=edge.model,
+            ) from None
 
 
 def classify_status(

@@ -479,7 +479,7 @@ class Leases(Role):
                 claim.token,
                 status,
                 envelope.model_dump_json(),
-                _HISTORY.dump_json(list(history)).decode(),
+                _HISTORY.dump_json(list(history)).decode() if history else "[]",
                 _TRANSCRIPT.dump_json(list(transcript)).decode(),
                 "" if turn is None else turn.model_dump_json(),
                 "" if turn is None else Spend.of(turn).model_dump_json(),
