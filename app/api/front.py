@@ -56,7 +56,7 @@ from starlette.types import ASGIApp, ExceptionHandler, Receive, Scope, Send
 
 from app.api.lean import GENERAL, LeanRequest, LeanRoute, _replaying, lean_response
 from app.api.limits import HTTP1, BodyLimit, is_json, replaying
-from app.api.serving import respond, whole_body
+from app.api.serving import LinedResponse, respond, respond_lines, whole_body
 
 # FastAPI's own layers that do nothing for a request without telemetry and without
 # ``max_body_size`` (by module and name: older FastAPI versions have neither).
@@ -184,7 +184,13 @@ class FrontedFastAPI(FastAPI):
                 if not (
                     type(response).__call__ is _RESPONSE_CALL
                     and response.background is None
-                    and respond(send, response.status_code, response.raw_headers, response.body)
+                    and (
+                        respond_lines(send, response)
+                        if isinstance(response, LinedResponse)
+                        else respond(
+                            send, response.status_code, response.raw_headers, response.body
+                        )
+                    )
                 ):
                     await response(scope, receive, send)
                 return

@@ -383,7 +383,7 @@ def _exchange_raw(
 @pytest.fixture
 def fast_paths(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
     """How often the front read a whole body at once and wrote an answer in one piece."""
-    from app.api.serving import respond, whole_body
+    from app.api.serving import respond, respond_lines, whole_body
 
     counts = {"body": 0, "respond": 0}
 
@@ -397,8 +397,14 @@ def fast_paths(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
         counts["respond"] += done
         return done
 
+    def counted_lines(*args: Any) -> bool:
+        done = respond_lines(*args)
+        counts["respond"] += done
+        return done
+
     monkeypatch.setattr("app.api.front.whole_body", counted_body)
     monkeypatch.setattr("app.api.front.respond", counted_respond)
+    monkeypatch.setattr("app.api.front.respond_lines", counted_lines)
     return counts
 
 
