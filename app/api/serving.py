@@ -167,7 +167,10 @@ def respond(
 
 def respond_lines(send: Send, response: LinedResponse) -> bool:
     """``respond`` of a ``LinedResponse``: its header lines written as they are (checked
-    when it was made); True when done, False (nothing done) where ``respond`` would be."""
+    when it was made); True when done, False (nothing done) where ``respond`` would be.
+    (Once its ``raw_headers`` were asked for, which may have changed them: ``respond``.)"""
+    if response._raw is not None:
+        return respond(send, response.status_code, response._raw, response.body)
     cycle = _answerable(send)
     return cycle is not None and _answer(cycle, response.status_code, response.lines, response.body)
 

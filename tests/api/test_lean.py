@@ -480,11 +480,14 @@ def test_requests_read_and_answered_at_once_get_the_same_answers(
     assert b"connection: close" in front[11][1]
 
 
-def test_a_job_answers_header_lines_are_the_headers_starlette_writes() -> None:
+def test_a_job_answers_header_lines_are_the_headers_starlette_writes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """A job's answer carries its head as lines (``LinedResponse``, written as they are by
     ``respond_lines``); Starlette's own way of sending it reads ``raw_headers``, made from
     those lines: the same headers in the same order. Lines uvicorn would not write as
     they are (a header it reads itself, a character it refuses) are refused when made."""
+    from app.api import serving
     from app.api.jobs import JobResponse
     from app.api.serving import check_lines
 
@@ -497,6 +500,15 @@ def test_a_job_answers_header_lines_are_the_headers_starlette_writes() -> None:
     assert answer.lines == b"".join(b"%s: %s\r\n" % pair for pair in plain.raw_headers)
     answer.raw_headers.append((b"x-extra", b"1"))  # the list Starlette mutates is kept
     assert answer.raw_headers[-1] == (b"x-extra", b"1")
+    # ... and, once asked for, is what is written (``respond``'s checks), not the lines
+    written: list[Any] = []
+    monkeypatch.setattr(serving, "respond", lambda *args: written.append(args) or False)
+
+    async def send(message: Any) -> None:  # not uvicorn's
+        raise AssertionError(message)
+
+    assert not serving.respond_lines(send, answer)
+    assert written == [(written[0][0], 202, answer.raw_headers, body)]
     assert check_lines(given) is given
     for bad in (
         b"content-length: 3\r\n",
