@@ -56,7 +56,7 @@ from starlette.types import ASGIApp, ExceptionHandler, Receive, Scope, Send
 
 from app.api.lean import GENERAL, LeanRequest, LeanRoute, _replaying, lean_response
 from app.api.limits import HTTP1, BodyLimit, is_json, replaying
-from app.api.serving import respond, whole_body
+from app.api.serving import LinedResponse, respond, respond_lines, whole_body
 
 # FastAPI's own layers that do nothing for a request without telemetry and without
 # ``max_body_size`` (by module and name: older FastAPI versions have neither).
@@ -158,7 +158,8 @@ class FrontedFastAPI(FastAPI):
             scope["router"] = self.router
         scope["route"] = route
         scope["endpoint"] = route.endpoint
-        scope["path_params"] = {**scope.get("path_params", {}), **params}
+        given = scope.get("path_params")
+        scope["path_params"] = params if not given else {**given, **params}
         started = False  # a response began: an error cannot be answered any more
 
         async def sender(message: Any) -> None:
@@ -184,7 +185,13 @@ class FrontedFastAPI(FastAPI):
                 if not (
                     type(response).__call__ is _RESPONSE_CALL
                     and response.background is None
-                    and respond(send, response.status_code, response.raw_headers, response.body)
+                    and (
+                        respond_lines(send, response)
+                        if isinstance(response, LinedResponse)
+                        else respond(
+                            send, response.status_code, response.raw_headers, response.body
+                        )
+                    )
                 ):
                     await response(scope, receive, send)
                 return
@@ -227,7 +234,11 @@ async def _intake(
             content_type = heads.get(b"content-type")
             if content_type is not None and not is_json(content_type.decode("latin-1")):
                 content_type = None  # (only a JSON body must be UTF-8)
-            if await limit.refused(scope, body, content_type is not None, receive, sender):
+            # (``refused`` answers nothing for a body within the cap that is ASCII or not
+            # JSON: most are, and need no more look)
+            if (
+                len(body) > limit.max_bytes or not (content_type is None or body.isascii())
+            ) and await limit.refused(scope, body, content_type is not None, receive, sender):
                 return None
             request._body = body  # what ``request.body()`` gives (Starlette's own)
             return request

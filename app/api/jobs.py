@@ -39,6 +39,7 @@ from app.api.resources import (
     resources_of,
 )
 from app.api.schemas import JOB_EXAMPLES, JobList, ToolOutputsBody, problems
+from app.api.serving import LinedResponse, check_lines
 from app.core.checkpoint import ToolOutput
 from app.core.contract import build_contract
 from app.core.errors import InvalidInput
@@ -196,8 +197,8 @@ async def submit_job(
     so a bad job is a 422 naming the field, never a failed job later."""
     job, created = await _submit(caller, spec, idempotency_key, _trace(request))
     if created:
-        return _job(job, 202, [_location(job), _RETRY_AFTER_HEADER])
-    return _job(job, 200, [_location(job), _REPLAYED])
+        return _job(job, 202, _location(job) + _RETRY_AFTER_LINE)
+    return _job(job, 200, _location(job) + _REPLAYED)
 
 
 @router.get(
@@ -313,7 +314,7 @@ async def submit_tool_outputs(job_id: str, caller: AuthedJson, body: ToolOutputs
     job, replayed = await res.store.submit_outputs(job_id, tenant=caller.tenant, outputs=outputs)
     if job is None:
         raise _not_found(job_id)
-    return _job(job, 200, [_REPLAYED] if replayed else None)
+    return _job(job, 200, _REPLAYED if replayed else b"")
 
 
 @router.post(
@@ -348,7 +349,7 @@ async def generate(
         job, _ = await _submit(caller, spec, idempotency_key, _trace(request), wait)
     if job.terminal:
         return _job(job, 200)
-    return _job(job, 202, [_location(job), _RETRY_AFTER_HEADER])
+    return _job(job, 202, _location(job) + _RETRY_AFTER_LINE)
 
 
 def _trace(request: Request) -> TraceContext | None:
@@ -437,40 +438,38 @@ def _check_calling_validators(spec: JobSpec, res: Resources, router: Router) -> 
                 raise InvalidInput(exc.detail, field=f"validators[{i}].model") from None
 
 
-def _job(job: JobView, status: int, headers: list[tuple[bytes, bytes]] | None = None) -> Response:
+def _job(job: JobView, status: int, lines: bytes = b"") -> Response:
     """The job as ``respond(public_job(job))`` would answer it, written without parsing
-    and re-writing what the store holds as JSON already; ``headers`` as Starlette writes
-    a response's (lower-case names, latin-1)."""
-    return JobResponse(public_job_json(job), status, headers)
+    and re-writing what the store holds as JSON already; ``lines``: its other headers'
+    lines, as uvicorn writes them (``_location``, ``_RETRY_AFTER_LINE``, ``_REPLAYED``)."""
+    return JobResponse(public_job_json(job), status, lines)
 
 
-class JobResponse(Response):
+class JobResponse(LinedResponse):
     """``Response(body, status, headers, media_type="application/json")``, its head as
     Starlette writes it (the given headers, then ``content-length`` and ``content-type``),
-    put together directly: every job's answers go through here. ``headers``: the given
-    ones as Starlette encodes them (``(b"location", b"/v1/jobs/...")``)."""
+    put together directly as the lines uvicorn writes (``LinedResponse``): every job's
+    answers go through here. ``lines``: the given headers' (``b"location: ...\\r\\n"``)."""
 
     media_type = "application/json"
 
-    def __init__(
-        self, body: bytes, status: int, headers: list[tuple[bytes, bytes]] | None = None
-    ) -> None:
+    def __init__(self, body: bytes, status: int, lines: bytes = b"") -> None:
         self.status_code = status
         self.background = None
         self.body = body
-        raw = [] if headers is None else headers
-        raw.append((b"content-length", str(len(body)).encode("latin-1")))
-        raw.append(_JSON_TYPE)
-        self.raw_headers = raw
+        self.lines = b"%scontent-length: %d\r\ncontent-type: application/json\r\n" % (
+            lines,
+            len(body),
+        )
 
 
-_JSON_TYPE: Final = (b"content-type", b"application/json")
-_RETRY_AFTER_HEADER: Final = (b"retry-after", POLL_AFTER_S.encode("latin-1"))
-_REPLAYED: Final = (b"idempotent-replayed", b"true")
+_RETRY_AFTER_LINE: Final = check_lines(b"retry-after: %s\r\n" % POLL_AFTER_S.encode("latin-1"))
+_REPLAYED: Final = check_lines(b"idempotent-replayed: true\r\n")
 
 
-def _location(job: JobView) -> tuple[bytes, bytes]:
-    return (b"location", f"/v1/jobs/{job.id}".encode("latin-1"))
+def _location(job: JobView) -> bytes:
+    """The ``location`` header's line (a job id is letters, digits and ``_``)."""
+    return b"location: /v1/jobs/%s\r\n" % job.id.encode("latin-1")
 
 
 def _not_found(job_id: str) -> NotFound:

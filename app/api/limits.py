@@ -103,7 +103,8 @@ class BodyLimit:
         if len(body) > self.max_bytes:
             await self._refuse(scope, receive, send)
             return True
-        return json and bool(body) and not await _utf8(body, scope, receive, send)
+        # (ASCII is UTF-8: most bodies need no decoding to tell)
+        return json and not body.isascii() and not await _utf8(body, scope, receive, send)
 
     async def _refuse(self, scope: Scope, receive: Receive, send: Send) -> None:
         response = problem(
@@ -137,6 +138,8 @@ def first_headers(headers: Iterable[tuple[bytes, bytes]], *names: bytes) -> list
 
 def is_json(content_type: str) -> bool:
     """``application/json`` or ``application/*+json`` (parameters aside)."""
+    if content_type == "application/json":  # what nearly every client sends
+        return True
     media = content_type.split(";", 1)[0].strip().lower()
     return media == "application/json" or (
         media.startswith("application/") and media.endswith("+json")

@@ -29,6 +29,7 @@ import re
 from collections.abc import Iterable
 from typing import Any, Final, cast
 
+from starlette.responses import Response
 from starlette.types import Receive, Send
 from uvicorn.protocols.http.httptools_impl import (
     STATUS_LINE,
@@ -146,20 +147,8 @@ def respond(
     ``send`` writes otherwise (a response already begun, writing paused, a HEAD request,
     headers without the body's exact ``content-length``, a ``transfer-encoding`` or a
     ``connection`` header, a header it refuses): the caller sends the ASGI messages then."""
-    cycle = getattr(send, "__self__", None)
-    if type(cycle) is not RequestResponseCycle:
-        return False
-    transport: object = cycle.transport
-    if (
-        type(transport) is not OnePieceTransport
-        or cycle.response_started
-        or cycle.disconnected
-        or cycle.flow.write_paused
-        or cycle.scope["method"] == "HEAD"
-    ):
-        return False
-    defaults = _default_lines(cycle.default_headers)
-    if defaults is None:
+    cycle = _answerable(send)
+    if cycle is None:
         return False
     lines: list[bytes] = []
     length: bytes | None = None
@@ -173,6 +162,83 @@ def respond(
     own = b"".join(lines)
     if length != str(len(body)).encode() or _LINES.fullmatch(own) is None:
         return False  # uvicorn's send writes it (or raises)
+    return _answer(cycle, status, own, body)
+
+
+def respond_lines(send: Send, response: LinedResponse) -> bool:
+    """``respond`` of a ``LinedResponse``: its header lines written as they are (checked
+    when it was made); True when done, False (nothing done) where ``respond`` would be.
+    (Once its ``raw_headers`` were asked for, which may have changed them: ``respond``.)"""
+    if response._raw is not None:
+        return respond(send, response.status_code, response._raw, response.body)
+    cycle = _answerable(send)
+    return cycle is not None and _answer(cycle, response.status_code, response.lines, response.body)
+
+
+class LinedResponse(Response):
+    """A response made with its head's lines: ``lines``, its headers as uvicorn's ``send``
+    writes them (``name: value\\r\\n`` each, lower-case names, the body's exact
+    ``content-length``, no ``transfer-encoding`` or ``connection``; ``check_lines``), for
+    ``respond_lines`` to write as they are. ``raw_headers`` (what Starlette's own way of
+    sending it reads) are made from them when first asked for."""
+
+    lines: bytes
+    _raw: list[tuple[bytes, bytes]] | None = None
+
+    @property
+    def raw_headers(self) -> list[tuple[bytes, bytes]]:
+        raw = self._raw
+        if raw is None:
+            raw = self._raw = [
+                (name, value)
+                for name, _, value in (
+                    line.partition(b": ") for line in self.lines.split(b"\r\n")[:-1]
+                )
+            ]
+        return raw
+
+    @raw_headers.setter
+    def raw_headers(self, value: list[tuple[bytes, bytes]]) -> None:
+        self._raw = value
+
+
+def check_lines(lines: bytes) -> bytes:
+    """``lines`` if they are header lines as uvicorn's ``send`` writes them without reading
+    any (no ``content-length``, ``transfer-encoding`` or ``connection``): what a
+    ``LinedResponse`` may be given beside its ``content-length`` (check constant ones once,
+    at import); ``ValueError`` otherwise."""
+    if _LINES.fullmatch(lines) is None or any(
+        line.partition(b": ")[0] in _SPECIAL for line in lines.split(b"\r\n")
+    ):
+        raise ValueError(f"not header lines uvicorn writes as they are: {lines!r}")
+    return lines
+
+
+def _answerable(send: Send) -> RequestResponseCycle | None:
+    """The uvicorn cycle of ``send`` when an answer can be written to it at once."""
+    cycle = getattr(send, "__self__", None)
+    if type(cycle) is not RequestResponseCycle:
+        return None
+    transport: object = cycle.transport
+    if (
+        type(transport) is not OnePieceTransport
+        or cycle.response_started
+        or cycle.disconnected
+        or cycle.flow.write_paused
+        or cycle.scope["method"] == "HEAD"
+    ):
+        return None
+    return cycle
+
+
+def _answer(cycle: RequestResponseCycle, status: int, own: bytes, body: bytes | memoryview) -> bool:
+    """The answer written to ``cycle``'s ``OnePieceTransport``: ``own``, its header lines,
+    after uvicorn's defaults; False (nothing done) when those cannot be written so."""
+    defaults = _default_lines(cycle.default_headers)
+    if defaults is None:
+        return False
+    transport = cycle.transport
+    assert isinstance(transport, OnePieceTransport)
     if cycle.access_log:
         scope = cycle.scope
         cycle.access_logger.info(

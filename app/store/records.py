@@ -138,13 +138,19 @@ def _second(seconds: int) -> str:
 
 def job_view(raw: Mapping[Any, Any]) -> JobView | None:
     """A job from its hash's fields (missing ones are None); None if it is gone."""
-    fields = {
-        k if type(k) is str else text(k): (
-            v if type(v) is str else v.decode() if type(v) is bytes else text(v)
-        )
-        for k, v in raw.items()
-        if v is not None
-    }
+    return text_view(
+        {
+            k if type(k) is str else text(k): (
+                v if type(v) is str else v.decode() if type(v) is bytes else text(v)
+            )
+            for k, v in raw.items()
+            if v is not None
+        }
+    )
+
+
+def text_view(fields: Mapping[str, str]) -> JobView | None:
+    """``job_view`` of fields that are all text already (a ``done`` message's)."""
     if "id" not in fields:
         return None
     get = fields.get
@@ -157,8 +163,8 @@ def job_view(raw: Mapping[Any, Any]) -> JobView | None:
     history = None if history == "[]" else history
     transcript = None if transcript == "[]" else transcript
     action = get("action")
-    # LazyView(id=..., tenant=..., ...) in its fields' order (``_lazy_view``).
-    return _lazy_view(
+    # LazyView(id=..., tenant=..., ...) in its fields' order (``lazy_view``).
+    return lazy_view(
         (
             fields["id"],
             fields["tenant"],
@@ -239,7 +245,7 @@ class LazyView(JobView):
 
 
 _COMPARED: Final = tuple(f.name for f in dataclasses.fields(JobView) if f.compare)
-# Each field's slot, in the fields' order: ``_lazy_view`` sets them as the dataclass's __init__
+# Each field's slot, in the fields' order: ``lazy_view`` sets them as the dataclass's __init__
 # would, in half its time (no ``object.__setattr__`` per field, no property setter).
 _SLOTS: Final = tuple(JobView.__dict__[f.name].__set__ for f in dataclasses.fields(JobView))
 _FIELD_ORDER: Final = (
@@ -269,7 +275,7 @@ if tuple(f.name for f in dataclasses.fields(JobView)) != _FIELD_ORDER:  # pragma
     raise RuntimeError("job_view writes JobView's fields in the order of _FIELD_ORDER")
 
 
-def _lazy_view(values: tuple[Any, ...]) -> LazyView:
+def lazy_view(values: tuple[Any, ...]) -> LazyView:
     """``LazyView(*values)``: the fields in their order."""
     view = object.__new__(LazyView)
     for put, value in zip(_SLOTS, values, strict=True):

@@ -21,6 +21,7 @@ import httpx
 import pytest
 from fastapi import FastAPI
 from starlette.exceptions import HTTPException
+from starlette.responses import Response
 
 from app.api.front import FrontedFastAPI
 from app.api.lean import LeanRoute
@@ -383,7 +384,7 @@ def _exchange_raw(
 @pytest.fixture
 def fast_paths(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
     """How often the front read a whole body at once and wrote an answer in one piece."""
-    from app.api.serving import respond, whole_body
+    from app.api.serving import respond, respond_lines, whole_body
 
     counts = {"body": 0, "respond": 0}
 
@@ -397,8 +398,14 @@ def fast_paths(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
         counts["respond"] += done
         return done
 
+    def counted_lines(*args: Any) -> bool:
+        done = respond_lines(*args)
+        counts["respond"] += done
+        return done
+
     monkeypatch.setattr("app.api.front.whole_body", counted_body)
     monkeypatch.setattr("app.api.front.respond", counted_respond)
+    monkeypatch.setattr("app.api.front.respond_lines", counted_lines)
     return counts
 
 
@@ -471,3 +478,45 @@ def test_requests_read_and_answered_at_once_get_the_same_answers(
     ]  # fmt: skip
     assert b"connection: close" in front[10][1]
     assert b"connection: close" in front[11][1]
+
+
+def test_a_job_answers_header_lines_are_the_headers_starlette_writes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A job's answer carries its head as lines (``LinedResponse``, written as they are by
+    ``respond_lines``); Starlette's own way of sending it reads ``raw_headers``, made from
+    those lines: the same headers in the same order. Lines uvicorn would not write as
+    they are (a header it reads itself, a character it refuses) are refused when made."""
+    from app.api import serving
+    from app.api.jobs import JobResponse
+    from app.api.serving import check_lines
+
+    body = b'{"id":"job_x"}'
+    given = b"location: /v1/jobs/job_x\r\nretry-after: 1\r\n"
+    answer = JobResponse(body, 202, given)
+    headers = {"location": "/v1/jobs/job_x", "retry-after": "1"}
+    plain = Response(body, 202, headers, media_type="application/json")
+    assert answer.raw_headers == plain.raw_headers
+    assert answer.lines == b"".join(b"%s: %s\r\n" % pair for pair in plain.raw_headers)
+    answer.raw_headers.append((b"x-extra", b"1"))  # the list Starlette mutates is kept
+    assert answer.raw_headers[-1] == (b"x-extra", b"1")
+    # ... and, once asked for, is what is written (``respond``'s checks), not the lines
+    written: list[Any] = []
+    monkeypatch.setattr(serving, "respond", lambda *args: written.append(args) or False)
+
+    async def send(message: Any) -> None:  # not uvicorn's
+        raise AssertionError(message)
+
+    assert not serving.respond_lines(send, answer)
+    assert written == [(written[0][0], 202, answer.raw_headers, body)]
+    assert check_lines(given) is given
+    for bad in (
+        b"content-length: 3\r\n",
+        b"connection: close\r\n",
+        b"transfer-encoding: chunked\r\n",
+        b"bad name: x\r\n",
+        b"x: a\nb\r\n",
+        b"x: 1",
+    ):
+        with pytest.raises(ValueError, match="not header lines"):
+            check_lines(bad)
