@@ -502,7 +502,12 @@ def test_a_job_answers_header_lines_are_the_headers_starlette_writes(
     assert answer.raw_headers[-1] == (b"x-extra", b"1")
     # ... and, once asked for, is what is written (``respond``'s checks), not the lines
     written: list[Any] = []
-    monkeypatch.setattr(serving, "respond", lambda *args: written.append(args) or False)
+
+    def respond(*args: Any) -> bool:
+        written.append(args)
+        return False
+
+    monkeypatch.setattr(serving, "respond", respond)
 
     async def send(message: Any) -> None:  # not uvicorn's
         raise AssertionError(message)
