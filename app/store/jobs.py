@@ -174,31 +174,22 @@ class JobStore(Role):
             made[job_id] = (tenant, hub.generation)
             if len(made) > _MADE_KEPT:
                 made.popitem(last=False)
+        queue = functools.partial(
+            self._queue,
+            job_id,
+            index,
+            tenant=tenant,
+            spec=spec,
+            idempotency_key=idempotency_key,
+            metadata=metadata,
+            model=model,
+            trace=trace,
+        )
         created = False
         try:
             if wait_ms <= 0:
-                view, created = await self._queue(
-                    job_id,
-                    index,
-                    tenant=tenant,
-                    spec=spec,
-                    idempotency_key=idempotency_key,
-                    metadata=metadata,
-                    model=model,
-                    trace=trace,
-                )
+                view, created = await queue()
             else:
-                queue = functools.partial(
-                    self._queue,
-                    job_id,
-                    index,
-                    tenant=tenant,
-                    spec=spec,
-                    idempotency_key=idempotency_key,
-                    metadata=metadata,
-                    model=model,
-                    trace=trace,
-                )
                 view, created = await self._submit_and_wait(queue, job_id, tenant, wait_ms)
         finally:
             if not created:  # a replay, or refused: no job ``job_id``
