@@ -78,8 +78,9 @@ def _wrap_sync(owner: Any, name: str, label: str, detail: Any = None, after: boo
 
 
 class _Tx:
-    """A transport proxy recording each write (the sim's responses; the API's protocol
-    writes into its OnePieceTransport, whose flush is recorded on its own)."""
+    """A transport proxy recording each write: the simulator's responses. (The API's
+    protocol writes into its OnePieceTransport, recorded by ``_patch_serving``: a proxy
+    around it would turn off the one-piece answers, which look for that type.)"""
 
     __slots__ = ("_t",)
 
@@ -116,7 +117,8 @@ def _patch_uvicorn(module: Any) -> None:
     def made(self: Any, transport: Any) -> None:
         mark("http.conn", "nodelay=" + _nodelay(transport))
         connection_made(self, transport)
-        self.transport = _Tx(self.transport)
+        if type(self.transport).__name__ != "OnePieceTransport":
+            self.transport = _Tx(self.transport)
 
     def received(self: Any, data: bytes) -> None:
         mark("http.rx", data[:4].decode("latin-1"))
@@ -137,6 +139,19 @@ def _patch_serving(module: Any) -> None:
         mark("api.flush.out")
 
     cls._flush = flushed
+    write, write_now = cls.write, cls.write_now
+
+    def written(self: Any, data: Any) -> None:
+        mark("http.write", len(data))
+        write(self, data)
+
+    def written_now(self: Any, data: Any) -> None:
+        mark("http.write", len(data))
+        mark("api.flush.in", len(data))  # handed on at once: no flush of its own
+        write_now(self, data)
+        mark("api.flush.out")
+
+    cls.write, cls.write_now = written, written_now
 
 
 def _patch_batching(module: Any) -> None:
