@@ -7,6 +7,7 @@ import logging
 import re
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -17,6 +18,17 @@ from tests.both import Store
 from tests.worker.harness import TENANT, WorkerProcess, finished, job, submit
 
 ROOT = Path(__file__).resolve().parents[2]
+
+
+def _fresh(code: str) -> str:
+    """What ``code``, run by a fresh Python in the repository, writes to stderr."""
+    proc = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 0, proc.stderr
+    return proc.stderr
+
+
 STAMP = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}"
 
 
@@ -80,16 +92,13 @@ def test_configure_in_a_fresh_process_logs_in_the_format_with_tracebacks() -> No
         "except ZeroDivisionError:\n"
         "    log.exception('failed')\n"
     )
-    proc = subprocess.run(
-        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60
-    )
-    assert proc.returncode == 0, proc.stderr
-    lines = proc.stderr.splitlines()
+    stderr = _fresh(code)
+    lines = stderr.splitlines()
     assert re.fullmatch(rf"{STAMP} INFO app\.x: job j1 started: 5%", lines[0]), lines
     assert re.fullmatch(rf"{STAMP} ERROR app\.x: failed", lines[1]), lines
     assert lines[2] == "Traceback (most recent call last):"
     assert lines[-1] == "ZeroDivisionError: division by zero"
-    assert "not shown" not in proc.stderr
+    assert "not shown" not in stderr
 
 
 @pytest.mark.slow
@@ -142,11 +151,8 @@ def test_info_writes_the_line_logging_writes_and_defers_to_any_other_route() -> 
         "logs.info(log, 'last')\n"
         "assert seen == ['to both'], seen\n"
     )
-    proc = subprocess.run(
-        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60
-    )
-    assert proc.returncode == 0, proc.stderr
-    lines = proc.stderr.splitlines()
+    stderr = _fresh(code)
+    lines = stderr.splitlines()
     assert len(lines) == 5, lines
     assert lines[0][23:] == lines[1][23:]  # past the stamp
     assert re.fullmatch(rf"{STAMP} INFO app\.worker: job j1 started: 100% \(%s\)", lines[0])
@@ -160,3 +166,30 @@ def test_info_under_a_configured_logging_goes_through_it(caplog: pytest.LogCaptu
     with caplog.at_level(logging.INFO, logger="app.worker"):
         logs.info(logging.getLogger("app.worker"), "job j9 started: 5%")
     assert [r.getMessage() for r in caplog.records] == ["job j9 started: 5%"]
+
+
+def test_info_stamps_a_line_with_the_time_given(caplog: pytest.LogCaptureFixture) -> None:
+    log = logging.getLogger("app.worker")
+    with caplog.at_level(logging.INFO, logger="app.worker"):
+        logs.info(log, "job j8 started: 5%", 1_790_000_000.25)
+        logs.info(log, "job j8 ended")
+    stamped, now = caplog.records
+    assert stamped.getMessage() == "job j8 started: 5%"
+    assert stamped.created == 1_790_000_000.25
+    assert stamped.msecs == 250.0
+    assert abs(now.created - time.time()) < 60
+    formatter = logs.Formatter()
+    stock = logging.Formatter(logs.FORMAT)
+    assert formatter.format(stamped) == stock.format(stamped)
+
+
+def test_info_written_straight_stamps_a_line_with_the_time_given() -> None:
+    code = (
+        "import logging, time\n"
+        "from app import logs\n"
+        "assert logs.configure(logging.INFO)\n"
+        "log = logging.getLogger('app.worker')\n"
+        "created = time.mktime((2026, 11, 24, 8, 16, 9, 0, 0, -1)) + 0.5\n"
+        "logs.info(log, 'job j1 started', created)\n"
+    )
+    assert _fresh(code) == "2026-11-24 08:16:09,500 INFO app.worker: job j1 started\n"

@@ -98,20 +98,26 @@ def test_a_turn_and_a_job_move_the_exported_series_as_before() -> None:
         return metrics.REGISTRY.get_sample_value(name, labels) or 0.0
 
     model = {"provider": "fast-test", "model": "m1"}
-    before = {
-        "turns": value("reprompt_turns_total", type="normal", outcome="success"),
-        "calls": value("reprompt_llm_calls_total", **model),
-        "input": value("reprompt_llm_tokens_total", **model, direction="input"),
-        "output": value("reprompt_llm_tokens_total", **model, direction="output"),
-        "cost": value("reprompt_llm_cost_usd_total", **model),
-        "latency_sum": value("reprompt_llm_request_duration_seconds_sum", **model),
-        "latency_le_1": value("reprompt_llm_request_duration_seconds_bucket", **model, le="1.0"),
-        "finished": value("reprompt_jobs_finished_total", status="succeeded", error=""),
-        "duration": value("reprompt_job_duration_seconds_count", status="succeeded"),
-        "attempts": value("reprompt_attempts_to_success_count"),
-        "waits": value("reprompt_queue_wait_seconds_count"),
-        "in_progress": value("reprompt_jobs_in_progress"),
-    }
+
+    def snapshot() -> dict[str, float]:
+        return {
+            "turns": value("reprompt_turns_total", type="normal", outcome="success"),
+            "calls": value("reprompt_llm_calls_total", **model),
+            "input": value("reprompt_llm_tokens_total", **model, direction="input"),
+            "output": value("reprompt_llm_tokens_total", **model, direction="output"),
+            "cost": value("reprompt_llm_cost_usd_total", **model),
+            "latency_sum": value("reprompt_llm_request_duration_seconds_sum", **model),
+            "latency_le_1": value(
+                "reprompt_llm_request_duration_seconds_bucket", **model, le="1.0"
+            ),
+            "finished": value("reprompt_jobs_finished_total", status="succeeded", error=""),
+            "duration": value("reprompt_job_duration_seconds_count", status="succeeded"),
+            "attempts": value("reprompt_attempts_to_success_count"),
+            "waits": value("reprompt_queue_wait_seconds_count"),
+            "in_progress": value("reprompt_jobs_in_progress"),
+        }
+
+    before = snapshot()
     metrics.job_started(0.2)
     during = value("reprompt_jobs_in_progress")
     metrics.record_turn(_record(latency_ms=300, cost=0.5), calls_left=0)
@@ -120,20 +126,7 @@ def test_a_turn_and_a_job_move_the_exported_series_as_before() -> None:
     envelope = ledger.success({"a": 1}, ())
     metrics.record_job(envelope, duration_s=0.4)
     metrics.job_left()
-    after = {
-        "turns": value("reprompt_turns_total", type="normal", outcome="success"),
-        "calls": value("reprompt_llm_calls_total", **model),
-        "input": value("reprompt_llm_tokens_total", **model, direction="input"),
-        "output": value("reprompt_llm_tokens_total", **model, direction="output"),
-        "cost": value("reprompt_llm_cost_usd_total", **model),
-        "latency_sum": value("reprompt_llm_request_duration_seconds_sum", **model),
-        "latency_le_1": value("reprompt_llm_request_duration_seconds_bucket", **model, le="1.0"),
-        "finished": value("reprompt_jobs_finished_total", status="succeeded", error=""),
-        "duration": value("reprompt_job_duration_seconds_count", status="succeeded"),
-        "attempts": value("reprompt_attempts_to_success_count"),
-        "waits": value("reprompt_queue_wait_seconds_count"),
-        "in_progress": value("reprompt_jobs_in_progress"),
-    }
+    after = snapshot()
     moved = {key: round(after[key] - before[key], 9) for key in before}
     assert moved == {
         "turns": 1,
