@@ -234,11 +234,10 @@ async def _intake(
             content_type = heads.get(b"content-type")
             if content_type is not None and not is_json(content_type.decode("latin-1")):
                 content_type = None  # (only a JSON body must be UTF-8)
-            # (``refused`` answers nothing for a body within the cap that is ASCII or not
-            # JSON: most are, and need no more look)
-            if (
-                len(body) > limit.max_bytes or not (content_type is None or body.isascii())
-            ) and await limit.refused(scope, body, content_type is not None, receive, sender):
+            json = content_type is not None
+            if not limit.passes(body, json) and await limit.refused(
+                scope, body, json, receive, sender
+            ):
                 return None
             request._body = body  # what ``request.body()`` gives (Starlette's own)
             return request

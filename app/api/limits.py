@@ -92,6 +92,11 @@ class BodyLimit:
             declared is not None and declared.strip().isdigit() and int(declared) > self.max_bytes
         )
 
+    def passes(self, body: bytes, json: bool) -> bool:
+        """A whole body ``refused`` answers nothing for, told without it: within the cap,
+        and ASCII (which is UTF-8, as most are) or not JSON. The others need ``refused``."""
+        return len(body) <= self.max_bytes and (not json or body.isascii())
+
     async def refused(
         self, scope: Scope, body: bytes, json: bool, receive: Receive, send: Send
     ) -> bool:
@@ -100,11 +105,12 @@ class BodyLimit:
         the cap is refused whether its ``Content-Length`` declared it (``checked`` would
         refuse before reading) or it came in chunks (``checked`` would count it).
         ``json``: the request's first ``Content-Type`` is JSON (``is_json``)."""
+        if self.passes(body, json):
+            return False
         if len(body) > self.max_bytes:
             await self._refuse(scope, receive, send)
             return True
-        # (ASCII is UTF-8: most bodies need no decoding to tell)
-        return json and not body.isascii() and not await _utf8(body, scope, receive, send)
+        return not await _utf8(body, scope, receive, send)
 
     async def _refuse(self, scope: Scope, receive: Receive, send: Send) -> None:
         response = problem(

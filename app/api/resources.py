@@ -51,14 +51,8 @@ class Resources:
 
 
 def resources_of(request: Request) -> Resources:
-    """The resources of the app serving ``request`` (``app.state.resources``, read from
-    the state's own mapping: ``state.resources`` goes through a failed attribute lookup
-    and ``State.__getattr__``, twice a job)."""
-    state = request.scope["app"].state
-    try:
-        resources: Resources = state._state["resources"]
-    except (AttributeError, KeyError):  # another State, or none set: as Starlette says
-        resources = state.resources
+    """The resources of the app serving ``request``."""
+    resources: Resources = request.scope["app"].state.resources
     return resources
 
 

@@ -21,7 +21,6 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, ClassVar, Final
 
-from pydantic_core import PydanticSerializationError, to_json
 from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import RedisClusterException, RedisError
 
@@ -260,10 +259,11 @@ class JobStore(Role):
             self._submitting[index] = busy + 1
             # What a hand-off's message carries: the claim's values but the spec (attempt
             # 1), as a claim returns them (``claim_reply``, lua/common.lua).
-            head = ""
-            if not look and self._exact_publish:
-                claim = [job_id, 1, tenant, str(now_ms), model or "", "", "", "", trace_json]
-                head = _text_json(claim)
+            head = (
+                ""
+                if look or not self._exact_publish
+                else dumps([job_id, 1, tenant, str(now_ms), model or "", "", "", "", trace_json])
+            )
             try:
                 reply = await self._run(
                     "submit",
@@ -274,7 +274,7 @@ class JobStore(Role):
                         # Only an Idempotency-Key is checked against it (lua/submit.lua).
                         "" if idempotency_key is None else body_digest(spec, metadata, model),
                         spec_json,
-                        _text_json(metadata) if metadata else "{}",
+                        dumps(metadata) if metadata else "{}",
                         model or "",
                         idempotency_key or "",
                         self._queued_result,
@@ -678,17 +678,6 @@ class JobStore(Role):
             if scanned >= _LIST_SCAN_CAP:
                 return await self._views(page, tenant), _encode_cursor(ids[-1])
             below = ids[-1]
-
-
-def _text_json(value: list[Any] | dict[str, str]) -> str:
-    """``dumps(value)``, the same text, for a list of text and integers or a map of
-    text to text: pydantic-core writes text and integers as Python's encoder does (the two
-    differ on floats only), in a fraction of its time. ``dumps`` writes what it refuses
-    (text with a lone surrogate, which the API never passes on)."""
-    try:
-        return to_json(value).decode()
-    except PydanticSerializationError:
-        return dumps(value)
 
 
 def _event(name: str, data: str) -> str:

@@ -1,11 +1,8 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
 from redis.asyncio import Redis
 
 from app.core.envelope import Progress
@@ -13,7 +10,6 @@ from app.core.errors import InvalidInput
 from app.redis_server import EmbeddedRedis
 from app.store import IdempotencyConflict, QueueFull, is_job_id, new_job_id
 from app.store.connection import dumps
-from app.store.jobs import _text_json
 from tests.both import Store
 from tests.store.conftest import StoreFactory
 from tests.store.helpers import SPEC, names, submit, turn
@@ -185,17 +181,3 @@ async def test_a_jobs_metadata_is_stored_as_the_compact_encoder_writes_it(
     read = await store.get(job.id, tenant="acme")
     assert read is not None
     assert (read.metadata, read.model) == (metadata, ODD_TEXT)
-
-
-@given(
-    st.lists(st.one_of(st.text(), st.integers(min_value=-(2**63), max_value=2**63))),
-    st.dictionaries(st.text(), st.text()),
-)
-def test_text_json_writes_what_dumps_writes(items: list[Any], mapping: dict[str, str]) -> None:
-    """The submit's metadata and hand-off message (``_text_json``): text and integers as
-    ``dumps`` writes them, and ``dumps``'s own text for what pydantic-core refuses."""
-    assert _text_json(items) == dumps(items)
-    assert _text_json(mapping) == dumps(mapping)
-    assert _text_json([ODD_TEXT, 1]) == dumps([ODD_TEXT, 1])
-    lone = ["\ud800", *items]  # a lone surrogate: written by dumps
-    assert _text_json(lone) == dumps(lone)
