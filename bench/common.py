@@ -343,7 +343,7 @@ async def run_closed_loop(fn: Any, n: int, concurrency: int) -> tuple[float, lis
             t0 = time.perf_counter()
             try:
                 ok = await fn(i)
-            except httpx.HTTPError:
+            except (httpx.HTTPError, OSError):  # OSError: the lean client's (bench/loadgen.py)
                 ok = False
             latencies.append(time.perf_counter() - t0)
             if not ok:

@@ -20,7 +20,8 @@ is measured in the same rounds. Per cell it takes the median over the rounds of
 - **Redis commands/job**: ``INFO`` total_commands_processed per job (commands run inside
   scripts included): a count, not a time;
 - **× direct**: jobs/s through reprompt over direct calls/s (printed, not judged: it
-  moves with the load generator's share of the two cores).
+  moves with the machine's other load). The load generator is bench/loadgen.py's lean
+  client, as in bench/overhead.py.
 
 It fails when the CPU ratio grows by more than ``CPU_SLACK`` or commands/job by more than
 ``COMMANDS_SLACK`` over ``bench/guard.json``. Not part of the test suite (it measures,
@@ -30,7 +31,6 @@ it does not check behaviour); ``make bench-quick`` runs it.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import statistics
 import sys
@@ -67,11 +67,9 @@ def measure_all(
         messages = capture_messages(deployed[next(iter(trees))][0])
         for _ in range(rounds):
             for c in CALLERS:
-                direct = asyncio.run(measure("direct", sim.url, messages, JOBS, c, {}, sim.pid))
+                direct = measure("direct", sim.url, messages, JOBS, c, {}, sim.pid)
                 for name, (url, parts, redis_url) in deployed.items():
-                    jobs = asyncio.run(
-                        measure("jobs", url, messages, JOBS, c, parts, sim.pid, redis_url)
-                    )
+                    jobs = measure("jobs", url, messages, JOBS, c, parts, sim.pid, redis_url)
                     if jobs["fails"] or direct["fails"]:
                         raise SystemExit(
                             f"failed calls at c={c}: {jobs['fails']}, {direct['fails']}"
