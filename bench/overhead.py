@@ -478,7 +478,7 @@ def write_report(
     out += ["![throughput and latency](overhead.png)", ""]
     out += by_role(rows)
     if BEFORE.exists() and not quick:
-        out += before_after(rows, json.loads(BEFORE.read_text())["rows"])
+        out += before_after(rows, json.loads(BEFORE.read_text()), client)
     if prof:
         s = prof["summary"]
         run = prof["run"]
@@ -543,8 +543,10 @@ def derive(rows: list[dict[str, Any]]) -> None:
         r["p50_ratio"] = r["p50_ms"] / d["p50_ms"]
 
 
-def before_after(rows: list[dict[str, Any]], before: list[dict[str, Any]]) -> list[str]:
+def before_after(rows: list[dict[str, Any]], saved: dict[str, Any], client: str) -> list[str]:
     """The /v1/jobs cells of this run next to the same cells of the run saved in BEFORE."""
+    was_client = saved["info"].get("client", "httpx")
+    before: list[dict[str, Any]] = saved["rows"]
     derive(before)
     was = {(r["latency"], r["deployment"], r["path"], r["c"]): r for r in before}
     out = [
@@ -552,7 +554,15 @@ def before_after(rows: list[dict[str, Any]], before: list[dict[str, Any]]) -> li
         "",
         "The same command on the same machine before this release's store and hot-path work"
         " (`docs/benchmarks/overhead-before.json`, the run checked in before it) and now;"
-        " `POST /v1/jobs` + long-poll only.",
+        " `POST /v1/jobs` + long-poll only."
+        + (
+            ""
+            if client == was_client
+            else f" The before run's load generator was {was_client}, this one's is {client}"
+            " (`--client`): the × jobs/s and added-latency columns move with it as well as"
+            " with the service (`python bench/loadgen.py` compares the two clients on one"
+            " tree, interleaved)."
+        ),
         "",
         "| latency | deployment | c | × jobs/s before | after | added p50 ms before | after |"
         " added p99 ms before | after | CPU ms/job before | after | redis cmds/job before |"
