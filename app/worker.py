@@ -161,6 +161,7 @@ class Worker:
         # the slots the claim asked for are still free when its jobs come back.
         self._claim_done = asyncio.Event()
         self._claim_done.set()
+        self._leaving: asyncio.Task[None] | None = None  # ``_leave_when_full``'s, in flight
         self._stopping: asyncio.Event | None = None  # run's stop, while it runs
         self._stop_waiter: asyncio.Future[Any] | None = None
         self._flushes = asyncio.Semaphore(FLUSHES_AT_ONCE)
@@ -216,6 +217,8 @@ class Worker:
                 self.store.on_handed = None
             for task in background:
                 task.cancel()
+            if self._leaving is not None:  # its LREM: taken off the lists all the same
+                background.append(self._leaving)
             await asyncio.gather(*background, return_exceptions=True)
             log.info("worker %s stopped", self.worker_id)
 
@@ -353,6 +356,20 @@ class Worker:
         self._jobs[job.id] = job
         job.task = asyncio.create_task(self._process(job), name=f"job {job.id}")
         job.task.add_done_callback(lambda _: self._finished(job))
+        if self._slots.locked() and self.store.listed and self._leaving is None:
+            self._leaving = asyncio.create_task(self._leave_when_full(), name="leave lists")
+
+    async def _leave_when_full(self) -> None:
+        """No free slot left: every copy of its entry off the idle lists (some can be left:
+        its commits put copies back, claimed jobs took slots too), so that submits stop
+        handing this worker jobs it could only release. The claim that takes the next free
+        slot lists it again if it comes back short."""
+        try:
+            await self.store.leave()
+        except Exception as exc:  # its entries stay: a job handed over is released
+            log.warning("leaving the idle lists failed: %r", exc)
+        finally:
+            self._leaving = None
 
     def _finished(self, job: _Job) -> None:
         self._catch_up(job)  # done by the task's end, unless it never ran
@@ -650,6 +667,7 @@ class Worker:
                 transcript=transcript,
                 turn=turn,
                 events=events,
+                room=self._capacity - len(self._jobs) + 1,  # this job's slot too
             )
 
         written, tries = await self._settle(job, "commit", complete)

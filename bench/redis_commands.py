@@ -13,9 +13,7 @@ flows, each after a warm-up job (scripts loaded, subscriptions made):
 Client commands are round trips (a script is one: its ``EVALSHA``); "all" counts the
 scripts' commands too, as ``INFO`` total_commands_processed does. A worker with nothing
 to do looks at the queue once a second (an empty claim: ``EVALSHA`` + ``LPOP``, and every
-10 s its idle-list entry renewed: ``TIME``, ``LREM``, ``RPUSH``; a worker handed a job
-that outlasts that second lists itself again in such a look, ``TIME`` + ``RPUSH``, where
-a shorter job's commit does it with one ``RPUSH``), and a
+10 s its idle-list entry renewed: ``TIME``, ``LREM``, ``RPUSH``), and a
 pool that grows under load opens connections (``HELLO``): both are counted apart, not as
 the jobs'. A job that stays in one phase (its model call, say) longer than the worker's
 flush delay (1 s, ``app.worker.FLUSH_AFTER_S``) also costs a progress write (the ``write``

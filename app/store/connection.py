@@ -61,8 +61,18 @@ CHANNELS: Final = ("work", "done", "events", "cancel", "outbox")
 WAKE_RENEW_S: Final = 10.0
 WAKE_STALE_MS: Final = 30_000
 # An API process whose submit found jobs queued on a shard or nobody on its idle list
-# tries no hand-off there for WAKE_EMPTY_S (it still wakes one listed worker).
-WAKE_EMPTY_S: Final = 1.0
+# tries no hand-off there for WAKE_EMPTY_S (it still wakes one listed worker). Short: under
+# load the hand-off is the cheaper way (no claim, no wake-up), to come back to as soon as
+# the queued jobs are claimed; a look that fails costs one or two commands.
+WAKE_EMPTY_S: Final = 0.05
+# A worker is listed once per free slot, up to HANDOFF_SLOTS copies of its entry per shard
+# (lua/claim.lua): each hand-off takes one and the job's commit puts it back, so that many
+# jobs at most are handed to it at once (and stranded, should it hang).
+HANDOFF_SLOTS: Final = 64
+# How many submits of one API process in flight to a shard at once try a hand-off: the
+# rest of a burst (sent in one round trip, before any reply could say that the listed
+# workers are taken) is queued, to be claimed in batches (lua/submit.lua).
+HANDOFFS_AT_ONCE: Final = 8
 # Each publish wakes every process subscribed to its channel: a role subscribes only to the
 # channels it waits on (``Role.HEARS``), so a job's end does not wake the workers nor its
 # queueing the API. ``done``/``events``: long-polls and event streams (``JobStore``);

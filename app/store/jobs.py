@@ -32,6 +32,7 @@ from app.core.events import JobEnded, ToolOutputsEvent
 from app.core.spec import CallbackSpec
 from app.store.clock import ServerClock
 from app.store.connection import (
+    HANDOFFS_AT_ONCE,
     WAKE_EMPTY_S,
     WAKE_STALE_MS,
     RedisClient,
@@ -103,11 +104,11 @@ class JobStore(Role):
     ) -> None:
         super().__init__(redis, options, **fields)
         # Shard → until when (monotonic s) a submit tries no hand-off: one found jobs queued
-        # there or nobody listed (load: a look would most likely find that again, and
-        # hand-offs would keep the list empty); it still wakes one listed worker.
+        # there or nobody listed (a look would most likely find that again for a moment:
+        # ``WAKE_EMPTY_S``); it still wakes one listed worker.
         self._no_handoff: dict[int, float] = {}
-        # Shard → submits of this process in flight there: with one in flight, the others
-        # (a burst) try no hand-off, so none spends a command looking (lua/submit.lua).
+        # Shard → submits of this process in flight there: beyond ``HANDOFFS_AT_ONCE``
+        # the others (a burst) try no hand-off (lua/submit.lua).
         self._submitting: dict[int, int] = {}
         # What this process knows of the jobs it made without reading them (``_unmoved``,
         # ``_heard_end``): a job made here while the subscription was live, with no
@@ -252,10 +253,14 @@ class JobStore(Role):
         trace_json = "" if trace is None else trace.dumps()
         while True:
             server_ms = None if clock is None else clock.now_ms()
-            # '1': no hand-off (found impossible lately, or another submit of this process to
-            # the shard is in flight: a burst), one worker woken as before.
+            # '1': no hand-off (found impossible lately, or a burst of submits of this
+            # process to the shard is in flight), one worker woken as before.
             busy = self._submitting.get(index, 0)
-            look = "1" if busy or time.monotonic() < self._no_handoff.get(index, 0.0) else ""
+            look = (
+                "1"
+                if busy >= HANDOFFS_AT_ONCE or time.monotonic() < self._no_handoff.get(index, 0.0)
+                else ""
+            )
             self._submitting[index] = busy + 1
             # What a hand-off's message carries: the claim's values but the spec (attempt
             # 1), as a claim returns them (``claim_reply``, lua/common.lua).

@@ -44,6 +44,7 @@ from app.core.wire import Wire
 from app.store.batching import Batcher, pipelines
 from app.store.connection import (
     DONE_VIEW_MAX_BYTES,
+    HANDOFF_SLOTS,
     WAKE_RENEW_S,
     WAKE_STALE_MS,
     RedisClient,
@@ -66,6 +67,8 @@ _REAP_BATCH: Final = 100
 MAX_CLAIM: Final = 500
 # How long closing waits to take this worker off the idle lists (best effort).
 _UNLIST_S: Final = 2.0
+# What ``unlist`` sends itself on its own channel, after the hand-offs before its LREMs.
+_UNLISTED: Final = "u"
 # The most leases one heartbeat script renews: about a millisecond of Redis per script.
 HEARTBEAT_BATCH: Final = 1000
 # A commit's history and transcript as JSON in one call each (the same text as
@@ -118,20 +121,20 @@ class Leases(Role):
         self._listening = False
         # Shard → (its entry on the shard's idle list, when it was written: monotonic s,
         # the subscription's generation then: a submit drops the entry of a worker it
-        # cannot reach, so after a reconnect the entry is written again).
+        # cannot reach, so after a reconnect the entry is written again), and how many
+        # copies of it are listed (one per slot it offers; each hand-off takes one).
         self._idle: dict[int, tuple[str, float, int]] = {}
+        self._copies: dict[int, int] = {}
         # What this object is listed as ("<token>/<lease ms>/<cap>/<worker id>"), set by
         # the first claim that lists it; whether it is to be listed (``unlist`` ends it).
         self._head = ""
         self._listing = False
         self._unlisted = False  # ``unlist`` was called: never listed again
         # Jobs handed to this object by a submit (lua/submit.lua), as their messages came
-        # (shard, payload), and since when the hand-off took it off a shard's list (shard →
-        # the job id: its commit lists it there again).
+        # (shard, payload).
         self._handed: deque[tuple[int, str]] = deque()
         self._handed_signal = asyncio.Event()  # jobs in ``_handed``
-        self._handoff_came = asyncio.Event()  # a hand-off came (``unlist`` waits for one)
-        self._taken: dict[int, str] = {}
+        self._unlisted_heard = asyncio.Event()  # ``unlist``'s own message came back
         self.handed_total = 0  # hand-offs heard so far
         # Called as a hand-off's message is read (in that pass of the loop), before
         # ``handed`` hears of it: a worker may ``take_handed`` there and start the jobs now.
@@ -167,6 +170,9 @@ class Leases(Role):
         watch = self._work
         if watch is None:  # pragma: no cover - listening starts with the watch
             return
+        if key == _UNLISTED:
+            self._unlisted_heard.set()
+            return
         if not key.startswith("h") or not key[1:].isdigit() or payload is None:
             watch._notify(key)
             return
@@ -174,8 +180,8 @@ class Leases(Role):
         asyncio.get_running_loop().call_soon(watch._notify, key)
 
     def _heard_handoff(self, index: int, payload: bytes) -> None:
-        """A hand-off on shard ``index``: the entry the submit took off the list, the
-        claimed job's values but the spec (JSON), and the spec, a line each
+        """A hand-off on shard ``index``: the copy of its entry the submit took off the
+        list, the claimed job's values but the spec (JSON), and the spec, a line each
         (lua/submit.lua)."""
         try:
             text = payload.decode()
@@ -184,9 +190,10 @@ class Leases(Role):
             return
         entry, _, job = text.partition("\n")
         held = self._idle.get(index)
-        if held is not None and held[0] == entry:  # off that list now (not a newer entry)
-            del self._idle[index]
-            self._taken[index] = job[2 : job.find('"', 2)]  # the job id, first of the values
+        if held is not None and held[0] == entry:  # a copy of the entry it holds (not older)
+            self._copies[index] = left = max(0, self._copies.get(index, 1) - 1)
+            if not left:  # off that list: a commit or its next short claim lists it anew
+                del self._idle[index]
         self._handed.append((index, job))
         self.handed_total += 1
         if self.on_handed is not None:
@@ -196,7 +203,6 @@ class Leases(Role):
                 log.exception("starting a job handed to this worker failed")
         if self._handed:  # not all taken by ``on_handed``: ``handed`` has them
             self._handed_signal.set()
-        self._handoff_came.set()
 
     @property
     def pending_handed(self) -> int:
@@ -300,16 +306,26 @@ class Leases(Role):
                     index,
                     WAKE_STALE_MS,
                     "1" if self.exact_publish else "",
+                    # A cluster hands nothing over (lua/submit.lua): one copy, for wake-ups.
+                    HANDOFF_SLOTS if self.exact_publish else 1,
                 ],
             )
-            if len(reply) % 10:  # the registration changed: its new entry last
-                entry = text(reply[-1])
-                reply = reply[:-1]
+            extra = len(reply) % 10
+            if extra:  # the registration changed: its new entry and copies, or ''
+                entry = text(reply[-extra])
                 if entry:
                     self._idle[index] = (entry, time.monotonic(), generation)
-                    self._taken.pop(index, None)
+                    self._copies[index] = int(reply[-1])
                 else:
                     self._idle.pop(index, None)
+                    self._copies.pop(index, None)
+                reply = reply[:-extra]
+            got = len(reply) // 10
+            if got and not extra and index in self._idle and self.exact_publish:
+                # Their slots: as many copies off (lua/claim.lua).
+                self._copies[index] = left = max(0, self._copies.get(index, got) - got)
+                if not left:
+                    del self._idle[index]
             for i in range(0, len(reply), 10):
                 claims.append(_claim(reply[i : i + 10]))
             if len(claims) >= n:
@@ -337,21 +353,37 @@ class Leases(Role):
             return int(shards[-1]) if shards else None
         return None
 
+    @property
+    def listed(self) -> bool:
+        """Whether this object is on some shard's idle list (as far as it knows)."""
+        return bool(self._idle)
+
+    async def leave(self) -> None:
+        """Leave every idle list for now, every copy (a worker with no free slot: submits
+        would hand it jobs it could only release). Its next claim that comes back short
+        lists it again. A job handed over before a shard's ``LREM`` still comes
+        (``take_handed``)."""
+        held, self._idle = self._idle, {}
+        self._copies.clear()
+        for index, (entry, _, _) in held.items():
+            await self._lane.lrem(self.keys.shard(index).idle, 0, entry)
+
     async def unlist(self, wait_s: float = 1.0) -> None:
         """Leave every idle list for good (a worker that stops): no submit hands this
-        object a job from here on. A job a submit took its entry for just before is
-        waited for, up to ``wait_s``: it is in ``take_handed`` then, to be released."""
+        object a job from here on. A job a submit handed over before that is waited for,
+        up to ``wait_s``: it is in ``take_handed`` then, to be released. (After the
+        ``LREM``s a message of its own goes to its channel: the hand-offs published before
+        come before it, on the one subscription. Not on a cluster, which hands nothing
+        over.)"""
         self._listing, self._unlisted = False, True
-        held, self._idle = self._idle, {}
-        before, owed = self.handed_total, 0
-        for index, (entry, _, _) in held.items():
-            if not int(await self._lane.lrem(self.keys.shard(index).idle, 1, entry)):
-                owed += 1  # taken by a hand-off (or dropped as dead or stale)
+        await self.leave()
+        if not self.exact_publish:
+            return
+        self._unlisted_heard.clear()
+        await self._lane.publish(self.wake_channel, _UNLISTED)
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(wait_s):
-                while self.handed_total - before < owed:
-                    self._handoff_came.clear()
-                    await self._handoff_came.wait()
+                await self._unlisted_heard.wait()
 
     async def aclose(self) -> None:
         """Leave every idle list (best effort: a submit drops a dead worker's entry anyway)
@@ -363,7 +395,7 @@ class Leases(Role):
         ):
             async with asyncio.timeout(_UNLIST_S):
                 for index, (entry, _, _) in held.items():
-                    await self._lane.lrem(self.keys.shard(index).idle, 1, entry)
+                    await self._lane.lrem(self.keys.shard(index).idle, 0, entry)
         await super().aclose()
         if self._own_lane is not None:
             await self._own_lane.aclose()
@@ -446,11 +478,15 @@ class Leases(Role):
         transcript: Sequence[TranscriptEntry],
         turn: TurnRecord | None = None,
         events: Sequence[tuple[str, Wire]] = (),
+        room: int = 0,
     ) -> Written:
         """Commit the final envelope (with the last turn and events not yet written), fenced.
 
         The job's state follows from the envelope (``Envelope.job_status``). Appends
         ``job_end``, frees the lease, starts the retention clock and tells the waiters.
+        ``room``: the free slots the worker has once this job's frees. Listed on the job's
+        shard with fewer copies of its entry than that (up to ``HANDOFF_SLOTS``: the
+        hand-offs took them), it lists one more in the same script.
         """
         status = envelope.job_status
         if status == "in_progress":
@@ -462,15 +498,15 @@ class Leases(Role):
         finished_ms = int(time.time() * 1000)
         keys = [shard.job(claim.job_id), shard.leases, shard.running]
         relist: list[str] = []
-        if self._taken.get(shard.index) == claim.job_id:
-            # A submit handed this job over and took this object off the shard's list: its
-            # slot frees now, and it lists itself again in the commit's script.
-            del self._taken[shard.index]
-            if self._listing and shard.index not in self._idle:
-                entry = f"{self._head} {finished_ms}"
-                keys.append(shard.idle)
-                relist.append(entry)
-                self._idle[shard.index] = (entry, time.monotonic(), self.hub.generation)
+        copies = self._copies.get(shard.index)  # None: not listed there
+        if self._listing and copies is not None and copies < min(room, HANDOFF_SLOTS):
+            held = self._idle.get(shard.index)
+            if held is None:  # the hand-offs took its last copy: listed anew
+                held = (f"{self._head} {finished_ms}", time.monotonic(), self.hub.generation)
+                self._idle[shard.index] = held
+            keys.append(shard.idle)
+            relist.append(held[0])
+            self._copies[shard.index] = copies + 1
         reply = await self._run(
             "complete",
             keys,

@@ -77,8 +77,13 @@ def queue_key(store: Store, job_id: str, tenant: str = "acme") -> str:
     return store.shard_of(job_id).tenant_queue(tenant)
 
 
-async def complete(store: Store, lease: Claim, envelope: Envelope = SUCCESS) -> bool:
-    return bool(await store.complete(lease, envelope=envelope, history=(), transcript=()))
+async def complete(
+    store: Store, lease: Claim, envelope: Envelope = SUCCESS, *, room: int = 0
+) -> bool:
+    """Commit ``lease``; ``room``: the worker's free slots then (``Leases.complete``)."""
+    return bool(
+        await store.complete(lease, envelope=envelope, history=(), transcript=(), room=room)
+    )
 
 
 async def record(store: Store, lease: Claim, index: int = 1, **fields: Any) -> bool:

@@ -23,12 +23,20 @@ import pytest
 from redis.asyncio import Redis
 
 from app.store import Claim
+from app.store import jobs as jobs_module
 from app.store import leases as leases_module
 from app.store.connection import WAKE_STALE_MS
 from app.tracecontext import TraceContext
 from tests.both import Store
 from tests.store.conftest import StoreFactory
 from tests.store.helpers import SPEC, SUCCESS, after_lease, complete, server_ms, submit
+
+
+@pytest.fixture(autouse=True)
+def slow_to_look_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``WAKE_EMPTY_S`` is a few tens of ms: long enough here for a test's next steps to
+    fall within it (the tests that need it over clear ``_no_handoff``)."""
+    monkeypatch.setattr(jobs_module, "WAKE_EMPTY_S", 60.0)
 
 
 async def idle_list(redis: Redis, store: Store) -> list[str]:
@@ -72,9 +80,10 @@ def nothing_handed(*stores: Store) -> bool:
     return all(not s.take_handed() for s in stores)
 
 
-async def idle(store: Store, worker: str | None = None) -> None:
-    """A worker's round: a claim that finds nothing (so it registers)."""
-    assert await store.claim(worker or store.wake_token, n=4, register=True) == []
+async def idle(store: Store, worker: str | None = None, slots: int = 1) -> None:
+    """A worker's round: a claim of ``slots`` jobs that finds nothing (so it registers,
+    once per slot)."""
+    assert await store.claim(worker or store.wake_token, n=slots, register=True) == []
 
 
 async def listening(*stores: Store) -> None:
@@ -149,7 +158,7 @@ async def test_the_commit_of_a_handed_job_lists_its_worker_again_before_the_done
             listed_when_done.append(await tokens(redis, api))
 
         watcher = asyncio.create_task(watch())
-        assert await complete(a, claim)
+        assert await complete(a, claim, room=1)
         await watcher
     assert listed_when_done == [[a.wake_token]]
 
@@ -160,6 +169,98 @@ async def test_the_commit_of_a_handed_job_lists_its_worker_again_before_the_done
     assert view is not None
     assert view.status == "succeeded"
     assert view.result == SUCCESS
+
+
+async def test_a_worker_is_listed_once_per_spare_slot_and_each_hand_off_takes_one(
+    redis: Redis, make_store: StoreFactory
+) -> None:
+    api, a = make_store(), make_store()
+    await listening(a)
+    await idle(a, slots=3)
+    [entry] = set(await idle_list(redis, api))
+    assert await idle_list(redis, api) == [entry] * 3
+
+    jobs = [await submit(api) for _ in range(3)]
+    claims: list[Claim] = []
+    async with asyncio.timeout(2.0):
+        while len(claims) < 3:
+            claims += await a.handed()
+    assert [c.job_id for c in claims] == [j.id for j in jobs]
+    assert await idle_list(redis, api) == []  # handed all it offered: a hung worker strands 3
+
+    queued = await submit(api)  # nobody listed: it waits, every worker told
+    assert await woken(a) == [True]
+    assert nothing_handed(a)
+    view = await api.get(queued.id, tenant="acme")
+    assert view is not None
+    assert view.status == "queued"
+
+    assert [c.job_id for c in await a.claim("w", n=2, register=True)] == [queued.id]
+    assert await tokens(redis, api) == [a.wake_token]  # a short claim lists it anew
+    api._no_handoff.clear()  # as WAKE_EMPTY_S later
+    nxt = await submit(api)
+    assert (await handed(a)).job_id == nxt.id
+    assert await idle_list(redis, api) == []
+    assert await complete(a, claims[0], room=1)  # a slot frees: its commit lists a copy
+    assert await tokens(redis, api) == [a.wake_token]
+
+
+async def test_a_claim_that_takes_jobs_takes_as_many_copies_off(
+    redis: Redis, make_store: StoreFactory
+) -> None:
+    api, a = make_store(), make_store()
+    await listening(a)
+    await idle(a, slots=4)
+    [entry] = set(await idle_list(redis, api))
+    api._no_handoff[0] = time.monotonic() + 60  # the API tries no hand-off: jobs queue
+    queued = [await submit(api, tenant=f"t{i}") for i in range(2)]
+
+    claims = await a.claim("w", n=8, register=True)  # short: it stays listed
+
+    assert sorted(c.job_id for c in claims) == sorted(j.id for j in queued)
+    assert await idle_list(redis, api) == [entry] * 2  # 4 offered, 2 taken by the claim
+
+
+async def test_a_dead_workers_copies_go_at_once_and_leave_takes_every_copy_off(
+    redis: Redis, make_store: StoreFactory
+) -> None:
+    api, dead, live = make_store(), make_store(), make_store()
+    await listening(dead, live)
+    await idle(dead, slots=3)
+    await idle(live, slots=2)
+    await dead.hub.close()  # its subscription gone, as with a killed process; still listed
+
+    job = await submit(api)
+
+    assert (await handed(live)).job_id == job.id
+    assert await tokens(redis, api) == [live.wake_token]  # dead's 3 dropped, live's 2nd left
+    await live.leave()
+    assert await idle_list(redis, api) == []
+    assert not live.listed
+
+
+async def test_a_renewal_lists_as_many_copies_as_the_worker_has_room_for_then(
+    redis: Redis, make_store: StoreFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    api, a = make_store(), make_store()
+    await listening(a)
+    await idle(a, slots=4)
+    [before] = set(await idle_list(redis, api))
+    job = await submit(api)
+    claim = await handed(a)
+    assert await idle_list(redis, api) == [before] * 3
+
+    monkeypatch.setattr(leases_module, "WAKE_RENEW_S", 0.0)
+    await asyncio.sleep(0.01)
+    await idle(a, slots=2)  # room for two now
+    [after] = set(await idle_list(redis, api))
+    assert after != before
+    assert await idle_list(redis, api) == [after] * 2
+    assert await complete(a, claim, room=2)  # room for the two it has listed: none more
+    assert await idle_list(redis, api) == [after] * 2
+    view = await api.get(job.id, tenant="acme")
+    assert view is not None
+    assert view.status == "succeeded"
 
 
 async def test_jobs_queued_on_the_shard_go_first_and_a_tenant_at_its_cap_is_not_handed_a_job(
@@ -424,7 +525,7 @@ async def test_a_lone_worker_is_listed_and_the_api_skips_an_empty_list_for_a_whi
     queued = await submit(api)  # the list is empty now: queued, the shared channel
     assert await woken(alone) == [True]
     assert api._no_handoff  # no hand-off tried for WAKE_EMPTY_S
-    assert [c.job_id for c in await alone.claim("w", n=4, register=True)] == [queued.id]
+    assert [c.job_id for c in await alone.claim("w", n=2, register=True)] == [queued.id]
     assert await tokens(redis, api) == [alone.wake_token]  # a short claim: listed again
 
     woke = await submit(api)  # within WAKE_EMPTY_S: woken on its own channel, not handed
@@ -442,12 +543,14 @@ async def test_a_lone_worker_is_listed_and_the_api_skips_an_empty_list_for_a_whi
     assert (await handed(alone)).job_id == last.id
 
 
-async def test_in_a_burst_of_submits_only_the_first_looks_for_a_worker_to_hand_its_job_to(
-    redis: Redis, make_store: StoreFactory
+async def test_in_a_burst_of_submits_only_the_first_few_look_for_a_worker_to_hand_a_job_to(
+    redis: Redis, make_store: StoreFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Submits of one API process in flight together to a shard (sent in one round trip)
-    would each spend a command on the hand-off before any reply could say the queue is
-    busy: only one tries it, the rest queue as before, the first of them waking one."""
+    would each spend a command on the hand-off before any reply could say the workers are
+    taken: only ``HANDOFFS_AT_ONCE`` try it (here one), the rest queue as before, the first
+    of them waking one."""
+    monkeypatch.setattr(jobs_module, "HANDOFFS_AT_ONCE", 1)
     api, a, b = make_store(), make_store(), make_store()
     await listening(a, b)
     await idle(a)

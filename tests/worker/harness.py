@@ -23,6 +23,7 @@ from typing import Any, TypeVar
 import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+from redis.asyncio import Redis
 
 from app.core.model import LLMRequest, LLMResponse, ModelClient, StructuredMode, StructuredOutput
 from app.providers.config import ModelConfig, ProviderConfig, ProvidersConfig
@@ -75,6 +76,13 @@ async def eventually(
         if time.monotonic() > deadline:
             pytest.fail(f"timed out after {within:.0f}s waiting for {what}")
         await asyncio.sleep(0.05)
+
+
+async def listed_workers(redis: Redis, store: Store, shard: int = 0) -> int:
+    """How many workers are on a shard's idle list (each is listed once per slot it has to
+    spare, up to ``HANDOFF_SLOTS``: lua/claim.lua)."""
+    entries = await redis.lrange(store.keys.shard(shard).idle, 0, -1)
+    return len({(e if isinstance(e, bytes) else e.encode()).split(b"/")[0] for e in entries})
 
 
 async def status_of(store: Store, job_id: str, *wanted: str, within: float = WAIT_S) -> JobView:

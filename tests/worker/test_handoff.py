@@ -1,9 +1,10 @@
 """The Worker class with jobs handed to it by submits (lua/submit.lua), in-process.
 
 A real redis-server, the real router over the simulator; ``Gate`` holds a call so the test
-looks at the jobs while one runs. A worker listed on two shards can be handed a job on
-each: with one slot it releases the second to the queue (never more than its concurrency
-at once) and claims it when the slot frees. A worker that stops leaves every idle list.
+looks at the jobs while one runs. A worker with no free slot left leaves every idle list,
+so the next job waits in the queue and is claimed when a slot frees. A job handed over all
+the same (its submit came before the worker's LREM) is released to the queue: never more
+than its concurrency at once. A worker that stops leaves every idle list.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from tests.worker.harness import (
     eventually,
     finished,
     job,
+    listed_workers,
     running,
     sim_router,
     status_of,
@@ -55,8 +57,8 @@ def held(gate: Gate) -> Callable[[], Awaitable[bool]]:
 
 async def listed_on(store: Store, redis: Redis, shards: range, count: int) -> None:
     async def check() -> bool:
-        lengths = [int(await redis.llen(store.keys.shard(i).idle)) for i in shards]
-        return lengths == [count] * len(shards)
+        listed = [await listed_workers(redis, store, i) for i in shards]
+        return listed == [count] * len(shards)
 
     await eventually(check, what=f"{count} worker(s) on the idle list of shards {shards}")
 
@@ -72,10 +74,44 @@ async def submit_on(store: Store, shard: int, name: str) -> JobView:
     return view
 
 
-async def test_a_job_handed_over_without_a_free_slot_is_released_and_run_when_one_frees(
+async def test_a_worker_with_no_free_slot_leaves_the_lists_and_claims_the_next_job_later(
     two_shards: tuple[Store, Redis], sim_url: str, tmp_path: Path
 ) -> None:
     store, redis = two_shards
+    async with sim_router(sim_url, tmp_path) as router:
+        gate = Gate(router, hold=lambda n: n == 1)
+        worker = Worker(store, gate, worker_settings(worker_concurrency=1))
+        async with running(worker):
+            await listed_on(store, redis, range(SHARDS), 1)  # one short claim: both shards
+            first = await submit_on(store, 0, "first")
+            await eventually(held(gate), what="the first job's call, held")
+            assert worker.running == 1
+            await listed_on(store, redis, range(SHARDS), 0)  # full: off both lists
+
+            second = await submit_on(store, 1, "second")  # nobody listed: it waits
+            assert (await status_of(store, second.id, "queued")).attempts == 0
+            assert gate.calls == 1
+
+            gate.open()
+            done = [await finished(store, first.id), await finished(store, second.id)]
+            await listed_on(store, redis, range(SHARDS), 1)  # a short claim: listed again
+
+    assert [v.status for v in done] == ["succeeded", "succeeded"]
+    assert [v.attempts for v in done] == [1, 1]
+    assert gate.max_in_flight == 1
+    names = [e.name for e in await store.events(second.id, after=None, block_ms=0, count=100)]
+    assert "job_requeued" not in names  # claimed from the queue, never handed and released
+
+
+async def test_a_job_handed_over_without_a_free_slot_is_released_and_run_when_one_frees(
+    two_shards: tuple[Store, Redis], sim_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store, redis = two_shards
+
+    async def late() -> None:  # as when the next submit runs before the worker's LREM
+        pass
+
+    monkeypatch.setattr(store, "leave", late)
     async with sim_router(sim_url, tmp_path) as router:
         gate = Gate(router, hold=lambda n: n == 1)
         worker = Worker(store, gate, worker_settings(worker_concurrency=1))

@@ -22,7 +22,15 @@ from redis.asyncio import Redis
 
 from app.child import free_loopback_port
 from tests.both import Store
-from tests.worker.harness import WorkerProcess, eventually, finished, job, scrape, submit
+from tests.worker.harness import (
+    WorkerProcess,
+    eventually,
+    finished,
+    job,
+    listed_workers,
+    scrape,
+    submit,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -44,7 +52,7 @@ async def listed(store: Store, redis: Redis, count: int) -> None:
     """Until ``count`` workers are on shard 0's idle list."""
 
     async def check() -> bool:
-        return int(await redis.llen(store.keys.shard(0).idle)) == count
+        return await listed_workers(redis, store) == count
 
     await eventually(check, what=f"{count} workers on the idle list")
 
@@ -107,7 +115,7 @@ async def test_a_worker_killed_while_idle_does_not_keep_the_next_job_waiting(
             assert view.status == "succeeded"
 
         gained = await handed(live_port) - before
-        left = await redis.llen(store.keys.shard(0).idle)
+        left = await listed_workers(redis, store)
     finally:
         await redis.aclose()
 

@@ -10,21 +10,27 @@
 --       idle list ('': none)  9 '1': renew the registration (it is getting old)
 --       10 the work channel ('': no hand-on)  11 this shard's number  12 how old (ms) an
 --       idle worker's registration may be  13 '1' when PUBLISH counts every subscriber
+--       14 the most copies of its entry a registration lists
 -- Returns a flat list, 10 values per job:
 --   id, attempt, spec, tenant, created_ms, model or '', spent by earlier attempts or '',
 --   checkpoint or '' (a paused job resumes from it), outputs or '' (the client's answer,
 --   or 'timeout'), the client's trace context or ''
--- and then, when the claimer's registration changed, one more value: the new one ('':
--- it has none now).
+-- and then, when the claimer's registration changed: its new entry and how many copies
+-- of it were listed, or one value, '' (it has none now).
 --
 -- The idle list: a claimer with a wake token whose claim comes back short (this shard's
 -- queues ran dry before n jobs) has slots to spare and waits for work: it registers,
 -- "<token>/<lease ms>/<cap>/<worker id> <ms>" (the server's clock), so that a submit hands
 -- it the job, claimed for it in the submit's own script, or wakes it alone (lua/submit.lua).
--- It stays registered across claims (no command per job), renews the entry now and then so
--- a submit can tell it from a dead worker's, and leaves when a claim fills every slot it
--- asked for (a busy worker claims as soon as a slot frees, without a wake-up) or when a
--- submit hands it a job (it lists itself again with the job's commit: lua/complete.lua).
+-- It is listed once per slot it has to spare, up to ARGV[14] copies: each hand-off takes a
+-- copy, and the job's commit puts it back (lua/complete.lua), so under load every job can
+-- be handed over, and a worker is never handed more jobs at once than it offered (one that
+-- hangs strands no more); a claim that takes jobs takes as many copies off. It stays
+-- registered across claims (no command per claim that takes none), renews
+-- the entry now and then so a submit can tell it from a dead worker's (every copy, as many
+-- as it has room for then), and leaves when a claim fills every slot it asked for (a busy
+-- worker claims as soon as a slot frees, without a wake-up) or when it has no free slot
+-- left (``Leases.leave``).
 --
 -- The ring holds exactly the tenants whose queue is not empty, each once (submit and
 -- requeue_front add a tenant when its queue goes from empty to one job, cancel drops it
@@ -168,27 +174,46 @@ repeat
 until not any
 local now = nil
 local registered = nil  -- the claimer's new registration, when it changed
+local copies = 0
 if ARGV[7] ~= '' then
   if left > 0 then
     if ARGV[8] == '' or ARGV[9] == '1' then
       if ARGV[8] ~= '' then
-        redis.call('LREM', KEYS[4], 1, ARGV[8])
+        redis.call('LREM', KEYS[4], 0, ARGV[8])
       end
       now = now_ms()
       registered = ARGV[7] .. ' ' .. string.format('%d', now)
-      redis.call('RPUSH', KEYS[4], registered)
+      copies = math.min(left, tonumber(ARGV[14]))
+      local entries = {}
+      for i = 1, copies do
+        entries[i] = registered
+      end
+      redis.call('RPUSH', KEYS[4], unpack(entries))
+    elseif #picked > 0 and tonumber(ARGV[14]) > 1 then  -- as many copies off as slots
+      redis.call('LREM', KEYS[4], #picked, ARGV[8])   -- these jobs take (one: a cluster's)
     end
   elseif ARGV[8] ~= '' then
-    redis.call('LREM', KEYS[4], 1, ARGV[8])
+    redis.call('LREM', KEYS[4], 0, ARGV[8])
     registered = ''
   end
 elseif ARGV[8] ~= '' then  -- the claimer is not to be listed any more (it works alone)
-  redis.call('LREM', KEYS[4], 1, ARGV[8])
+  redis.call('LREM', KEYS[4], 0, ARGV[8])
   registered = ''
 end
 
+-- The registration's values after the jobs': the entry and its copies, or '' alone.
+local function registration(out)
+  if registered == '' then
+    table.insert(out, '')
+  elseif registered then
+    table.insert(out, registered)
+    table.insert(out, copies)
+  end
+  return out
+end
+
 if #picked == 0 then
-  return registered and {registered} or {}
+  return registration({})
 end
 
 now = now or now_ms()
@@ -221,7 +246,4 @@ end
 if left == 0 and #back > 0 and ARGV[10] and ARGV[10] ~= '' then
   wake_listed(KEYS[4], ARGV[10], ARGV[11], now, tonumber(ARGV[12]), ARGV[13] == '1')
 end
-if registered then
-  table.insert(out, registered)
-end
-return out
+return registration(out)

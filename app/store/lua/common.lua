@@ -154,7 +154,7 @@ local function wake_listed(idle, channel, shard, now, stale, exact)
         return true, false
       end
     end
-    redis.call('LREM', idle, 1, entry)
+    redis.call('LREM', idle, 0, entry)  -- every copy (lua/claim.lua)
   end
   return false, false
 end

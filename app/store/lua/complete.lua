@@ -5,12 +5,13 @@
 --       7 last turn record json ('' = none)  8 its spend json ('' = none)
 --       9 events to append before job_end (json, comma-separated; '' = none)  10 retention s
 --       11 done channel  12 finished ms  13 the most bytes of a view the done message
---       carries (0: only the id)  [14 the worker's new idle-list entry, with KEYS[4]]
+--       carries (0: only the id)  [14 a copy of the worker's idle-list entry, with KEYS[4]]
 -- Returns 1 (committed), 0 (not ours), -1 (the job had already ended)
 --
--- A worker that a submit handed this job to left the idle list then (lua/submit.lua); its
--- slot frees now, so it lists itself again in this script (KEYS[4], ARGV[14]): listed
--- before the done message goes out, so the caller's next job finds it.
+-- A worker is listed once per free slot (lua/claim.lua), and each hand-off takes a copy
+-- of its entry (lua/submit.lua). The slot this job held frees now: a worker with fewer
+-- copies listed than free slots lists one more in this script (KEYS[4], ARGV[14]), before
+-- the done message goes out, so the caller's next job finds it.
 if KEYS[4] then
   redis.call('RPUSH', KEYS[4], ARGV[14])
 end

@@ -21,7 +21,7 @@
 --       (lua/common.lua) without its third value, attempt 1 ('' when ARGV[26] is '1')
 -- Returns {'created', id} | {'created', id, 'no-handoff'} (the hand-off or the wake-up
 --       found jobs queued or nobody listed: the API tries no hand-off for a while; the
---       workers a hand-off took off the list come back with their commits)
+--       entries the hand-offs took come back with the jobs' commits)
 --       | {'created', id, '', 'handed'} (claimed for an idle worker, below)
 --       | {'existing', id} | {'conflict', id} | {'full', depth} | {'quota', bytes}
 
@@ -45,11 +45,13 @@ end
 -- shard has no queued job at all (the ring is empty) gets the job claimed for it here, as
 -- its claim would (``claimed``, lua/common.lua: its lease length, cap and id come with its
 -- entry), and the claimed job (``claim_reply``) in a message on its own channel: no claim,
--- no round trip before the job runs. It leaves the list (so a burst does not pile onto one
--- worker; it lists itself again with the job's commit, lua/complete.lua, or its next short
--- claim). A registration older than ``stale`` ms, or one whose PUBLISH reaches nobody (the
--- worker died: its subscription went with it), is dropped and the next tried; nothing is
--- written before a worker heard the job, so a job nobody took goes the queue's way below.
+-- no round trip before the job runs. The hand-off takes the entry (a worker is listed once
+-- per slot it offers, up to a bound: lua/claim.lua), so a burst goes round the workers and
+-- never onto one beyond what it offered, and a worker that hangs strands at most that
+-- many; the job's commit lists the entry again (lua/complete.lua). A registration older
+-- than ``stale`` ms, or one whose PUBLISH reaches nobody (the worker died: its subscription
+-- went with it), is dropped, every copy of it, and the next tried; nothing is written
+-- before a worker heard the job, so a job nobody took goes the queue's way below.
 -- ``now`` is Redis-now as the API estimated it (ARGV[27], app/store/clock.py: never behind
 -- TIME, ahead by its reading's round trip at most; the worker's first heartbeat puts the
 -- lease on TIME), or nil: TIME is read.
@@ -82,6 +84,7 @@ local function hand_off(idle, ring, running, channel, shard, stale, tenant, head
         return {owner, lease, cap, now}, false
       end
     end
+    redis.call('LREM', idle, 0, entry)  -- its other copies (a dead or stale worker)
     entry = redis.call('LPOP', idle)
     if not entry then
       return nil, 'empty'
