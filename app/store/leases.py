@@ -191,9 +191,7 @@ class Leases(Role):
         entry, _, job = text.partition("\n")
         held = self._idle.get(index)
         if held is not None and held[0] == entry:  # a copy of the entry it holds (not older)
-            self._copies[index] = left = max(0, self._copies.get(index, 1) - 1)
-            if not left:  # off that list: a commit or its next short claim lists it anew
-                del self._idle[index]
+            self._took(index, 1)
         self._handed.append((index, job))
         self.handed_total += 1
         if self.on_handed is not None:
@@ -322,10 +320,7 @@ class Leases(Role):
                 reply = reply[:-extra]
             got = len(reply) // 10
             if got and not extra and index in self._idle and self.exact_publish:
-                # Their slots: as many copies off (lua/claim.lua).
-                self._copies[index] = left = max(0, self._copies.get(index, got) - got)
-                if not left:
-                    del self._idle[index]
+                self._took(index, got)  # their slots: as many copies off (lua/claim.lua)
             for i in range(0, len(reply), 10):
                 claims.append(_claim(reply[i : i + 10]))
             if len(claims) >= n:
@@ -352,6 +347,14 @@ class Leases(Role):
             shards = [key for key in keys if key.isdigit()]
             return int(shards[-1]) if shards else None
         return None
+
+    def _took(self, index: int, n: int) -> None:
+        """``n`` copies of its entry on shard ``index``'s list taken (by hand-offs or its
+        claim); with none left it is off that list: a commit or its next short claim lists
+        it anew."""
+        self._copies[index] = left = max(0, self._copies.get(index, n) - n)
+        if not left:
+            del self._idle[index]
 
     @property
     def listed(self) -> bool:
@@ -389,13 +392,11 @@ class Leases(Role):
         """Leave every idle list (best effort: a submit drops a dead worker's entry anyway)
         and stop the subscription."""
         self._listing = False
-        held, self._idle = self._idle, {}
         with contextlib.suppress(
             TimeoutError, StoreUnavailable, RedisError, RedisClusterException, OSError
         ):
             async with asyncio.timeout(_UNLIST_S):
-                for index, (entry, _, _) in held.items():
-                    await self._lane.lrem(self.keys.shard(index).idle, 0, entry)
+                await self.leave()
         await super().aclose()
         if self._own_lane is not None:
             await self._own_lane.aclose()
