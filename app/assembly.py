@@ -7,11 +7,11 @@ the httpx client, the providers and their router, the worker, the API.
 
 Start-up, in order: the embedded redis-server when no Redis URL is set (``serve`` only; AOF
 in the data dir, so queued jobs survive a restart); one Redis pool and the store (a Redis
-whose ``maxmemory-policy`` may evict live jobs stops the process here); one
-``httpx.AsyncClient``; the providers configuration, read once (``REPROMPT_PROVIDERS`` and
-the provider variables); the router (the configured providers, else the supervised local
-model); the worker. Shutdown runs the same list backwards: the worker drains first, Redis
-stops last.
+whose ``maxmemory-policy`` may evict live jobs stops the process here); the providers
+configuration, read once (``REPROMPT_PROVIDERS`` and the provider variables); one
+``httpx.AsyncClient`` per proxy the providers go through; the router (the configured
+providers, else the supervised local model); the worker. Shutdown runs the same list
+backwards: the worker drains first, Redis stops last.
 
 When no provider can be configured an API still starts, so operators can see why:
 ``/readyz`` answers 503 naming what to configure, and submissions get the same 503. A
@@ -53,7 +53,7 @@ from app.outbound.kit import Outbound
 from app.outbound.webhooks import parse_tenant_secrets
 from app.providers.config import ProvidersConfig, load_providers
 from app.providers.embedded import LOCAL_PROVIDER, open_router
-from app.providers.http import DEFAULT_MAX_CONNECTIONS, make_client
+from app.providers.http import DEFAULT_MAX_CONNECTIONS, open_clients
 from app.providers.router import Router
 from app.redis_server import EmbeddedRedis
 from app.settings import Settings, invalid_settings, is_loopback
@@ -172,11 +172,14 @@ async def open_parts(
         jobs, leases = JobStore(api_redis, options), Leases(worker_redis, options, lane=lane)
         stack.push_async_callback(jobs.aclose)
         stack.push_async_callback(leases.aclose)
-        # One connection per job a worker may hold: a smaller pool queues model calls.
-        pool = max(DEFAULT_MAX_CONNECTIONS, settings.worker_concurrency)
-        http = await stack.enter_async_context(make_client(max_connections=pool))
         outbound = await stack.enter_async_context(open_outbound(settings))
         config = providers_config(settings, keys=keys) if providers is None else providers
+        # One connection per job a worker may hold: a smaller pool queues model calls.
+        # One client per proxy the providers go through (the environment's, their own).
+        pool = max(DEFAULT_MAX_CONNECTIONS, settings.worker_concurrency)
+        http = await stack.enter_async_context(
+            open_clients(config, max_connections=pool, tracing=tracing)
+        )
         router: Router | None = None
         problem: str | None = None
         try:

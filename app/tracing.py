@@ -9,8 +9,9 @@ variables ask for them, nothing at all otherwise (docs/tracing.md).
         call.retry(code, attempt, wait_s)  # its transport retries as events
         call.answered(response)
 
-The one module that imports OpenTelemetry (the ``otel`` extra: API, SDK and the OTLP/HTTP
-exporter); without those packages ``open_tracing`` says why in the log and returns None.
+The one module that imports OpenTelemetry (the ``otel`` extra: API, SDK, the OTLP/HTTP
+exporter and the httpx instrumentation); without those packages ``open_tracing`` says why
+in the log and returns None.
 Model-call spans follow the GenAI semantic conventions (``gen_ai.*``); the rest of what
 reprompt knows goes in ``reprompt.*`` attributes. No prompt, answer or diagnosis text is
 ever put on a span: those may hold a tenant's data.
@@ -25,6 +26,8 @@ from collections.abc import Mapping, Sequence
 from contextvars import Token
 from types import TracebackType
 from typing import Final
+
+import httpx
 
 from app import __version__
 from app.core.envelope import Envelope
@@ -51,6 +54,12 @@ except ImportError:  # pragma: no cover - the otel extra is installed wherever t
     AVAILABLE = False
 else:
     AVAILABLE = True
+try:
+    from opentelemetry.instrumentation.httpx import AsyncOpenTelemetryTransport
+except ImportError:  # pragma: no cover - part of the otel extra
+    INSTRUMENTED = False
+else:
+    INSTRUMENTED = True
 
 log = logging.getLogger(__name__)
 
@@ -156,7 +165,10 @@ def _resource() -> Resource:
 
 
 class Tracing:
-    """Where a process's spans go: a tracer, and the provider it owns (if it owns one)."""
+    """Where a process's spans go: a tracer, and the provider it owns (if it owns one).
+
+    Model calls' HTTP requests get their client spans (and the ``traceparent`` they send)
+    from OpenTelemetry's httpx instrumentation: ``http_transport`` wraps a transport."""
 
     def __init__(self, tracer: Tracer, provider: TracerProvider | None = None) -> None:
         self.tracer = tracer
@@ -170,6 +182,20 @@ class Tracing:
         provider = TracerProvider(resource=_resource(), shutdown_on_exit=False)
         provider.add_span_processor(SimpleSpanProcessor(exporter))
         return cls(provider.get_tracer(SCOPE, __version__), provider)
+
+    def http_transport(self, transport: httpx.AsyncBaseTransport) -> httpx.AsyncBaseTransport:
+        """``transport``, each request a client span (a child of the current span: the
+        ``chat {model}`` one) whose context goes out in the ``traceparent`` header."""
+        if not INSTRUMENTED:
+            log.warning(
+                "traces on, but opentelemetry-instrumentation-httpx is not installed: model "
+                "calls get no HTTP client span and send no traceparent"
+            )
+            return transport
+        traced: httpx.AsyncBaseTransport = AsyncOpenTelemetryTransport(
+            transport, tracer_provider=self._provider
+        )
+        return traced
 
     async def shutdown(self) -> None:
         """Export what is still buffered and stop (the provider's own, if it has one)."""

@@ -15,7 +15,7 @@ File shape (see docs/providers.md for the full example)::
 
     default = "fast"                         # a model or route
     [providers.openai]                       # kind, base_url, api_key_env | api_key_file,
-    kind = "openai"                          # timeout_s, max_attempts, headers
+    kind = "openai"                          # timeout_s, max_attempts, headers, proxy
     [models.gpt-4o-mini]                     # provider, name, structured, prices,
     provider = "openai"                      # max_output_tokens, max_tokens_field, strict,
                                              # system_role, tools, prompt, prompt_cache
@@ -49,6 +49,7 @@ from pydantic import (
 from app.core.errors import InvalidInput
 from app.core.model import PromptProfile
 from app.providers.circuit import DEFAULT_COOLDOWN_S, DEFAULT_FAILURE_THRESHOLD
+from app.providers.http import proxy_problem
 from app.providers.pricing import Price
 from app.providers.retry import DEFAULT_MAX_ATTEMPTS
 from app.providers.structured import Capability
@@ -87,6 +88,9 @@ class ProviderConfig(_Strict):
     max_attempts: int = Field(default=DEFAULT_MAX_ATTEMPTS, ge=1, le=10)
     headers: dict[str, str] = Field(default_factory=dict)
     anthropic_version: str = ANTHROPIC_VERSION
+    # Every call to this provider through this http(s) proxy, in place of the environment's
+    # (HTTPS_PROXY, NO_PROXY, ...). A secret: its credentials never show in a repr or error.
+    proxy: SecretStr | None = None
 
     @field_validator("base_url")
     @classmethod
@@ -94,6 +98,14 @@ class ProviderConfig(_Strict):
         if value is not None and not value.startswith(("http://", "https://")):
             raise ValueError("must start with http:// or https://")
         return value.rstrip("/") if value else value
+
+    @field_validator("proxy")
+    @classmethod
+    def _proxy_url(cls, value: SecretStr | None) -> SecretStr | None:
+        problem = None if value is None else proxy_problem(value.get_secret_value())
+        if problem is not None:
+            raise ValueError(problem)
+        return value
 
     @model_validator(mode="after")
     def _one_key_source(self) -> ProviderConfig:

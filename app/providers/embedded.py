@@ -1,7 +1,10 @@
 """The model client a process runs with: the configured providers, else the local model.
 
-    async with open_router(http, data_dir=settings.data_dir, config=config) as router:
+    async with open_router(clients, data_dir=settings.data_dir, config=config) as router:
         await run_job(spec, Runtime(client=router))
+
+``clients``: one ``httpx.AsyncClient``, or ``open_clients``' (the local model is called
+through their ``direct`` one: it listens on loopback, never behind a proxy).
 
 With no provider configured (no ``REPROMPT_PROVIDERS``, no ``OPENAI_API_KEY`` or
 ``ANTHROPIC_API_KEY``) the llama.cpp server from the ``local`` extra is started as a
@@ -20,6 +23,7 @@ import httpx
 
 from app.core.errors import ProviderConfigError
 from app.providers.config import ModelConfig, ProviderConfig, ProvidersConfig
+from app.providers.http import ProviderClients
 from app.providers.local import LocalModelServer, explain_missing, local_available
 from app.providers.retry import OnRetry
 from app.providers.router import Adapter, Health, Router, build_router
@@ -33,7 +37,7 @@ LOCAL_PROVIDER = "local"
 
 @asynccontextmanager
 async def open_router(
-    http: httpx.AsyncClient,
+    http: httpx.AsyncClient | ProviderClients,
     *,
     data_dir: Path,
     config: ProvidersConfig,
@@ -65,7 +69,7 @@ async def open_router(
             raise
         config = with_local_model(config, server)
         adapters[LOCAL_PROVIDER] = SupervisedAdapter(
-            http,
+            http.direct if isinstance(http, ProviderClients) else http,
             supervisor=supervisor,
             provider=LOCAL_PROVIDER,
             config=config.providers[LOCAL_PROVIDER],

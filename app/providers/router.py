@@ -42,6 +42,7 @@ from app.providers.anthropic import AnthropicAdapter
 from app.providers.catalog import catalog_price, catalog_source
 from app.providers.circuit import Breaker, Circuits, CircuitState
 from app.providers.config import ModelConfig, ProvidersConfig
+from app.providers.http import ProviderClients
 from app.providers.openai import OpenAIAdapter
 from app.providers.pricing import Price, cost_of
 from app.providers.retry import Deadline, OnRetry, Retrier, RetryPolicy, Sleep, Tally
@@ -437,7 +438,7 @@ def _together(answers: list[LLMResponse]) -> LLMResponse:
 
 def build_router(
     config: ProvidersConfig,
-    http: httpx.AsyncClient,
+    http: httpx.AsyncClient | ProviderClients,
     *,
     clock: Monotonic = time.monotonic,
     sleep: Sleep = asyncio.sleep,
@@ -447,24 +448,28 @@ def build_router(
     health: Mapping[str, Health] | None = None,
     tracing: Tracing | None = None,
 ) -> Router:
-    """A router over ``config``'s models, sharing ``http``. ``clock`` drives deadlines and
-    circuit cool-downs, ``sleep`` the retry waits, ``on_retry(code, attempt, wait_s)``
-    observes every transport retry. ``adapters`` replaces the adapter of a provider (the
-    supervised local model), ``health`` adds a provider's readiness check to ``problem()``.
-    With ``tracing`` each model called gets a span (``app.tracing``)."""
+    """A router over ``config``'s models, calling them through ``http`` (one client, or
+    each provider's from ``open_clients``: a provider ``proxy`` needs its own). ``clock``
+    drives deadlines and circuit cool-downs, ``sleep`` the retry waits,
+    ``on_retry(code, attempt, wait_s)`` observes every transport retry. ``adapters``
+    replaces the adapter of a provider (the supervised local model), ``health`` adds a
+    provider's readiness check to ``problem()``. With ``tracing`` each model called gets a
+    span (``app.tracing``)."""
     circuits = Circuits(
         failure_threshold=config.circuit.failure_threshold,
         cooldown_s=config.circuit.cooldown_s,
         clock=clock,
     )
+    clients = http if isinstance(http, ProviderClients) else ProviderClients(http)
     wire: dict[str, Adapter] = dict(adapters or {})
     for name, provider in config.providers.items():
         if name in wire:
             continue
+        client = clients.of(provider)
         if provider.kind == "anthropic":
-            wire[name] = AnthropicAdapter(http, provider=name, config=provider)
+            wire[name] = AnthropicAdapter(client, provider=name, config=provider)
         else:
-            wire[name] = OpenAIAdapter(http, provider=name, config=provider)
+            wire[name] = OpenAIAdapter(client, provider=name, config=provider)
     targets = {}
     for name, spec in config.models.items():
         provider = config.providers[spec.provider]

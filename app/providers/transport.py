@@ -3,9 +3,12 @@
 Adapters build the body and read the answer; this module posts it and classifies
 whatever went wrong, most specific first (as httpx's ``map_httpcore_exceptions``)::
 
-    httpx connect/read/write/pool timeout, asyncio timeout -> ProviderTimeout
-    httpx.UnsupportedProtocol, ProxyError, InvalidURL      -> ProviderConfigError
-    any other httpx.TransportError, DecodingError          -> ProviderUnavailable
+    a proxy that cannot be reached or refuses the tunnel   -> ProviderUnavailable naming it
+                                    (407: ProviderConfigError, the proxy's credentials)
+    httpx/aiohttp/asyncio timeouts                         -> ProviderTimeout
+    httpx.UnsupportedProtocol, InvalidURL (aiohttp's too)  -> ProviderConfigError
+    any other transport error (refused, reset, malformed)  -> ProviderUnavailable
+    a request header the transport will not send (ValueError) -> ProviderConfigError
     408                                                    -> ProviderTimeout
     429                                                    -> ProviderRateLimited + retry_after_s
     5xx, 529 (Anthropic overloaded), 409                   -> ProviderUnavailable + retry_after_s
@@ -30,13 +33,13 @@ import asyncio
 import json
 import logging
 import re
-import weakref
-from collections.abc import AsyncIterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from typing import Any, Final
 
+import aiohttp
 import httpx
 
 from app.core.errors import (
@@ -48,8 +51,7 @@ from app.core.errors import (
     ProviderTokenLimit,
     ProviderUnavailable,
 )
-from app.providers.h1 import H1Body, H1Transport
-from app.providers.http import _NoCookies
+from app.providers.http import proxy_label
 
 logger = logging.getLogger(__name__)
 
@@ -76,6 +78,8 @@ _KEY_PATTERNS: Final = (
     re.compile(r"(?i)\bbearer\s+\S+"),
     re.compile(r"(?i)(api[-_ ]?key[\"':=\s]+)[^\s\"',}]{6,}"),
     re.compile(r"\b[A-Za-z0-9]{32,}\b"),
+    # The user and password of a URL (a proxy's): http://[redacted]@proxy:3128
+    re.compile(r"(?<=://)[^/@\s]+(?=@)"),
 )
 
 # How providers say "the prompt does not fit": OpenAI and Groq (code), vLLM and
@@ -144,111 +148,40 @@ async def post_json(
             model=edge.model,
         )
     logger.debug("POST %s (provider=%s model=%s)", url, edge.provider, edge.model)
+    content = json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
     with map_transport_errors(edge, timeout_s):
-        request = _request(http, url, headers, body)
-        # httpx's timeouts are per operation; asyncio.timeout bounds the whole exchange.
+        # No per-operation limits (timeout=None): the asyncio.timeout around the whole
+        # exchange bounds each operation first.
+        request = http.build_request(
+            "POST",
+            url,
+            content=content.encode(),
+            headers={"content-type": "application/json", **headers},
+            timeout=None,
+        )
         async with asyncio.timeout(timeout_s):
-            # ``http.send(request, stream=True)``, straight to the client's transport when
-            # httpx's layers have nothing to do (``_direct``).
-            direct = _direct(http)
-            if direct is not None:
-                response = await direct.handle_async_request(request)
-                response.request = request
-            else:
-                response = await http.send(request, stream=True)
+            response = await http.send(request, stream=True)
             try:
                 if response.status_code >= 400:
                     cut = await _read(response, MAX_ERROR_BYTES, edge, cut=True)
                     raise classify_status(
                         response.status_code, response.headers, _text(response, cut), edge
                     )
-                content = await _read(response, max_bytes, edge)
+                reply = await _read(response, max_bytes, edge)
             finally:
                 await response.aclose()
     try:
-        decoded = json.loads(content)
+        decoded = json.loads(reply)
     except ValueError:
         decoded = None
     if not isinstance(decoded, dict):
         raise ProviderUnavailable(
             f"{edge.provider} sent a malformed body ({response.status_code}) for model "
-            f"{edge.model}: {edge.scrub(_excerpt(_text(response, content[:MAX_ERROR_BYTES])))}",
+            f"{edge.model}: {edge.scrub(_excerpt(_text(response, reply[:MAX_ERROR_BYTES])))}",
             provider=edge.provider,
             model=edge.model,
         )
     return decoded, response.headers
-
-
-def _direct(http: httpx.AsyncClient) -> H1Transport | None:
-    """The client's own ``H1Transport`` when ``http.send(request, stream=True)`` may go
-    straight to it, httpx's layers around it having nothing to do: no proxy or other
-    mount, no event hook, no auth, no redirect followed, no cookies (``make_client``'s).
-    Its info line per request is turned off (``app.cli``), and nothing reads
-    ``response.elapsed``. None: through ``http.send``."""
-    transport = http._transport
-    if (
-        type(transport) is H1Transport
-        and not http._mounts
-        and http._auth is None
-        and not http.follow_redirects
-        and not http.is_closed
-        and not http._event_hooks["request"]
-        and not http._event_hooks["response"]
-        and type(http._cookies) is _NoCookies
-    ):
-        return transport
-    return None
-
-
-# Per client, the parsed URL and merged headers of each (URL, call headers) it was given:
-# what ``AsyncClient.build_request`` would work out again for every call. Bounded: a
-# client's are dropped when it has ``_PREPARED_MAX`` (keys rotate, local servers move).
-_PREPARED_MAX: Final = 256
-_Prepared = dict[tuple[str, tuple[tuple[str, str], ...]], tuple[httpx.URL, httpx.Headers]]
-_prepared: weakref.WeakKeyDictionary[httpx.AsyncClient, _Prepared] = weakref.WeakKeyDictionary()
-
-
-def _request(
-    http: httpx.AsyncClient,
-    url: str,
-    headers: Mapping[str, str],
-    body: Mapping[str, Any],
-) -> httpx.Request:
-    """The request ``http.build_request("POST", url, json=body, headers=headers,
-    timeout=None)`` builds, from the URL and headers prepared once (no cookies: the
-    provider client keeps none)."""
-    prepared = _prepared.get(http)
-    if prepared is None:
-        prepared = _prepared[http] = {}
-    key = (url, tuple(headers.items()))
-    found = prepared.get(key)
-    if found is None:
-        if len(prepared) >= _PREPARED_MAX:
-            prepared.clear()
-        parsed = httpx.URL(url)
-        merged = http.headers.copy()
-        merged["host"] = parsed.netloc.decode("ascii")
-        merged["content-type"] = "application/json"
-        merged.update(headers)
-        found = prepared[key] = (parsed, merged)
-    parsed, merged = found
-    content = json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
-    # No per-operation limits: ``post_json``'s ``asyncio.timeout(timeout_s)`` around the
-    # whole exchange bounds each operation first (a per-operation timer of the same
-    # length would start later, so it never fires first), and each would cost a timer.
-    timeout = {"connect": None, "read": None, "write": None, "pool": None}
-    # A stream rather than content: httpx then leaves the headers as they are (with
-    # content it would add the length and normalise every header again).
-    request = httpx.Request(
-        "POST",
-        parsed,
-        headers=merged,
-        stream=httpx.ByteStream(content),
-        extensions={"timeout": timeout},
-    )
-    request.headers["content-length"] = str(len(content))
-    request.read()  # the content known, so a stale kept-alive connection can send it again
-    return request
 
 
 async def _read(response: httpx.Response, limit: int, edge: Edge, *, cut: bool = False) -> bytes:
@@ -258,18 +191,9 @@ async def _read(response: httpx.Response, limit: int, edge: Edge, *, cut: bool =
     if not cut and declared.isdigit() and int(declared) > limit:
         raise _oversized(edge, limit, f"declared {int(declared)} bytes")
     content = bytearray()
-    # Decoded when the provider compressed it; else as it comes, past httpx's decoder (a
-    # reply already read, as a mock transport's, is only there for aiter_bytes).
-    raw = not response.is_stream_consumed and "content-encoding" not in response.headers
-    stream = response.stream
-    if raw and type(stream) is H1Body:
-        # Our transport's own body, straight (``aiter_raw`` would wrap it in a generator
-        # and a chunker); ``post_json`` closes the response after.
-        response.is_stream_consumed = True
-        chunks: AsyncIterable[bytes] = stream
-    else:
-        chunks = response.aiter_raw() if raw else response.aiter_bytes()
-    async for chunk in chunks:
+    # Decoded when the provider compressed it; else as it comes, past httpx's decoder.
+    encoded = "content-encoding" in response.headers
+    async for chunk in response.aiter_bytes() if encoded else response.aiter_raw():
         content += chunk
         if len(content) > limit:
             if cut:
@@ -296,10 +220,11 @@ def _text(response: httpx.Response, content: bytes) -> str:
 
 
 class map_transport_errors:  # noqa: N801 (used as a function: ``with map_transport_errors(...)``)
-    """Turn httpx and asyncio failures raised inside the block into ``ProviderError``.
+    """Turn httpx, aiohttp and asyncio failures raised inside the block into ``ProviderError``.
 
-    A class rather than a ``@contextmanager`` generator: it is entered once per model call,
-    and a generator's context manager costs a few objects and calls more."""
+    The transport raises aiohttp's errors as httpx's with the original as ``__cause__``, or
+    as they are when httpx has no counterpart; the original says most (a refused
+    connection, a proxy that cannot be reached), so it is looked at first."""
 
     __slots__ = ("_edge", "_timeout_s")
 
@@ -315,28 +240,81 @@ class map_transport_errors:  # noqa: N801 (used as a function: ``with map_transp
     ) -> None:
         if exc is None:
             return
-        edge = self._edge
-        if isinstance(exc, httpx.TimeoutException | TimeoutError):
-            raise ProviderTimeout(
-                f"{edge.provider} did not answer within {round(self._timeout_s, 2):g}s"
-                f" for model {edge.model} ({type(exc).__name__})",
-                provider=edge.provider,
-                model=edge.model,
-            ) from None
-        if isinstance(exc, httpx.UnsupportedProtocol | httpx.ProxyError | httpx.InvalidURL):
-            raise ProviderConfigError(
-                f"{edge.provider}: cannot reach its base_url ({type(exc).__name__}: "
-                f"{edge.scrub(str(exc))})",
-                provider=edge.provider,
-                model=edge.model,
-            ) from None
-        if isinstance(exc, httpx.TransportError | httpx.DecodingError):
-            raise ProviderUnavailable(
-                f"{edge.provider} connection failed for model {edge.model} "
-                f"({type(exc).__name__}: {edge.scrub(str(exc))})",
-                provider=edge.provider,
-                model=edge.model,
-            ) from None
+        cause = exc if isinstance(exc, aiohttp.ClientError) else exc.__cause__
+        if isinstance(cause, aiohttp.ClientError):
+            raise _from_aiohttp(cause, self._edge, self._timeout_s) from None
+        mapped = _from_httpx(exc, self._edge, self._timeout_s)
+        if mapped is not None:
+            raise mapped from None
+
+
+def _from_aiohttp(exc: aiohttp.ClientError, edge: Edge, timeout_s: float) -> ProviderError:
+    provider, model = edge.provider, edge.model
+    said = f"{type(exc).__name__}: {edge.scrub(str(exc))}"
+    if isinstance(exc, aiohttp.ClientProxyConnectionError):
+        return ProviderUnavailable(
+            f"{provider}: cannot reach the proxy at {exc.host}:{exc.port} for model {model}"
+            f" ({said})",
+            provider=provider,
+            model=model,
+        )
+    if isinstance(exc, aiohttp.ClientHttpProxyError):
+        proxy = proxy_label(str(exc.request_info.real_url))
+        error = ProviderConfigError if exc.status == 407 else ProviderUnavailable
+        return error(
+            f"{provider}: the proxy {proxy} refused to connect to model {model}'s server "
+            f"({exc.status} {edge.scrub(exc.message)})",
+            provider=provider,
+            model=model,
+        )
+    if isinstance(exc, TimeoutError):  # aiohttp's own timeouts are asyncio's too
+        return _timeout(edge, timeout_s, exc)
+    if isinstance(exc, aiohttp.InvalidURL | aiohttp.NonHttpUrlClientError):
+        return ProviderConfigError(
+            f"{provider}: cannot reach its base_url ({said})", provider=provider, model=model
+        )
+    return ProviderUnavailable(
+        f"{provider} connection failed for model {model} ({said})", provider=provider, model=model
+    )
+
+
+def _from_httpx(exc: BaseException, edge: Edge, timeout_s: float) -> ProviderError | None:
+    provider, model = edge.provider, edge.model
+    if isinstance(exc, httpx.TimeoutException | TimeoutError):
+        return _timeout(edge, timeout_s, exc)
+    said = f"{type(exc).__name__}: {edge.scrub(str(exc))}"
+    if isinstance(exc, httpx.ProxyError):
+        return ProviderUnavailable(
+            f"{provider}: the proxy failed for model {model} ({said})",
+            provider=provider,
+            model=model,
+        )
+    if isinstance(exc, httpx.UnsupportedProtocol | httpx.InvalidURL):
+        return ProviderConfigError(
+            f"{provider}: cannot reach its base_url ({said})", provider=provider, model=model
+        )
+    if isinstance(exc, httpx.TransportError | httpx.DecodingError):
+        return ProviderUnavailable(
+            f"{provider} connection failed for model {model} ({said})",
+            provider=provider,
+            model=model,
+        )
+    if isinstance(exc, ValueError):  # a header the transport refuses to send (a line break)
+        return ProviderConfigError(
+            f"{provider}: the request for model {model} cannot be sent ({said})",
+            provider=provider,
+            model=model,
+        )
+    return None
+
+
+def _timeout(edge: Edge, timeout_s: float, exc: BaseException) -> ProviderTimeout:
+    return ProviderTimeout(
+        f"{edge.provider} did not answer within {round(timeout_s, 2):g}s"
+        f" for model {edge.model} ({type(exc).__name__})",
+        provider=edge.provider,
+        model=edge.model,
+    )
 
 
 def classify_status(

@@ -24,7 +24,9 @@ class RawServer:
     def __init__(self, script: Script) -> None:
         self.script = script
         self.connections = 0
+        self.open = 0  # connections neither side has closed yet
         self.requests: list[bytes] = []  # every request's head and body, in order
+        self._changed = asyncio.Event()
         self.url = ""
         self._server: asyncio.Server | None = None
         self._writers: set[asyncio.StreamWriter] = set()
@@ -46,8 +48,19 @@ class RawServer:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         await self._server.wait_closed()
 
+    async def until(self, check: Callable[[RawServer], bool], timeout_s: float = 30.0) -> None:
+        """Wait until ``check(self)`` holds: looked at again when a connection opens or ends."""
+        async with asyncio.timeout(timeout_s):
+            while True:
+                self._changed.clear()
+                if check(self):
+                    return
+                await self._changed.wait()
+
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.connections += 1
+        self.open += 1
+        self._changed.set()
         self._writers.add(writer)
         task = asyncio.current_task()
         assert task is not None
@@ -77,3 +90,5 @@ class RawServer:
             self._tasks.discard(task)
             self._writers.discard(writer)
             writer.close()
+            self.open -= 1
+            self._changed.set()
