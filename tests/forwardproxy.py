@@ -8,8 +8,9 @@
 It serves what a corporate egress proxy serves: absolute-form requests
 (``POST http://provider.test:8080/v1/chat/completions HTTP/1.1``) and ``CONNECT`` tunnels
 (for https). After the first request of a connection it only relays bytes: later requests
-on a kept-alive connection go to the same server, unread (``seen`` lists the first). It resolves only the names it is given (a made-up name such as
-``provider.test`` is reachable through it and nowhere else); anything else gets a 502.
+on a kept-alive connection go to the same server, unread (``seen`` lists the first). It
+resolves only the names it is given (a made-up name such as ``provider.test`` is
+reachable through it and nowhere else); anything else gets a 502.
 With ``credentials`` set it wants ``Proxy-Authorization: Basic ...`` (else 407).
 """
 

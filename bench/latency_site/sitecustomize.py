@@ -223,18 +223,22 @@ def _patch_worker(module: Any) -> None:
     module.run_job = traced
 
 
-def _patch_h1(module: Any) -> None:
-    cls = module.H1Transport
-    _wrap_async(cls, "handle_async_request", "prov.call")
-    _wrap_async(cls, "_write", "prov.write")
-    read_head = module._read_head
+def _patch_aiohttp_transport(module: Any) -> None:  # the provider client's transport
+    cls = module.AiohttpTransport
+    call = cls.handle_async_request
 
-    async def head(*args: Any, **kwargs: Any) -> Any:
-        result = await read_head(*args, **kwargs)
-        mark("prov.head")
-        return result
+    async def traced(self: Any, request: Any) -> Any:
+        mark("prov.call.in")
+        response = await call(self, request)
+        mark("prov.head")  # aiohttp returns once the reply's head is read
+        return response
 
-    module._read_head = head
+    traced.__wrapped__ = call  # type: ignore[attr-defined]
+    cls.handle_async_request = traced
+
+
+def _patch_aiohttp_request(module: Any) -> None:
+    _wrap_async(module.ClientRequest, "send", "prov.write")
 
 
 def _patch_anyio_stream(module: Any) -> None:  # the load generator's httpx
@@ -259,7 +263,8 @@ PATCHES = {
     "app.store.jobs": _patch_jobs,
     "app.store.leases": _patch_leases,
     "app.worker": _patch_worker,
-    "app.providers.h1": _patch_h1,
+    "httpx_aiohttp.transport": _patch_aiohttp_transport,
+    "aiohttp.client_reqrep": _patch_aiohttp_request,
     "httpcore._backends.anyio": _patch_anyio_stream,
 }
 

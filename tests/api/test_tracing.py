@@ -171,6 +171,11 @@ def test_a_job_span_is_a_child_of_the_clients_traceparent_with_turn_and_model_ca
         )
         events = [e for e in call.events if e.name == RETRY_EVENT]
         assert len(events) == retries
+        # Each HTTP request of the call (a retried one too): a client span of
+        # OpenTelemetry's httpx instrumentation, under the call's span.
+        posts = children(spans, call, "POST")
+        assert [p.kind for p in posts] == [SpanKind.CLIENT] * (retries + 1)
+        assert [attrs(p).get("http.status_code") for p in posts] == [429] * retries + [200]
     (call,) = children(spans, turn1, "chat sim-model")
     (retry,) = call.events
     has(
