@@ -41,7 +41,7 @@ from app.core.loop import JobResult, Runtime, run_job
 from app.core.spec import JobSpec
 from app.core.turn import REJECTED
 from app.providers.embedded import open_router
-from app.providers.http import make_client
+from app.providers.http import open_clients
 from app.settings import Settings, invalid_settings
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
@@ -432,9 +432,10 @@ def _execute(spec: JobSpec, *, full: bool) -> int:
 async def _run(spec: JobSpec, settings: Settings) -> JobResult:
     from app.assembly import providers_config
 
+    config = providers_config(settings)
     async with (
-        make_client() as http,
-        open_router(http, data_dir=settings.data_dir, config=providers_config(settings)) as router,
+        open_clients(config) as clients,
+        open_router(clients, data_dir=settings.data_dir, config=config) as router,
     ):
         return await run_job(spec, Runtime(client=router, tracer=Progress(sys.stderr)))
 

@@ -191,9 +191,10 @@ async def _read(response: httpx.Response, limit: int, edge: Edge, *, cut: bool =
     if not cut and declared.isdigit() and int(declared) > limit:
         raise _oversized(edge, limit, f"declared {int(declared)} bytes")
     content = bytearray()
-    # Decoded when the provider compressed it; else as it comes, past httpx's decoder.
-    encoded = "content-encoding" in response.headers
-    async for chunk in response.aiter_bytes() if encoded else response.aiter_raw():
+    # Decoded when the provider compressed it; else as it comes, past httpx's decoder (a
+    # reply already read, as a mock transport's, is only there for aiter_bytes).
+    raw = not response.is_stream_consumed and "content-encoding" not in response.headers
+    async for chunk in response.aiter_raw() if raw else response.aiter_bytes():
         content += chunk
         if len(content) > limit:
             if cut:

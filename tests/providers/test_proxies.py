@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import ssl
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -24,11 +23,20 @@ EDGE = Edge("p", "m", ("sk-test-0123456789",))
 
 
 @pytest.fixture(autouse=True)
-def no_proxy_variables(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+def no_proxy_variables(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in PROXY_VARIABLES:
         monkeypatch.delenv(name, raising=False)
         monkeypatch.delenv(name.lower(), raising=False)
-    return
+
+
+def entry(proxy: str | None = None) -> ProviderConfig:
+    """A provider entry as the providers file gives it (``proxy`` a plain string)."""
+    return ProviderConfig.model_validate({"kind": "openai", "proxy": proxy})
+
+
+def secret(config: ProviderConfig) -> str:
+    assert config.proxy is not None
+    return config.proxy.get_secret_value()
 
 
 async def ok(writer: asyncio.StreamWriter, index: int, server: RawServer) -> bool:
@@ -171,13 +179,13 @@ async def test_a_provider_proxy_with_credentials_carries_them_and_never_shows_th
         ForwardProxy({"provider.test": "127.0.0.1"}, credentials=("bob", "hunter2")) as proxy,
     ):
         monkeypatch.setenv("HTTP_PROXY", "http://127.0.0.1:9")  # not this one: its own
-        good = ProviderConfig(kind="openai", proxy=f"http://bob:hunter2@127.0.0.1:{proxy.port}")
-        wrong = ProviderConfig(kind="openai", proxy=f"http://bob:wrong@127.0.0.1:{proxy.port}")
+        good = entry(f"http://bob:hunter2@127.0.0.1:{proxy.port}")
+        wrong = entry(f"http://bob:wrong@127.0.0.1:{proxy.port}")
         assert "hunter2" not in repr(good) + str(good.model_dump())
         url = on_host(provider, "provider.test")
-        async with make_client(proxy=good.proxy.get_secret_value()) as http:  # type: ignore[union-attr]
+        async with make_client(proxy=secret(good)) as http:
             body, _ = await post_json(http, url, headers={}, body={}, timeout_s=5, edge=EDGE)
-        async with make_client(proxy=wrong.proxy.get_secret_value()) as http:  # type: ignore[union-attr]
+        async with make_client(proxy=secret(wrong)) as http:
             # An http URL goes as one absolute-form request: the proxy's 407 is its reply.
             with pytest.raises(ProviderConfigError, match="407") as refused:
                 await post_json(http, url, headers={}, body={}, timeout_s=5, edge=EDGE)
@@ -226,10 +234,10 @@ async def test_one_client_per_distinct_proxy_is_opened_and_each_provider_gets_it
     monkeypatch.setenv("HTTP_PROXY", "http://127.0.0.1:9")
     config = ProvidersConfig(
         providers={
-            "a": ProviderConfig(kind="openai", proxy="http://u:p@127.0.0.1:1"),
-            "b": ProviderConfig(kind="openai", proxy="http://u:p@127.0.0.1:1"),
-            "c": ProviderConfig(kind="openai", proxy="http://127.0.0.1:2"),
-            "d": ProviderConfig(kind="openai"),
+            "a": entry("http://u:p@127.0.0.1:1"),
+            "b": entry("http://u:p@127.0.0.1:1"),
+            "c": entry("http://127.0.0.1:2"),
+            "d": entry(),
         }
     )
     async with open_clients(config) as clients:
