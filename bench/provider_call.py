@@ -2,13 +2,16 @@
 
     .venv/bin/python bench/provider_call.py                       # this tree
     .venv/bin/python bench/provider_call.py --before /tmp/old     # and another, interleaved
+    .venv/bin/python bench/provider_call.py --httpcore             # and httpx's own transport
 
 One zero-latency simulator; per tree and round a fresh process (on uvloop, as the worker)
 makes ``--calls`` chat-completion calls from ``--callers`` concurrent callers through
-``make_client()`` and ``app.providers.transport.post_json``, and reports its own CPU time
-(``time.process_time``: user + system, all threads) per call, after a warm-up. Trees
-alternate round by round so a busy machine slows both alike; it prints the median over
-the rounds. The simulator's CPU is not counted: this is the client's side of the call.
+``make_client()`` and ``app.providers.transport.post_json`` (``--httpcore``: a column
+more, this tree's ``post_json`` on a plain ``httpx.AsyncClient``, httpcore's pool), and
+reports its own CPU time (``time.process_time``: user + system, all threads) per call,
+after a warm-up. Trees alternate round by round so a busy machine slows both alike; it
+prints the median over the rounds. The simulator's CPU is not counted: this is the
+client's side of the call.
 """
 
 from __future__ import annotations
@@ -32,11 +35,12 @@ BODY: Final = {
 }
 
 
-def child(url: str, calls: int, callers: int) -> dict[str, float]:
+def child(url: str, calls: int, callers: int, plain: bool = False) -> dict[str, float]:
     """Runs in the measured process, with the tree under test first on ``sys.path``."""
     import asyncio
     import time
 
+    import httpx
     import uvloop
 
     from app.providers.http import make_client
@@ -44,7 +48,7 @@ def child(url: str, calls: int, callers: int) -> dict[str, float]:
 
     edge = Edge("sim", "sim-model", ("sk-bench-0123456789",))
     headers = {"authorization": "Bearer sk-bench-0123456789"}
-    target = f"{url}/v1/chat/completions"
+    target = httpx.URL(f"{url}/v1/chat/completions")  # parsed once, as the adapters do
 
     async def run(http: Any, n: int) -> None:
         left = n
@@ -60,8 +64,14 @@ def child(url: str, calls: int, callers: int) -> dict[str, float]:
 
         await asyncio.gather(*(caller() for _ in range(callers)))
 
+    def client() -> Any:
+        if plain:  # httpx's default transport (httpcore), as many connections
+            limits = httpx.Limits(max_connections=100, max_keepalive_connections=100)
+            return httpx.AsyncClient(trust_env=False, limits=limits, timeout=30.0)
+        return make_client(trust_env=False)
+
     async def main() -> dict[str, float]:
-        async with make_client(trust_env=False) as http:
+        async with client() as http:
             await run(http, max(calls // 10, callers * 4))  # warm-up: connections, code
             cpu, wall = time.process_time(), time.perf_counter()
             await run(http, calls)
@@ -75,20 +85,23 @@ def child(url: str, calls: int, callers: int) -> dict[str, float]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--before", type=Path, help="another tree to measure alongside")
+    parser.add_argument("--httpcore", action="store_true", help="and httpx's own transport")
     parser.add_argument("--calls", type=int, default=4000)
     parser.add_argument("--callers", type=int, default=32)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--child", help=argparse.SUPPRESS)  # the simulator's URL
     parser.add_argument("--root", type=Path, default=ROOT, help=argparse.SUPPRESS)
+    parser.add_argument("--plain", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         sys.path.insert(0, str(args.root))
-        print(json.dumps(child(args.child, args.calls, args.callers)))
+        print(json.dumps(child(args.child, args.calls, args.callers, args.plain)))
         return 0
     sys.path.insert(0, str(ROOT))
     from bench.common import Stack
 
     trees = {"now": ROOT} | ({"before": args.before} if args.before else {})
+    trees |= {"httpcore": ROOT} if args.httpcore else {}
     results: dict[str, list[dict[str, float]]] = {name: [] for name in trees}
     with Stack() as stack:
         url = stack.sim().url
@@ -96,7 +109,8 @@ def main() -> int:
             for name, tree in trees.items():
                 out = subprocess.run(
                     [sys.executable, __file__, "--child", url, "--root", str(tree),
-                     "--calls", str(args.calls), "--callers", str(args.callers)],
+                     "--calls", str(args.calls), "--callers", str(args.callers),
+                     *(["--plain"] if name == "httpcore" else [])],
                     check=True, capture_output=True, text=True, cwd=tree, timeout=600,
                 )  # fmt: skip
                 results[name].append(json.loads(out.stdout.strip().splitlines()[-1]))

@@ -38,6 +38,7 @@ class HttpAdapter:
         self._base_url = config.url
         self._key = config.api_key
         self._extra_headers = self.fixed_headers(config)
+        self._parsed: tuple[str, httpx.URL] | None = None  # url() and its parse, kept
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(provider={self._provider!r}, base_url={self._base_url!r})"
@@ -49,6 +50,14 @@ class HttpAdapter:
     def url(self) -> str:
         """Where requests go; read per request (a restarted local server may move)."""
         return self._base_url + self.path
+
+    def _target(self) -> httpx.URL:
+        """``url()`` parsed, once per value it takes (parsing is a good part of a call)."""
+        url = self.url()
+        parsed = self._parsed
+        if parsed is None or parsed[0] != url:
+            parsed = self._parsed = (url, httpx.URL(url))
+        return parsed[1]
 
     async def send(
         self,
@@ -67,7 +76,7 @@ class HttpAdapter:
             headers.update(self.auth_headers(key))
         answer, _ = await post_json(
             self._http,
-            self.url(),
+            self._target(),
             headers=headers,
             body=body,
             timeout_s=timeout_s,

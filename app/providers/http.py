@@ -18,8 +18,8 @@ its own, and then the transports it builds keep cookies.) A provider whose entry
 ``proxy`` gets a client that sends everything through that proxy; the embedded local model
 a client that never uses one (it listens on loopback).
 
-No cookies are kept or sent, by httpx (a jar whose policy refuses every cookie) nor by
-aiohttp (its ``DummyCookieJar``): an API key authenticates every model call, and what a
+No cookies are kept or sent, by httpx (``NoCookies``, a standard-library jar that keeps
+none) nor by aiohttp (its ``DummyCookieJar``): an API key authenticates every model call, and what a
 provider's CDN sets (``__cf_bm``) is not ours to carry from one tenant's call to another's.
 
 Per-request timeouts come from each provider's ``timeout_s`` and the call's deadline,
@@ -34,7 +34,7 @@ import ssl
 import urllib.request
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import AsyncExitStack, asynccontextmanager
-from http.cookiejar import CookieJar, DefaultCookiePolicy
+from http.cookiejar import Cookie, CookieJar
 from ipaddress import IPv4Address, IPv6Address
 from typing import TYPE_CHECKING, Final
 from urllib.parse import urlsplit
@@ -90,10 +90,25 @@ def make_client(
         headers={"user-agent": USER_AGENT},
         follow_redirects=False,
         trust_env=trust_env,
-        cookies=CookieJar(DefaultCookiePolicy(allowed_domains=[])),
+        cookies=NoCookies(),
         transport=transport(None),
         mounts=mounts,
     )
+
+
+class NoCookies(CookieJar):
+    """A cookie jar that keeps none: what a reply sets is not even parsed (the standard
+    library's parsing, through an ``email`` message of every header, cost more CPU per
+    model call than aiohttp's whole reply), and nothing is ever added to a request."""
+
+    def extract_cookies(self, response: object, request: object) -> None:
+        return
+
+    def set_cookie(self, cookie: Cookie) -> None:
+        return
+
+    def add_cookie_header(self, request: object) -> None:
+        return
 
 
 def _transport(

@@ -128,7 +128,7 @@ def reply_cap(max_output_tokens: int) -> int:
 
 async def post_json(
     http: httpx.AsyncClient,
-    url: str,
+    url: str | httpx.URL,
     *,
     headers: Mapping[str, str],
     body: Mapping[str, Any],
