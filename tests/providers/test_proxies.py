@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import ssl
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
@@ -128,18 +129,21 @@ async def test_no_proxy_sends_a_matching_host_straight_to_it(
     assert len(provider.requests) == 2
 
 
-async def test_https_goes_through_a_connect_tunnel_and_checks_the_provider_certificate(
+async def test_https_goes_through_a_connect_tunnel_that_alone_carries_the_credentials(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
+    """The provider's certificate is checked end to end through the tunnel, and the proxy's
+    credentials go on the CONNECT, never to the provider."""
     cert, key = make_certificate(tmp_path, "provider.test")
     served = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     served.load_cert_chain(cert, key)
-    server = await asyncio.start_server(_answer_once, "127.0.0.1", 0, ssl=served)
+    heads: list[bytes] = []
+    server = await asyncio.start_server(answering(heads), "127.0.0.1", 0, ssl=served)
     port = server.sockets[0].getsockname()[1]
     url = f"https://provider.test:{port}/v1/chat/completions"
     try:
-        async with ForwardProxy({"provider.test": "127.0.0.1"}) as proxy:
-            monkeypatch.setenv("HTTPS_PROXY", proxy.url)
+        async with ForwardProxy({"provider.test": "127.0.0.1"}, credentials=("eve", "pw")) as proxy:
+            monkeypatch.setenv("HTTPS_PROXY", f"http://eve:pw@127.0.0.1:{proxy.port}")
             monkeypatch.setenv("SSL_CERT_FILE", str(cert))
             async with make_client() as http:
                 body, _ = await post_json(http, url, headers={}, body={}, timeout_s=5, edge=EDGE)
@@ -152,11 +156,26 @@ async def test_https_goes_through_a_connect_tunnel_and_checks_the_provider_certi
         await server.wait_closed()
     assert body == {"ok": True}
     assert proxy.seen == [f"CONNECT provider.test:{port}"] * 2
+    assert proxy.authorizations == ["Basic ZXZlOnB3"] * 2  # eve:pw
+    assert len(heads) == 1
+    assert b"proxy-authorization" not in heads[0].lower()
 
 
-async def _answer_once(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+def answering(
+    heads: list[bytes],
+) -> Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]:
+    async def answer_once(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await _answer_once(reader, writer, heads)
+
+    return answer_once
+
+
+async def _answer_once(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, heads: list[bytes]
+) -> None:
     try:
         head = await reader.readuntil(b"\r\n\r\n")
+        heads.append(head)
         length = next(
             (int(line.split(b":")[1]) for line in head.split(b"\r\n")
              if line.lower().startswith(b"content-length:")),
