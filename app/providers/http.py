@@ -7,7 +7,8 @@
 
 Every client is httpx's ``AsyncClient`` on ``httpx-aiohttp``'s transport (aiohttp's
 connection pool and C parser; openai-python ships it as ``DefaultAioHttpClient``): httpx's
-own default stack costs about twice the CPU per model call at the worker's concurrency.
+own default stack costs about five times its CPU per model call at a worker's concurrency
+(docs/benchmarks/provider-call.md).
 
 Proxies: a client honours ``HTTPS_PROXY``, ``HTTP_PROXY``, ``ALL_PROXY`` and ``NO_PROXY``
 (and their lowercase forms) as httpx does with ``trust_env``: read with
@@ -19,8 +20,9 @@ its own, and then the transports it builds keep cookies.) A provider whose entry
 a client that never uses one (it listens on loopback).
 
 No cookies are kept or sent, by httpx (``NoCookies``, a standard-library jar that keeps
-none) nor by aiohttp (its ``DummyCookieJar``): an API key authenticates every model call, and what a
-provider's CDN sets (``__cf_bm``) is not ours to carry from one tenant's call to another's.
+none) nor by aiohttp (its ``DummyCookieJar``): an API key authenticates every model call,
+and what a provider's CDN sets (``__cf_bm``) is not ours to carry from one tenant's call
+to another's.
 
 Per-request timeouts come from each provider's ``timeout_s`` and the call's deadline,
 so the client's own timeout is only a backstop. Redirects are not followed: a provider
@@ -98,8 +100,8 @@ def make_client(
 
 class NoCookies(CookieJar):
     """A cookie jar that keeps none: what a reply sets is not even parsed (the standard
-    library's parsing, through an ``email`` message of every header, cost more CPU per
-    model call than aiohttp's whole reply), and nothing is ever added to a request."""
+    library parses through an ``email`` message of every header, twice a reply: a good
+    part of a model call's CPU), and nothing is ever added to a request."""
 
     def extract_cookies(self, response: object, request: object) -> None:
         return
