@@ -81,17 +81,6 @@ class Bearer(SecurityBase):
         content_type, authorization, declared = first_headers(
             request.scope["headers"], b"content-type", b"authorization", b"content-length"
         )
-        return self.caller(resources_of(request), content_type, authorization, declared)
-
-    def caller(
-        self,
-        res: Resources,
-        content_type: str | None,
-        authorization: str | None,
-        declared: str | None,
-    ) -> Caller:
-        """The caller, from the request's first ``Content-Type``, ``Authorization`` and
-        ``Content-Length`` headers (``app.api.lean``'s readers read them themselves)."""
         if self.json_body:
             require_json(content_type or "")
         token: str | None = None
@@ -100,6 +89,7 @@ class Bearer(SecurityBase):
             credentials = credentials.strip()
             if scheme and credentials and scheme.lower() == "bearer":
                 token = credentials
+        res = resources_of(request)
         tenant = authenticate(token, res.keys, present=authorization is not None)
         body_bytes = int(declared) if declared is not None and declared.isdigit() else 0
         res.fairness.admit(tenant, body_bytes=body_bytes)  # 429 when faster than its share
@@ -127,7 +117,7 @@ BEARER_DESCRIPTION: Final = (
 )
 
 Res = Annotated[Resources, Depends(get_resources)]
-# The two callers a route may declare; ``app.api.lean``'s readers call the same ones.
+# The two callers a route may declare (tests override them: app.dependency_overrides).
 BEARER: Final = Bearer()
 BEARER_JSON: Final = Bearer(json_body=True)
 Authed = Annotated[Caller, Depends(BEARER)]
