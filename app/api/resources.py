@@ -5,7 +5,9 @@ async def get_job(job_id: str, caller: Authed) -> Response:
     await caller.res.store.get(job_id, tenant=caller.tenant)
 """
 
-from __future__ import annotations
+# No ``from __future__ import annotations``: ``Bearer.__call__``'s annotations must be
+# objects, as FastAPI before 0.123.7 resolves a callable instance's string annotations
+# without its module's names (``request: Request`` became a query parameter).
 
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -61,6 +63,14 @@ async def get_resources(request: Request) -> Resources:
     return resources_of(request)
 
 
+@dataclass(frozen=True, slots=True)
+class Caller:
+    """What a ``/v1`` handler needs: the process's resources and the caller's tenant."""
+
+    res: Resources
+    tenant: str
+
+
 class Bearer(SecurityBase):
     """Who is calling, as a ``Caller``: the bearer API key's tenant (401 without a valid
     key when keys are configured), admitted by its rate share (429 when faster).
@@ -94,14 +104,6 @@ class Bearer(SecurityBase):
         body_bytes = int(declared) if declared is not None and declared.isdigit() else 0
         res.fairness.admit(tenant, body_bytes=body_bytes)  # 429 when faster than its share
         return Caller(res, tenant)
-
-
-@dataclass(frozen=True, slots=True)
-class Caller:
-    """What a ``/v1`` handler needs: the process's resources and the caller's tenant."""
-
-    res: Resources
-    tenant: str
 
 
 def require_json(content_type: str) -> None:
