@@ -119,7 +119,8 @@ BEARER_DESCRIPTION: Final = (
 )
 
 Res = Annotated[Resources, Depends(get_resources)]
-# The two callers a route may declare (tests override them: app.dependency_overrides).
+# The two callers a route may declare (an embedding app may override either:
+# app.dependency_overrides[BEARER_JSON] = its own, tests/api/test_fastapi_features.py).
 BEARER: Final = Bearer()
 BEARER_JSON: Final = Bearer(json_body=True)
 Authed = Annotated[Caller, Depends(BEARER)]
