@@ -297,8 +297,6 @@ def run_api(settings: Settings, *, embedded_worker: bool) -> int:
     """
     import uvicorn
 
-    from app.api.serving import OnePieceHttp
-
     refusal = settings.exposed_without_auth()
     if refusal is not None:
         log.error("%s", refusal)
@@ -319,7 +317,8 @@ def run_api(settings: Settings, *, embedded_worker: bool) -> int:
         # The API reads neither the client's address nor the scheme (Locations are paths):
         # no X-Forwarded-* layer in front of every request.
         proxy_headers=False,
-        http=OnePieceHttp,  # uvicorn's httptools protocol, each response in one write
+        http="httptools",
+        loop="uvloop",
     )
     return 0
 

@@ -26,10 +26,10 @@ def uvicorn_server(
     log_level: str = "warning",
     lifespan: Literal["on", "off"] = "off",
     graceful_s: int = 2,
-    http: type[asyncio.Protocol] | Literal["auto"] = "auto",
+    http: type[asyncio.Protocol] | Literal["auto", "h11", "httptools"] = "auto",
 ) -> uvicorn.Server:
     """A uvicorn server for ``app`` that leaves global logging and websockets alone;
-    ``http``: its HTTP protocol (the API's is ``app.api.serving.OnePieceHttp``)."""
+    ``http``: its HTTP protocol (the API's is ``"httptools"``)."""
     return uvicorn.Server(
         uvicorn.Config(
             app,
@@ -56,7 +56,7 @@ def serve_in_thread(
     graceful_s: int = 2,
     startup_timeout_s: float = 10.0,
     shutdown_timeout_s: float = 10.0,
-    http: type[asyncio.Protocol] | Literal["auto"] = "auto",
+    http: type[asyncio.Protocol] | Literal["auto", "h11", "httptools"] = "auto",
 ) -> Iterator[str]:
     """Serve ``app`` until the block ends; waits until it is up, and until it has stopped."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET

@@ -155,15 +155,15 @@ PATH = (
     ("worker:redis.send", "worker: commit script written"),
     ("api:hub.msg", "Redis: script run, done heard by the API"),
     ("api:api.wait.out", "API: long-poll has the view"),
-    ("api:api.flush.in", "API: response made"),
+    ("api:http.write", "API: response written"),
     ("bench:cli.read", "client reads it"),
     ("bench:cli.got", "client: response parsed"),
 )
 # Off the way (beside it): (from, to, what).
 BESIDE = (
     ("api:redis.send", "api:redis.recv", "API: submit script's round trip"),
-    ("api:redis.recv", "api:api.flush.in", "API: 202 made after the reply"),
-    ("api:api.flush.in", "bench:cli.202", "client: 202 read and parsed"),
+    ("api:redis.recv", "api:http.write", "API: 202 made after the reply"),
+    ("api:http.write", "bench:cli.202", "client: 202 read and parsed"),
     ("bench:cli.get", "api:api.wait.in", "GET reaches the long-poll"),
     ("worker:redis.send", "worker:redis.recv", "worker: commit script's round trip"),
 )

@@ -26,7 +26,6 @@ import httpx
 import pytest
 from fastapi import FastAPI
 
-from app.api.serving import OnePieceHttp
 from app.assembly import api_app as create_app
 from app.loopback import serve_in_thread
 from app.providers.config import ModelConfig, ProviderConfig, ProvidersConfig, RouteConfig
@@ -59,7 +58,7 @@ def serve(app: FastAPI, *, startup_timeout_s: float = 60.0) -> Iterator[str]:
         app,
         name="reprompt-api",
         lifespan="on",
-        http=OnePieceHttp,
+        http="httptools",
         graceful_s=5,
         startup_timeout_s=startup_timeout_s,
         shutdown_timeout_s=60,

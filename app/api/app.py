@@ -11,15 +11,17 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from typing import Any
+from typing import Any, Literal
 
 from fastapi import FastAPI
+from fastapi.encoders import jsonable_encoder
+from fastapi.openapi.models import Schema
 from fastapi.openapi.utils import get_openapi
+from pydantic import BaseModel
 
 from app import __version__
 from app.api import callbacks, events, jobs, problems, system
 from app.api.events import SSE_EVENTS
-from app.api.front import FrontedFastAPI
 from app.api.limits import BodyLimit
 from app.api.resources import Resources
 from app.gcsettle import settle_gc
@@ -50,22 +52,18 @@ def create_app(
             settle_gc()
             yield
 
-    app = FrontedFastAPI(
+    app = FastAPI(
         title="reprompt",
         version=__version__,
         description=DESCRIPTION,
         lifespan=lifespan,
         redoc_url=None,
-        # The job routes are the app's own, not an included router's: an included router
-        # matches a request through a layer of its own, twice (tens of µs a request), and
-        # app.api.lean's path is the route's own ASGI app. (These route objects are shared
-        # by every app of the process: app.dependency_overrides do not reach them.)
-        routes=list(jobs.router.routes),
         # operationIds (and so generated clients' method names) are the handlers' names.
         generate_unique_id_function=lambda route: route.name,
     )
     problems.install(app)
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
+    app.include_router(jobs.router)
     app.include_router(callbacks.router)
     app.include_router(events.router)
     app.include_router(system.router)
@@ -78,6 +76,7 @@ def create_app(
                 description=app.description,
                 routes=app.routes,
             )
+            with_body_schemas(schema)
             app.openapi_schema = with_event_schemas(as_problem_json(schema))
         return app.openapi_schema
 
@@ -111,21 +110,41 @@ def as_problem_json(schema: dict[str, Any]) -> dict[str, Any]:
     return schema
 
 
+def with_body_schemas(schema: dict[str, Any]) -> dict[str, Any]:
+    """The models of the bodies the job handlers read themselves (``jobs.BODY_MODELS``,
+    named by their ``requestBody``), as components, written as ``get_openapi`` writes a
+    declared body's: through FastAPI's OpenAPI ``Schema`` model, without null members."""
+    components = schema.setdefault("components", {}).setdefault("schemas", {})
+    known = set(components)
+    for model in jobs.BODY_MODELS:
+        add_component(schema, model, "validation")
+    for name in set(components) - known:
+        written = Schema.model_validate(components[name])
+        components[name] = jsonable_encoder(written, by_alias=True, exclude_none=True)
+    return schema
+
+
 def with_event_schemas(schema: dict[str, Any]) -> dict[str, Any]:
     """The data of each Server-Sent Event, as components, named from the events endpoint
     (``x-sse-events``: event name → schema), so clients can type what they stream."""
-    components = schema.setdefault("components", {}).setdefault("schemas", {})
     named: dict[str, dict[str, str]] = {}
     for event_name, model in SSE_EVENTS.items():
-        document = model.model_json_schema(
-            mode="serialization", ref_template="#/components/schemas/{model}"
-        )
-        for name, definition in document.pop("$defs", {}).items():
-            components.setdefault(name, definition)
-        components.setdefault(model.__name__, document)
-        named[event_name] = {"$ref": f"#/components/schemas/{model.__name__}"}
+        named[event_name] = add_component(schema, model, "serialization")
     for path, operations in schema.get("paths", {}).items():
         if path.endswith("/events"):
             for operation in operations.values():
                 operation["responses"]["200"]["x-sse-events"] = named
     return schema
+
+
+def add_component(
+    schema: dict[str, Any], model: type[BaseModel], mode: Literal["validation", "serialization"]
+) -> dict[str, str]:
+    """``model``'s JSON Schema (and the models it uses) among the components of ``schema``,
+    unless there already; the reference to it."""
+    components = schema.setdefault("components", {}).setdefault("schemas", {})
+    document = model.model_json_schema(mode=mode, ref_template="#/components/schemas/{model}")
+    for name, definition in document.pop("$defs", {}).items():
+        components.setdefault(name, definition)
+    components.setdefault(model.__name__, document)
+    return {"$ref": f"#/components/schemas/{model.__name__}"}

@@ -101,7 +101,11 @@ async def job_events(
     with res.fairness.waiting(tenant):  # 429 now if this tenant holds too many open
         pass
     stream = _stream(res.store, job.id, tenant, last_event_id, backlog, ended=job.terminal)
-    return EventSourceResponse(_held(res.fairness, tenant, stream), ping=PING_S)
+    # no-store: a tenant's events are never kept by a cache (older sse-starlette sends
+    # no-cache by default).
+    return EventSourceResponse(
+        _held(res.fairness, tenant, stream), ping=PING_S, headers={"Cache-Control": "no-store"}
+    )
 
 
 async def _held(

@@ -11,16 +11,18 @@ POST /v1/generate?waitMs=     200 with the finished job, or 202 + Location
 from __future__ import annotations
 
 import contextlib
-from typing import Annotated, Any, Final, Literal
+import json
+from typing import Annotated, Final, Literal
 from urllib.parse import urlencode
 
-from fastapi import APIRouter, Body, Header, Query, Request
+from fastapi import APIRouter, Header, Query, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
+from pydantic import ValidationError
 from pydantic_core import to_json
 
 from app import metrics
 from app.api.callbacks import check_callback
-from app.api.lean import LeanRequest, LeanRoute, Unusual, header, json_body, lean, query_int
 from app.api.limits import (
     check_data,
     check_job,
@@ -30,16 +32,8 @@ from app.api.limits import (
     stored_spec_json,
 )
 from app.api.problems import NotFound
-from app.api.resources import (
-    BEARER,
-    Authed,
-    AuthedJson,
-    Caller,
-    Resources,
-    resources_of,
-)
+from app.api.resources import Authed, AuthedJson, Caller, Resources
 from app.api.schemas import JOB_EXAMPLES, JobList, ToolOutputsBody, problems
-from app.api.serving import LinedResponse, check_lines
 from app.core.checkpoint import ToolOutput
 from app.core.contract import build_contract
 from app.core.errors import InvalidInput
@@ -57,7 +51,6 @@ POLL_AFTER_S: Final = "1"
 TRACEPARENT_EXAMPLE: Final = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 
 
-JobBody = Annotated[JobSpec, Body(openapi_examples=JOB_EXAMPLES)]
 IDEMPOTENCY_KEY_CHARS: Final = 255
 IdempotencyKey = Annotated[
     str | None,
@@ -80,9 +73,19 @@ WaitMs = Annotated[
     ),
 ]
 
-# W3C trace context: read from the request (a header that is not valid is ignored, never a
-# 4xx), documented here.
-_TRACE_HEADERS = {
+# The job's JSON body, read by the handler (``job_spec``), documented as FastAPI documents
+# a declared body: the JobSpec component (added by app.api.app) and its examples. W3C trace
+# context: read from the request (a header that is not valid is ignored, never a 4xx).
+_JOB_INPUTS = {
+    "requestBody": {
+        "required": True,
+        "content": {
+            "application/json": {
+                "schema": {"$ref": "#/components/schemas/JobSpec"},
+                "examples": JOB_EXAMPLES,
+            }
+        },
+    },
     "parameters": [
         {
             "name": "traceparent",
@@ -100,8 +103,10 @@ _TRACE_HEADERS = {
             f"{MAX_TRACESTATE} characters. Not valid: ignored.",
             "schema": {"type": "string"},
         },
-    ]
+    ],
 }
+# The models of the bodies the handlers read themselves, for the OpenAPI components.
+BODY_MODELS: Final = (JobSpec,)
 
 _LOCATION = {"Location": {"description": "/v1/jobs/{id}", "schema": {"type": "string"}}}
 _RETRY_AFTER = {
@@ -113,55 +118,43 @@ _RETRY_AFTER = {
 if tuple(JobList.model_fields) != ("jobs", "next"):  # pragma: no cover - a change to JobList
     raise RuntimeError(f"list_jobs writes jobs and next, JobList has {tuple(JobList.model_fields)}")
 
-# The app serves these routes as its own (app.api.app), so they carry the app's operationIds.
-router = APIRouter(
-    tags=["jobs"], route_class=LeanRoute, generate_unique_id_function=lambda route: route.name
-)
+# The app includes this router first; its operationIds are the handlers' names.
+router = APIRouter(tags=["jobs"], generate_unique_id_function=lambda route: route.name)
 
 
-# The hot endpoints' arguments as FastAPI would solve them for a plain, valid request
-# (app.api.lean); anything else is ``Unusual`` and FastAPI solves the declared ones.
+async def job_spec(request: Request) -> JobSpec:
+    """The request's JSON body as a ``JobSpec``, validated straight from its bytes.
+
+    A body that fails that is read again as FastAPI reads a declared body
+    (``_as_declared``): the same answer, and a 422 naming the same fields as every other
+    route's. (``Bearer(json_body=True)`` has refused a body that is not JSON: 415.)
+    """
+    body = await request.body()
+    if body:
+        try:
+            return JobSpec.model_validate_json(body)
+        except ValidationError:
+            pass
+    return _as_declared(body)
 
 
-async def _submit_inputs(request: LeanRequest) -> dict[str, Any]:
-    spec = await json_body(request, JobSpec)
-    key = header(request, b"idempotency-key", max_length=IDEMPOTENCY_KEY_CHARS)
-    return {"request": request, "caller": _caller(request), "spec": spec, "idempotency_key": key}
-
-
-async def _get_inputs(request: LeanRequest) -> dict[str, Any]:
-    job_id = request.path_params.get("job_id")
-    if not isinstance(job_id, str):
-        raise Unusual
-    wait_ms = query_int(request, b"waitMs", 0)
-    return {"job_id": job_id, "caller": _caller(request), "wait_ms": wait_ms}
-
-
-async def _generate_inputs(request: LeanRequest) -> dict[str, Any]:
-    spec = await json_body(request, JobSpec)
-    wait_ms = query_int(request, b"waitMs", DEFAULT_GENERATE_WAIT_MS)
-    key = header(request, b"idempotency-key", max_length=IDEMPOTENCY_KEY_CHARS)
-    return {
-        "request": request,
-        "caller": _caller(request),
-        "spec": spec,
-        "wait_ms": wait_ms,
-        "idempotency_key": key,
-    }
-
-
-def _caller(request: LeanRequest) -> Caller:
-    """What the route's ``Bearer`` would make of ``request``. A reader with a body has read
-    it as JSON (``json_body``) first: ``BEARER_JSON``'s 415 cannot apply, ``BEARER``'s
-    way is the same."""
-    heads = request.heads
-    authorization, declared = heads.get(b"authorization"), heads.get(b"content-length")
-    return BEARER.caller(
-        resources_of(request),
-        None,
-        None if authorization is None else authorization.decode("latin-1"),
-        None if declared is None else declared.decode("latin-1"),
-    )
+def _as_declared(body: bytes) -> JobSpec:
+    """``body`` as FastAPI reads a declared ``JobSpec`` body: parsed, then validated as
+    data; its ``RequestValidationError`` when missing, not JSON (where it broke), or
+    when fields do not validate."""
+    if not body:
+        missing = {"type": "missing", "loc": ("body",), "msg": "Field required", "input": None}
+        raise RequestValidationError([missing])
+    try:
+        data = json.loads(body)
+    except json.JSONDecodeError as exc:
+        where = {"type": "json_invalid", "loc": ("body", exc.pos), "msg": "JSON decode error"}
+        raise RequestValidationError([{**where, "input": {}, "ctx": {"error": exc.msg}}]) from None
+    try:
+        return JobSpec.model_validate(data)
+    except ValidationError as exc:
+        errors = [{**error, "loc": ("body", *error["loc"])} for error in exc.errors()]
+        raise RequestValidationError(errors, body=data) from None
 
 
 @router.post(
@@ -169,7 +162,7 @@ def _caller(request: LeanRequest) -> Caller:
     status_code=202,
     response_model=Job,
     summary="Submit a job",
-    openapi_extra=_TRACE_HEADERS,
+    openapi_extra=_JOB_INPUTS,
     responses={
         202: {"description": "Queued.", "headers": {**_LOCATION, **_RETRY_AFTER}},
         200: {
@@ -186,19 +179,16 @@ def _caller(request: LeanRequest) -> Caller:
         **problems(401, 413, 415, 422, 429, 503),
     },
 )
-@lean(_submit_inputs)
 async def submit_job(
-    request: Request,
-    caller: AuthedJson,
-    spec: JobBody,
-    idempotency_key: IdempotencyKey = None,
+    request: Request, caller: AuthedJson, idempotency_key: IdempotencyKey = None
 ) -> Response:
     """Queue a job. The signature or schema, validators, model and caps are checked now,
     so a bad job is a 422 naming the field, never a failed job later."""
+    spec = await job_spec(request)
     job, created = await _submit(caller, spec, idempotency_key, _trace(request))
     if created:
-        return _job(job, 202, _location(job) + _RETRY_AFTER_LINE)
-    return _job(job, 200, _location(job) + _REPLAYED)
+        return _job(job, 202, [_location(job), _RETRY_AFTER_HEADER])
+    return _job(job, 200, [_location(job), _REPLAYED_HEADER])
 
 
 @router.get(
@@ -207,7 +197,6 @@ async def submit_job(
     summary="Get a job (long-poll with waitMs)",
     responses=problems(401, 404, 422, 503),
 )
-@lean(_get_inputs)
 async def get_job(job_id: str, caller: Authed, wait_ms: WaitMs = 0) -> Response:
     """The job now, or, with ``waitMs``, as soon as it ends or needs tool outputs
     (``requires_action``), at most ``waitMs`` later."""
@@ -314,14 +303,14 @@ async def submit_tool_outputs(job_id: str, caller: AuthedJson, body: ToolOutputs
     job, replayed = await res.store.submit_outputs(job_id, tenant=caller.tenant, outputs=outputs)
     if job is None:
         raise _not_found(job_id)
-    return _job(job, 200, _REPLAYED if replayed else b"")
+    return _job(job, 200, [_REPLAYED_HEADER] if replayed else [])
 
 
 @router.post(
     "/v1/generate",
     response_model=Job,
     summary="Submit a job and wait for it",
-    openapi_extra=_TRACE_HEADERS,
+    openapi_extra=_JOB_INPUTS,
     responses={
         200: {"description": "The job ended within waitMs."},
         202: {
@@ -332,15 +321,14 @@ async def submit_tool_outputs(job_id: str, caller: AuthedJson, body: ToolOutputs
         **problems(401, 413, 415, 422, 429, 503),
     },
 )
-@lean(_generate_inputs)
 async def generate(
     request: Request,
     caller: AuthedJson,
-    spec: JobBody,
     wait_ms: WaitMs = DEFAULT_GENERATE_WAIT_MS,
     idempotency_key: IdempotencyKey = None,
 ) -> Response:
     """For simple clients: the same job as ``POST /v1/jobs``, answered when it ends."""
+    spec = await job_spec(request)
     wait = clamp_wait(wait_ms, caller.res.settings)
     # The store waits as part of the submit (the new job watched from before it is queued:
     # one read for the answer), so a caller at its cap of open waits gets its 429 first.
@@ -349,13 +337,11 @@ async def generate(
         job, _ = await _submit(caller, spec, idempotency_key, _trace(request), wait)
     if job.terminal:
         return _job(job, 200)
-    return _job(job, 202, _location(job) + _RETRY_AFTER_LINE)
+    return _job(job, 202, [_location(job), _RETRY_AFTER_HEADER])
 
 
 def _trace(request: Request) -> TraceContext | None:
     """The client's W3C trace context, if it sent a valid one."""
-    if isinstance(request, LeanRequest) and b"traceparent" not in request.heads:
-        return None
     headers = request.headers
     parents = headers.getlist("traceparent")
     if not parents:
@@ -438,38 +424,38 @@ def _check_calling_validators(spec: JobSpec, res: Resources, router: Router) -> 
                 raise InvalidInput(exc.detail, field=f"validators[{i}].model") from None
 
 
-def _job(job: JobView, status: int, lines: bytes = b"") -> Response:
+def _job(job: JobView, status: int, headers: list[tuple[bytes, bytes]] | None = None) -> Response:
     """The job as ``respond(public_job(job))`` would answer it, written without parsing
-    and re-writing what the store holds as JSON already; ``lines``: its other headers'
-    lines, as uvicorn writes them (``_location``, ``_RETRY_AFTER_LINE``, ``_REPLAYED``)."""
-    return JobResponse(public_job_json(job), status, lines)
+    and re-writing what the store holds as JSON already; ``headers``: its other headers
+    (``_location``, ``_RETRY_AFTER_HEADER``, ``_REPLAYED_HEADER``)."""
+    return JobResponse(public_job_json(job), status, headers or [])
 
 
-class JobResponse(LinedResponse):
-    """``Response(body, status, headers, media_type="application/json")``, its head as
-    Starlette writes it (the given headers, then ``content-length`` and ``content-type``),
-    put together directly as the lines uvicorn writes (``LinedResponse``): every job's
-    answers go through here. ``lines``: the given headers' (``b"location: ...\\r\\n"``)."""
+class JobResponse(Response):
+    """``Response(body, status, headers, media_type="application/json")`` with its raw
+    headers given as Starlette would make them (the given ones, then ``content-length``
+    and ``content-type``): every job's answers go through here."""
 
     media_type = "application/json"
 
-    def __init__(self, body: bytes, status: int, lines: bytes = b"") -> None:
+    def __init__(self, body: bytes, status: int, headers: list[tuple[bytes, bytes]]) -> None:
         self.status_code = status
         self.background = None
         self.body = body
-        self.lines = b"%scontent-length: %d\r\ncontent-type: application/json\r\n" % (
-            lines,
-            len(body),
-        )
+        self.raw_headers = [
+            *headers,
+            (b"content-length", b"%d" % len(body)),
+            (b"content-type", b"application/json"),
+        ]
 
 
-_RETRY_AFTER_LINE: Final = check_lines(b"retry-after: %s\r\n" % POLL_AFTER_S.encode("latin-1"))
-_REPLAYED: Final = check_lines(b"idempotent-replayed: true\r\n")
+_RETRY_AFTER_HEADER: Final = (b"retry-after", POLL_AFTER_S.encode("latin-1"))
+_REPLAYED_HEADER: Final = (b"idempotent-replayed", b"true")
 
 
-def _location(job: JobView) -> bytes:
-    """The ``location`` header's line (a job id is letters, digits and ``_``)."""
-    return b"location: /v1/jobs/%s\r\n" % job.id.encode("latin-1")
+def _location(job: JobView) -> tuple[bytes, bytes]:
+    """The ``location`` header (a job id is letters, digits and ``_``)."""
+    return (b"location", b"/v1/jobs/%s" % job.id.encode("latin-1"))
 
 
 def _not_found(job_id: str) -> NotFound:

@@ -46,24 +46,16 @@ class BodyLimit:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        checked = await self.checked(scope, receive, send)
-        if checked is not None:
-            await self.app(scope, checked, send)
-
-    async def checked(self, scope: Scope, receive: Receive, send: Send) -> Receive | None:
-        """The ``receive`` the app reads an HTTP request's body from (the body replayed,
-        once read in full and found within the cap), or None when the request has been
-        answered (413, or the 422 of a JSON body that is not UTF-8). ``app.api.front``
-        calls it for the routes it serves itself."""
         declared, content_type, encoding = first_headers(
             scope["headers"], b"content-length", b"content-type", b"transfer-encoding"
         )
         if declared is None and encoding is None and scope.get("http_version") in HTTP1:
             # No body (HTTP/1 sends one only with either header): nothing to count.
-            return receive
-        if self.declared_over(declared):
+            await self.app(scope, receive, send)
+            return
+        if declared is not None and declared.strip().isdigit() and int(declared) > self.max_bytes:
             await self._refuse(scope, receive, send)
-            return None
+            return
         chunks: list[bytes] = []
         size = 0
         while True:
@@ -76,41 +68,15 @@ class BodyLimit:
             size += len(chunk)
             if size > self.max_bytes:
                 await self._refuse(scope, receive, send)
-                return None
+                return
             chunks.append(chunk)
             if not message.get("more_body", False):
                 body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
                 if is_json(content_type or "") and not await _utf8(body, scope, receive, send):
-                    return None
+                    return
                 replay = [{"type": "http.request", "body": body, "more_body": False}]
                 break
-        return replaying(replay, receive)
-
-    def declared_over(self, declared: str | None) -> bool:
-        """A declared ``Content-Length`` over the cap (refused before a byte is read)."""
-        return (
-            declared is not None and declared.strip().isdigit() and int(declared) > self.max_bytes
-        )
-
-    def passes(self, body: bytes, json: bool) -> bool:
-        """A whole body ``refused`` answers nothing for, told without it: within the cap,
-        and ASCII (which is UTF-8, as most are) or not JSON. The others need ``refused``."""
-        return len(body) <= self.max_bytes and (not json or body.isascii())
-
-    async def refused(
-        self, scope: Scope, body: bytes, json: bool, receive: Receive, send: Send
-    ) -> bool:
-        """``checked``'s answer for a request whose whole body has been read: True when it
-        has been answered (413, or the 422 of a JSON body that is not UTF-8). A body over
-        the cap is refused whether its ``Content-Length`` declared it (``checked`` would
-        refuse before reading) or it came in chunks (``checked`` would count it).
-        ``json``: the request's first ``Content-Type`` is JSON (``is_json``)."""
-        if self.passes(body, json):
-            return False
-        if len(body) > self.max_bytes:
-            await self._refuse(scope, receive, send)
-            return True
-        return not await _utf8(body, scope, receive, send)
+        await self.app(scope, _replaying(replay, receive), send)
 
     async def _refuse(self, scope: Scope, receive: Receive, send: Send) -> None:
         response = problem(
@@ -123,7 +89,7 @@ class BodyLimit:
         await response(scope, receive, send)
 
 
-def replaying(messages: list[Message], receive: Receive) -> Receive:
+def _replaying(messages: list[Message], receive: Receive) -> Receive:
     """``receive`` with ``messages`` (read already, last first) given back first."""
 
     async def replayed() -> Message:

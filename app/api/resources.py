@@ -5,7 +5,9 @@ async def get_job(job_id: str, caller: Authed) -> Response:
     await caller.res.store.get(job_id, tenant=caller.tenant)
 """
 
-from __future__ import annotations
+# No ``from __future__ import annotations``: ``Bearer.__call__``'s annotations must be
+# objects, as FastAPI before 0.123.7 resolves a callable instance's string annotations
+# without its module's names (``request: Request`` became a query parameter).
 
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -61,6 +63,14 @@ async def get_resources(request: Request) -> Resources:
     return resources_of(request)
 
 
+@dataclass(frozen=True, slots=True)
+class Caller:
+    """What a ``/v1`` handler needs: the process's resources and the caller's tenant."""
+
+    res: Resources
+    tenant: str
+
+
 class Bearer(SecurityBase):
     """Who is calling, as a ``Caller``: the bearer API key's tenant (401 without a valid
     key when keys are configured), admitted by its rate share (429 when faster).
@@ -81,17 +91,6 @@ class Bearer(SecurityBase):
         content_type, authorization, declared = first_headers(
             request.scope["headers"], b"content-type", b"authorization", b"content-length"
         )
-        return self.caller(resources_of(request), content_type, authorization, declared)
-
-    def caller(
-        self,
-        res: Resources,
-        content_type: str | None,
-        authorization: str | None,
-        declared: str | None,
-    ) -> Caller:
-        """The caller, from the request's first ``Content-Type``, ``Authorization`` and
-        ``Content-Length`` headers (``app.api.lean``'s readers read them themselves)."""
         if self.json_body:
             require_json(content_type or "")
         token: str | None = None
@@ -100,18 +99,11 @@ class Bearer(SecurityBase):
             credentials = credentials.strip()
             if scheme and credentials and scheme.lower() == "bearer":
                 token = credentials
+        res = resources_of(request)
         tenant = authenticate(token, res.keys, present=authorization is not None)
         body_bytes = int(declared) if declared is not None and declared.isdigit() else 0
         res.fairness.admit(tenant, body_bytes=body_bytes)  # 429 when faster than its share
         return Caller(res, tenant)
-
-
-@dataclass(frozen=True, slots=True)
-class Caller:
-    """What a ``/v1`` handler needs: the process's resources and the caller's tenant."""
-
-    res: Resources
-    tenant: str
 
 
 def require_json(content_type: str) -> None:
@@ -127,7 +119,8 @@ BEARER_DESCRIPTION: Final = (
 )
 
 Res = Annotated[Resources, Depends(get_resources)]
-# The two callers a route may declare; ``app.api.lean``'s readers call the same ones.
+# The two callers a route may declare (an embedding app may override either:
+# app.dependency_overrides[BEARER_JSON] = its own, tests/api/test_fastapi_features.py).
 BEARER: Final = Bearer()
 BEARER_JSON: Final = Bearer(json_body=True)
 Authed = Annotated[Caller, Depends(BEARER)]

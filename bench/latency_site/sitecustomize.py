@@ -78,9 +78,7 @@ def _wrap_sync(owner: Any, name: str, label: str, detail: Any = None, after: boo
 
 
 class _Tx:
-    """A transport proxy recording each write: the simulator's responses. (The API's
-    protocol writes into its OnePieceTransport, recorded by ``_patch_serving``: a proxy
-    around it would turn off the one-piece answers, which look for that type.)"""
+    """A transport proxy recording each write: the API's and the simulator's responses."""
 
     __slots__ = ("_t",)
 
@@ -117,8 +115,7 @@ def _patch_uvicorn(module: Any) -> None:
     def made(self: Any, transport: Any) -> None:
         mark("http.conn", "nodelay=" + _nodelay(transport))
         connection_made(self, transport)
-        if type(self.transport).__name__ != "OnePieceTransport":
-            self.transport = _Tx(self.transport)
+        self.transport = _Tx(self.transport)
 
     def received(self: Any, data: bytes) -> None:
         mark("http.rx", data[:4].decode("latin-1"))
@@ -126,32 +123,6 @@ def _patch_uvicorn(module: Any) -> None:
 
     proto.connection_made = made
     proto.data_received = received
-
-
-def _patch_serving(module: Any) -> None:
-    cls = module.OnePieceTransport
-    flush = cls._flush
-
-    def flushed(self: Any) -> None:
-        pending = self._pending
-        mark("api.flush.in", 0 if not pending else sum(len(p) for p in pending))
-        flush(self)
-        mark("api.flush.out")
-
-    cls._flush = flushed
-    write, write_now = cls.write, cls.write_now
-
-    def written(self: Any, data: Any) -> None:
-        mark("http.write", len(data))
-        write(self, data)
-
-    def written_now(self: Any, data: Any) -> None:
-        mark("http.write", len(data))
-        mark("api.flush.in", len(data))  # handed on at once: no flush of its own
-        write_now(self, data)
-        mark("api.flush.out")
-
-    cls.write, cls.write_now = written, written_now
 
 
 def _patch_batching(module: Any) -> None:
@@ -257,7 +228,6 @@ def _patch_anyio_stream(module: Any) -> None:  # the load generator's httpx
 
 PATCHES = {
     "uvicorn.protocols.http.httptools_impl": _patch_uvicorn,
-    "app.api.serving": _patch_serving,
     "app.store.batching": _patch_batching,
     "app.store.hub": _patch_hub,
     "app.store.jobs": _patch_jobs,

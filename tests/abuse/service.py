@@ -16,7 +16,6 @@ from typing import Any
 
 import httpx
 
-from app.api.serving import OnePieceHttp
 from app.assembly import api_app
 from app.loopback import serve_in_thread
 from app.providers.config import ModelConfig, ProviderConfig, ProvidersConfig
@@ -60,7 +59,7 @@ def api(tmp: Path, **settings: Any) -> Iterator[str]:
             app,
             name="abuse-api",
             lifespan="on",
-            http=OnePieceHttp,
+            http="httptools",
             graceful_s=5,
             startup_timeout_s=60,
             shutdown_timeout_s=60,
