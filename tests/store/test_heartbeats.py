@@ -138,17 +138,19 @@ async def blocked_clients(redis: Redis, n: int) -> None:
             await asyncio.sleep(0.01)
 
 
-async def test_lease_traffic_made_at_once_shares_the_lanes_one_connection(
+async def test_lease_traffic_made_at_once_shares_one_pipeline_on_the_lanes_pool(
     redis: Redis, redis_server: EmbeddedRedis, prefix: str
 ) -> None:
-    lane = connect(redis_server.url, max_connections=1)  # a second at once would fail
+    # Two connections: one the batcher keeps for lone commands, one for its pipeline (a
+    # third at once would fail: the pool does not wait).
+    lane = connect(redis_server.url, max_connections=2)
     pool = connect(redis_server.url)
     store = Store(pool, prefix=prefix, lane=lane, lease_ms=2000)
     try:
         first, second = await submit(store), await submit(store)
         claimed = await store.claim("w1")
         await redis.script_flush()  # a restarted Redis: the scripts load again
-        # Made in one turn of the loop: one pipeline on the lane's one connection.
+        # Made in one turn of the loop: one pipeline on one of the lane's connections.
         together = await asyncio.gather(
             store.claim("w2"),
             store.heartbeats([(c.job_id, c.token) for c in claimed]),
