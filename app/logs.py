@@ -149,10 +149,8 @@ def configure(level: int, stream: TextIO | None = None) -> bool:
     handler.setFormatter(Formatter())
     root.addHandler(handler)
     root.setLevel(level)
-    # Nothing FORMAT shows needs them: no stack walk (findCaller), no thread, process or
-    # multiprocessing look-up per record. (Without the stack walk a ``stack_info=True``
-    # shows no stack: nothing here logs one; tracebacks, ``exc_info``, are unaffected.)
-    logging._srcfile = None
+    # Nothing FORMAT shows needs them: no thread, process or multiprocessing look-up per
+    # record (logging's documented switches; its caller look-up has none).
     logging.logThreads = False
     logging.logProcesses = False
     logging.logMultiprocessing = False

@@ -8,10 +8,9 @@ model, turn type, outcome, status, error code — never a job id, tenant or prom
 from __future__ import annotations
 
 import errno
-from bisect import bisect_left
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any, Generic, TypeVar
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -228,109 +227,75 @@ CIRCUIT_STATE = Gauge(
 _CIRCUIT = {"closed": 0, "half_open": 1, "half-open": 1, "open": 2}
 
 
-def _adder(series: Any) -> Callable[[float], None]:
-    """What ``series.inc(amount)`` does (a counter's or a gauge's series) without the
-    checks it repeats on every call, for a series known to take values (not a labelled
-    parent): the add of its value, under the value's lock. A counter's amount must not
-    be negative (``_add`` checks it where it varies)."""
-    return cast(Callable[[float], None], series._value.inc)
-
-
-def _add(adder: Callable[[float], None], amount: float) -> None:
-    """A counter's ``inc(amount)`` by its ``_adder``, refusing a negative amount as it does."""
-    if amount < 0:
-        raise ValueError("Counters can only be incremented by non-negative amounts.")
-    adder(amount)
-
-
-class _Observer:
-    """What ``histogram.observe(amount)`` does (a series known to take values), without
-    the checks it repeats on every call: the sum, and the first bucket whose upper bound
-    holds the amount (found by bisection; a NaN in none, as ``observe`` leaves it)."""
-
-    __slots__ = ("_buckets", "_sum", "_upper_bounds")
-
-    def __init__(self, series: Any) -> None:
-        self._sum = series._sum
-        self._buckets = series._buckets
-        self._upper_bounds = list(series._upper_bounds)
-
-    def __call__(self, amount: float) -> None:
-        self._sum.inc(amount)
-        index = bisect_left(self._upper_bounds, amount)
-        if index < len(self._buckets) and amount == amount:  # a NaN equals nothing
-            self._buckets[index].inc(1)
-
-
 @dataclass(frozen=True, slots=True)
 class _ModelSeries:
-    """The series one provider and model's calls count in, bound once."""
+    """The series one provider and model's calls count in, bound once (``labels`` looks
+    its label values up on every call)."""
 
-    calls: Callable[[float], None]
-    tokens_in: Callable[[float], None]
-    tokens_out: Callable[[float], None]
-    latency: _Observer
+    calls: Counter
+    tokens_in: Counter
+    tokens_out: Counter
+    latency: Histogram
 
     @classmethod
     def of(cls, provider: str, model: str) -> _ModelSeries:
         return cls(
-            _adder(LLM_CALLS.labels(provider, model)),
-            _adder(LLM_TOKENS.labels(provider, model, "input")),
-            _adder(LLM_TOKENS.labels(provider, model, "output")),
-            _Observer(LLM_LATENCY.labels(provider, model)),
+            LLM_CALLS.labels(provider, model),
+            LLM_TOKENS.labels(provider, model, "input"),
+            LLM_TOKENS.labels(provider, model, "output"),
+            LLM_LATENCY.labels(provider, model),
         )
 
 
-class _Bound:
-    """A labelled metric's ``_adder`` or ``_Observer`` by label values, each made once."""
+M = TypeVar("M", Counter, Gauge, Histogram)
 
-    __slots__ = ("_bound", "_make", "_metric")
 
-    def __init__(self, metric: Any, make: Callable[[Any], Any]) -> None:
-        self._metric = metric
-        self._make = make
-        self._bound: dict[tuple[str, ...], Any] = {}
+class _Bound(Generic[M]):
+    """A labelled metric's series by label values, each looked up once."""
 
-    def __call__(self, *values: str) -> Any:
+    __slots__ = ("_bound", "_metric")
+
+    def __init__(self, metric: M) -> None:
+        self._metric: M = metric
+        self._bound: dict[tuple[str, ...], M] = {}
+
+    def __call__(self, *values: str) -> M:
         bound = self._bound.get(values)
         if bound is None:
-            bound = self._bound[values] = self._make(self._metric.labels(*values))
+            bound = self._bound[values] = self._metric.labels(*values)
         return bound
 
 
-_TURNS = _Bound(TURNS, _adder)
-_FINISHED = _Bound(JOBS_FINISHED, _adder)
-_DURATION = _Bound(JOB_DURATION, _Observer)
-_COST = _Bound(LLM_COST, _adder)
+_TURNS = _Bound(TURNS)
+_FINISHED = _Bound(JOBS_FINISHED)
+_DURATION = _Bound(JOB_DURATION)
+_COST = _Bound(LLM_COST)
 _BY_MODEL: dict[tuple[str, str], _ModelSeries] = {}
-_ATTEMPTS = _Observer(ATTEMPTS_TO_SUCCESS)
-_QUEUE_WAIT = _Observer(QUEUE_WAIT)
-_IN_PROGRESS = _adder(JOBS_IN_PROGRESS)
 
 
 def job_started(waited_s: float) -> None:
     """A worker starts a claimed job that waited ``waited_s`` in the queue (and counts
     it in progress until ``job_left``)."""
-    _QUEUE_WAIT(waited_s)
-    _IN_PROGRESS(1)
+    QUEUE_WAIT.observe(waited_s)
+    JOBS_IN_PROGRESS.inc()
 
 
-_IDLE_WAITS = _Bound(IDLE_WAITS, _adder)
+_IDLE_WAITS = _Bound(IDLE_WAITS)
 
 
 def idle_wait(ended: str) -> None:
     """A worker's wait for work ended (``ended``: handoff, woken, timeout)."""
-    _IDLE_WAITS(ended)(1)
+    _IDLE_WAITS(ended).inc()
 
 
 def job_left() -> None:
     """A job ``job_started`` counted is no longer in progress here."""
-    _IN_PROGRESS(-1)
+    JOBS_IN_PROGRESS.dec()
 
 
 def record_turn(record: TurnRecord, *, calls_left: int) -> None:
     """Count one model call from its turn record (``calls_left``: what the budget has left)."""
-    _TURNS(record.type, record.outcome)(1)
+    _TURNS(record.type, record.outcome).inc()
     provider, model = record.provider, record.model
     if provider is None or model is None:
         return  # the call failed before any provider answered
@@ -338,11 +303,11 @@ def record_turn(record: TurnRecord, *, calls_left: int) -> None:
     if series is None:
         series = _BY_MODEL[provider, model] = _ModelSeries.of(provider, model)
     labels = {"provider": provider, "model": model}
-    series.calls(1)
+    series.calls.inc()
     usage = record.usage
     tokens_in, tokens_out = usage.input_tokens, usage.output_tokens
-    _add(series.tokens_in, tokens_in)
-    _add(series.tokens_out, tokens_out)
+    series.tokens_in.inc(tokens_in)
+    series.tokens_out.inc(tokens_out)
     # Only where a cache applied: most models never report one.
     if usage.cached_input_tokens:
         LLM_TOKENS.labels(**labels, direction="cached_input").inc(usage.cached_input_tokens)
@@ -350,8 +315,8 @@ def record_turn(record: TurnRecord, *, calls_left: int) -> None:
         LLM_TOKENS.labels(**labels, direction="cache_write").inc(usage.cache_write_tokens)
     cost = record.cost_usd
     if cost is not None:  # a model with no known price has no cost series at all
-        _add(_COST(provider, model), cost)
-    series.latency(record.latency_ms / 1000)
+        _COST(provider, model).inc(cost)
+    series.latency.observe(record.latency_ms / 1000)
     if record.wasted:
         WASTED_TOKENS.labels(**labels).inc(tokens_in + tokens_out)
         if cost is not None:
@@ -376,11 +341,11 @@ def record_tool_calls(calls: Iterable[ToolCallRecord]) -> None:
 def record_job(envelope: Envelope, *, duration_s: float) -> None:
     """Count a finished job from its envelope."""
     status = envelope.job_status
-    _FINISHED(status, envelope.error or "")(1)
-    _DURATION(status)(duration_s)
+    _FINISHED(status, envelope.error or "").inc()
+    _DURATION(status).observe(duration_s)
     execution = envelope.execution
     if envelope.status == "success" and execution is not None and execution.llm_calls:
-        _ATTEMPTS(execution.llm_calls)
+        ATTEMPTS_TO_SUCCESS.observe(execution.llm_calls)
 
 
 def record_callback(outcome: str, duration_s: float) -> None:

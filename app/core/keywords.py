@@ -8,12 +8,18 @@ Every keyword evaluation is charged to the work budget in force (``app.core.work
 match with RE2 (``app.core.pattern``: linear time, ECMA-262 syntax) instead of Python's
 backtracking ``re``; ``uniqueItems`` is linear instead of pairwise; ``format`` is charged
 by the length of the string it checks.
+
+``unevaluatedProperties`` follows the ``$ref``s of the subschemas it looks into from where
+each stands in its document; jsonschema keeps its own position to itself, so the caller
+names each subschema's resolver around a validation (``resolving``; ``Schema`` does).
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any
 
 from jsonschema import Draft202012Validator
@@ -26,6 +32,26 @@ from app.core.work import charge
 _LIST_LIMIT = 10
 
 Keyword = Callable[[Any, Any, Any, Any], Iterable[ValidationError] | None]
+
+# The referencing resolver a subschema of the document being validated resolves its $refs
+# against, by the subschema (the object a keyword is handed); None for one it does not know.
+ResolverOf = Callable[[Any], Any]
+_RESOLVER_OF: ContextVar[ResolverOf | None] = ContextVar("resolver_of", default=None)
+
+
+@contextmanager
+def resolving(resolver_of: ResolverOf) -> Iterator[None]:
+    """Validate within this block with ``resolver_of`` naming each subschema's resolver."""
+    token = _RESOLVER_OF.set(resolver_of)
+    try:
+        yield
+    finally:
+        _RESOLVER_OF.reset(token)
+
+
+def _resolver(schema: Any) -> Any:
+    resolver_of = _RESOLVER_OF.get()
+    return None if resolver_of is None else resolver_of(schema)
 
 
 def _counted(keyword: Keyword) -> Keyword:
@@ -177,9 +203,10 @@ def _evaluated_by_refs(
     for ref_keyword in ("$ref", "$dynamicRef"):
         ref = schema.get(ref_keyword)
         if isinstance(ref, str):
-            resolved = validator._resolver.lookup(ref)
-            inner = validator.evolve(schema=resolved.contents, _resolver=resolved.resolver)
-            keys |= _evaluated_keys(inner, instance, resolved.contents)
+            resolver = _resolver(schema)
+            if resolver is None:  # validated outside ``resolving``: nowhere to look it up
+                raise ValidationError(f"{ref_keyword} {_brief(ref)} cannot be followed here")
+            keys |= _evaluated_keys(validator, instance, resolver.lookup(ref).contents)
     return keys
 
 
@@ -196,7 +223,7 @@ def _evaluated_in_place(
             if _valid(validator, instance, sub):
                 keys |= _evaluated_keys(validator, instance, sub)
     if "if" in schema:
-        if validator.evolve(schema=schema["if"]).is_valid(instance):
+        if _valid(validator, instance, schema["if"]):
             keys |= _evaluated_keys(validator, instance, schema["if"])
             if "then" in schema:
                 keys |= _evaluated_keys(validator, instance, schema["then"])
@@ -206,7 +233,9 @@ def _evaluated_in_place(
 
 
 def _valid(validator: Any, value: Any, schema: Any) -> bool:
-    return not any(True for _ in validator.descend(value, schema))
+    """Whether ``value`` satisfies ``schema``, its $refs resolved from where it stands."""
+    errors = validator.descend(value, schema, resolver=_resolver(schema))
+    return not any(True for _ in errors)
 
 
 _OWN: dict[str, Keyword] = {

@@ -25,7 +25,7 @@ import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Final, TypeVar, cast
+from typing import Any, Final, Protocol, TypeVar, cast
 
 from jsonschema import Draft202012Validator, FormatChecker
 from jsonschema.exceptions import SchemaError, ValidationError
@@ -34,14 +34,10 @@ from referencing.exceptions import Unresolvable
 from referencing.jsonschema import DRAFT202012
 
 from app.core.errors import InvalidInput
-from app.core.keywords import Validator, additional, identity
+from app.core.keywords import Validator, additional, identity, resolving
 from app.core.pattern import PatternError, compile_pattern, is_regex
 from app.core.plainschema import plain_check
 from app.core.work import BASE_STEPS, charge, tentatively, work_budget
-
-if TYPE_CHECKING:
-    # referencing exports Resolver only from its private module.
-    from referencing._core import Resolver
 
 Path = tuple[str | int, ...]
 T = TypeVar("T")
@@ -109,12 +105,29 @@ FORMAT_DESCRIPTIONS: dict[str, str] = {
 }
 
 
+class Resolved(Protocol):
+    """What a ``Resolver.lookup`` finds: the subschema and where its own $refs resolve."""
+
+    @property
+    def contents(self) -> Any: ...
+    @property
+    def resolver(self) -> Resolver: ...
+
+
+class Resolver(Protocol):
+    """referencing's resolver (``Registry().resolver_with_root(...)``), as used here:
+    referencing does not export its class."""
+
+    def lookup(self, ref: str, /) -> Resolved: ...
+    def in_subresource(self, subresource: Any, /) -> Resolver: ...
+
+
 @dataclass(frozen=True)
 class Scope:
     """A subschema together with the resolver its ``$ref`` resolves against."""
 
     node: Any
-    resolver: Resolver[Any]
+    resolver: Resolver
 
     def enter(self, node: Any) -> Scope:
         """The scope of ``node``, a subschema of this one (it may set a new ``$id``)."""
@@ -171,19 +184,28 @@ class Schema:
         self.root = Scope(schema, Registry().resolver_with_root(resource))
         # A plain schema (the ones signatures make) has a quick check: its yes is final.
         self._plain = plain_check(schema)
+        self._resolvers: dict[int, Resolver] | None = None  # by id(): ``resolver_of``
+
+    def resolver_of(self, node: Any) -> Resolver | None:
+        """The resolver a subschema of this document resolves its ``$ref``s against (for
+        ``unevaluatedProperties``, ``app.core.keywords``), found on first use."""
+        if self._resolvers is None:
+            self._resolvers = _resolvers(self.root)
+        return self._resolvers.get(id(node))
 
     def is_valid(self, value: Any, scope: Scope | None = None) -> bool:
         """Whether ``value`` satisfies the whole schema, or only the subschema ``scope``."""
         if scope is None and self._quickly_valid(value):
             return True
         validator: Any = self._validator
-        if scope is not None:
-            # jsonschema's own descend() evolves this way; the resolver keeps $refs inside
-            # the subschema resolving against the document they came from.
-            validator = validator.evolve(schema=scope.node, _resolver=scope.resolver)
         try:
-            with work_budget(BASE_STEPS):
-                return bool(validator.is_valid(value))
+            with work_budget(BASE_STEPS), resolving(self.resolver_of):
+                if scope is None:
+                    return bool(validator.is_valid(value))
+                # The resolver keeps $refs inside the subschema resolving against the
+                # document they came from.
+                errors = validator.descend(value, scope.node, resolver=scope.resolver)
+                return not any(True for _ in errors)
         except Unresolvable as exc:
             raise _unresolvable(exc) from exc
 
@@ -196,7 +218,7 @@ class Schema:
         if self._quickly_valid(value):
             return [], True
         try:
-            with work_budget(BASE_STEPS):
+            with work_budget(BASE_STEPS), resolving(self.resolver_of):
                 errors = self._validator.iter_errors(value)
                 found = list(itertools.islice(errors, _ERROR_SCAN_LIMIT))
         except Unresolvable as exc:
@@ -217,7 +239,7 @@ class Schema:
         if self._quickly_valid(value):
             return ()
         try:
-            with work_budget(BASE_STEPS):
+            with work_budget(BASE_STEPS), resolving(self.resolver_of):
                 found = list(
                     itertools.islice(self._validator.iter_errors(value), _ERROR_SCAN_LIMIT)
                 )
@@ -731,6 +753,30 @@ def _nesting(value: Any, *, limit: int) -> int:
             return deepest
         stack.extend((child, depth + 1) for child in children)
     return deepest
+
+
+def _resolvers(root: Scope) -> dict[int, Resolver]:
+    """The resolver of every subschema validation can reach from ``root`` (by keyword or
+    by ``$ref``), by the subschema's ``id()``; the first way found to one wins."""
+    found: dict[int, Resolver] = {}
+    stack = [root]
+    while stack:
+        scope = stack.pop()
+        node = scope.node
+        if not isinstance(node, Mapping) or id(node) in found:
+            continue
+        found[id(node)] = scope.resolver
+        stack.extend(scope.enter(child) for _, child in _subschemas(node))
+        for keyword in ("$ref", "$dynamicRef"):
+            ref = node.get(keyword)
+            if isinstance(ref, str):
+                try:
+                    resolved = scope.resolver.lookup(ref)
+                except Unresolvable:
+                    continue
+                # Where jsonschema's $ref stands in it (its lookup entered any $id on the way).
+                stack.append(Scope(resolved.contents, resolved.resolver))
+    return found
 
 
 def _check_refs(

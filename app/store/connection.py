@@ -14,44 +14,24 @@ from __future__ import annotations
 import inspect
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import cache
-from importlib import resources
 from typing import Any, ClassVar, Final
 
 from redis.asyncio import BlockingConnectionPool, Redis
 from redis.asyncio.cluster import RedisCluster
-from redis.commands.core import AsyncScript
-from redis.exceptions import NoScriptError
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
 
 from app.core.envelope import Envelope
 from app.core.spec import CALLBACK_EVENTS
 from app.core.wire import compact_json
-from app.store.batching import Batcher, pipelines
 from app.store.hub import Hub
 from app.store.ids import is_job_id, shard_of
 from app.store.keys import Keys, ShardKeys
 from app.store.outbox import Outbox
 from app.store.packing import use_hiredis
 from app.store.records import JobView, job_view
+from app.store.scripts import Scripts
 
-SCRIPTS: Final = (
-    "submit",
-    "claim",
-    "write",
-    "complete",
-    "heartbeat",
-    "heartbeats",
-    "release",
-    "cancel",
-    "reap",
-    "stats",
-    "pause",
-    "outputs",
-    "expire",
-    "delivery_lease",
-    "delivery_record",
-    "delivery_redeliver",
-)
 CHANNELS: Final = ("work", "done", "events", "cancel", "outbox")
 # A worker waiting for work is on each shard's idle list, and a submit hands one of them
 # its job, claimed, or wakes one, on its own channel (``Keys.wake_channel``; lua/submit.lua,
@@ -145,7 +125,9 @@ def connect(
     finds every connection busy fails at once (``StoreUnavailable``), or with ``queue_s``
     waits up to that long for one: a worker holding thousands of jobs sends bursts of
     writes and commits far larger than any pool (not on a cluster: its pools cannot wait).
-    Commands are encoded by hiredis (``app.store.packing``).
+    Commands are encoded by hiredis (``app.store.packing``). A command is sent once: a
+    lost connection fails it (whether it ran is unknown), it is not sent again (a script
+    that ran twice could queue a job twice).
     """
     options: dict[str, Any] = {
         "socket_timeout": socket_timeout_s,
@@ -156,6 +138,7 @@ def connect(
     }
     if cluster:
         return use_hiredis(RedisCluster.from_url(url, **options))
+    options["retry"] = Retry(NoBackoff(), 0)
     if queue_s is not None:
         pool = BlockingConnectionPool.from_url(url, timeout=queue_s, **options)
         return use_hiredis(Redis.from_pool(pool))
@@ -179,15 +162,19 @@ class Role:
         self.options = options or StoreOptions(**fields)
         self._redis = redis
         self.keys = Keys(self.options.prefix, shards=self.options.shards)
-        self._scripts = {name: redis.register_script(_script_source(name)) for name in SCRIPTS}
-        # Script calls and job reads go pipelined on a connection of their own (not on a
-        # cluster: a batch would span its nodes).
-        self._batcher = Batcher(redis) if isinstance(redis, Redis) and pipelines(redis) else None
+        # Script calls and job reads, auto-pipelined (not on a cluster).
+        self.scripts = Scripts(redis)
         self._queued_result = Envelope.in_progress().model_dump_json()
         self.channels = {name: self.keys.channel(name) for name in CHANNELS}
         heard = [self.channels[name] for name in self.hears()]
         self.hub = Hub(_pubsub_client(redis), [*heard, *self._own_channels()])
-        self.outbox = Outbox(self)
+        self.outbox = Outbox(
+            self.scripts,
+            self.keys,
+            self.hub,
+            channel=self.channels["outbox"],
+            window_s=self.options.callback_window_s,
+        )
 
     @classmethod
     def hears(cls) -> tuple[str, ...]:
@@ -207,33 +194,10 @@ class Role:
 
     async def aclose(self) -> None:
         await self.hub.close()
-        if self._batcher is not None:
-            await self._batcher.aclose()
+        await self.scripts.aclose()
 
     def shard_of(self, job_id: str) -> ShardKeys:
         return self.keys.shard(shard_of(job_id))
-
-    async def _run(
-        self,
-        name: str,
-        keys: Sequence[str],
-        args: Sequence[str | int | float],
-        *,
-        on: tuple[Batcher | None, Any] | None = None,
-    ) -> Any:
-        """Script ``name``, pipelined on the role's batcher (through redis-py without one);
-        ``on``: another (batcher or None, the client it stands for)."""
-        script: AsyncScript = self._scripts[name]
-        batcher, client = (self._batcher, self._redis) if on is None else on
-        if batcher is None:
-            return await script(keys=keys, args=args, client=client)
-        command = ("EVALSHA", script.sha, len(keys), *keys, *args)
-        try:
-            return await batcher.call(*command)
-        except NoScriptError:  # a new or restarted Redis: the script loads, then runs
-            # (through the batcher too: the client's pool may be busy, as a lane's can be)
-            await batcher.call("SCRIPT", "LOAD", script.script)
-            return await batcher.call(*command)
 
     async def _read(self, job_ids: Sequence[str]) -> list[JobView | None]:
         """Each job as stored, in one round trip: every field a view shows, not the spec
@@ -242,10 +206,7 @@ class Role:
         raws: dict[str, Any] = {}
         if len(valid) == 1:
             key = self.shard_of(valid[0]).job(valid[0])
-            if self._batcher is None:
-                raws[valid[0]] = await self._redis.hmget(key, VIEW_FIELDS)
-            else:
-                raws[valid[0]] = await self._batcher.call("HMGET", key, *VIEW_FIELDS)
+            raws[valid[0]] = await self.scripts.call("HMGET", key, *VIEW_FIELDS)
         elif valid:
             async with self._redis.pipeline(transaction=False) as pipe:
                 for job_id in valid:
@@ -263,14 +224,6 @@ class Role:
         if timeout:
             return max(0.001, min(wanted_s, timeout * 0.8))
         return wanted_s
-
-
-@cache
-def _script_source(name: str) -> str:
-    lua = resources.files("app.store") / "lua"
-    # outbox.lua first: common.lua's finish calls it.
-    parts = ("outbox.lua", "common.lua", f"{name}.lua")
-    return "\n".join((lua / part).read_text() for part in parts)
 
 
 def _pubsub_client(redis: RedisClient) -> Redis:

@@ -28,18 +28,15 @@ from contextlib import AbstractAsyncContextManager
 from typing import Any, Final
 
 from redis.asyncio import Redis
+from redis.asyncio.client import PubSub
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import InvalidResponse, RedisError
+from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
-
-from app.store.batching import reply_reader, take_over
 
 log = logging.getLogger(__name__)
 
 ANY: Final = "*"  # watch every message of a channel
 _POLL_S: Final = 10.0
-_MESSAGE: Final = (b"message", "message")
-_PING: Final = b"*1\r\n$4\r\nPING\r\n"
 
 
 class Watch:
@@ -56,7 +53,9 @@ class Watch:
         self.messages: list[str] = []
         self.payload: str | None = None  # what the last message carried after its key
 
-    def _notify(self, data: str, payload: str | None = None) -> None:
+    def notify(self, data: str, payload: str | None = None) -> None:
+        """A message about this watcher's key arrived (``data``: the key, "" for a
+        wake-up of every watcher): ``wait`` returns."""
         self.payload = payload
         self.messages.append(data)
         if self._keep is not None and len(self.messages) > self._keep:
@@ -111,15 +110,12 @@ class _Watching:
         hub = self._hub
         await hub.start()
         watcher = self._watcher = Watch()
-        hub._watchers[self._entry].add(watcher)
+        hub.add(self._entry, watcher)
         return watcher
 
     async def __aexit__(self, *exc_info: object) -> None:
-        watchers = self._hub._watchers.get(self._entry)
-        if watchers is not None:
-            watchers.discard(self._watcher)
-            if not watchers:
-                del self._hub._watchers[self._entry]
+        if self._watcher is not None:
+            self._hub.discard(self._entry, self._watcher)
 
 
 class Hub:
@@ -139,6 +135,7 @@ class Hub:
         # Moves each time the subscription goes live or is lost: while it has not moved
         # (and ``live``), no message published since was missed.
         self.generation = 0
+        self._heard = 0  # replies read so far: the subscription's sign of life
 
     async def start(self) -> None:
         """Subscribe (once); returns when the subscription is live or after 2 s."""
@@ -198,8 +195,20 @@ class Hub:
             self._check(name)
         watcher = Watch(keep)
         for name in (channel, *also):
-            self._watchers[(name, key)].add(watcher)
+            self.add((name, key), watcher)
         return watcher
+
+    def add(self, entry: tuple[str, str], watcher: Watch) -> None:
+        """Register ``watcher`` for messages on ``entry``'s channel about its key."""
+        self._watchers[entry].add(watcher)
+
+    def discard(self, entry: tuple[str, str], watcher: Watch) -> None:
+        """Unregister ``watcher`` (``add``); nothing when it is not registered."""
+        watchers = self._watchers.get(entry)
+        if watchers is not None:
+            watchers.discard(watcher)
+            if not watchers:
+                del self._watchers[entry]
 
     def _dispatch(self, channel: str, data: bytes | str) -> None:
         if isinstance(data, str):
@@ -219,108 +228,84 @@ class Hub:
             text = None if payload is None else payload.decode()
             for watchers in waiting:
                 for watcher in tuple(watchers or ()):
-                    watcher._notify(key, text)
+                    watcher.notify(key, text)
 
     def _wake_all(self) -> None:
         for watchers in tuple(self._watchers.values()):
             for watcher in tuple(watchers):
-                watcher._notify("")
+                watcher.notify("")
 
     async def _run(self) -> None:
         backoff = 0.1
         while True:
-            pubsub = self._redis.pubsub(ignore_subscribe_messages=True)
+            pubsub = self._redis.pubsub()
             try:
                 await pubsub.subscribe(*self._channels)
-                connection = pubsub.connection
-                if connection is None:  # pragma: no cover - subscribe sets it
-                    raise RedisError("pub/sub has no connection")
-                # Read here from now on: each message is dispatched from the protocol as
-                # it is parsed, not by a task reading through redis-py's layers (a
-                # read, a timeout and a retry per message).
-                subscription = _Subscription(self, connection)
-                self.generation += 1
-                self._subscribed.set()
-                self._wake_all()  # anything published while we were away is re-read
-                backoff = 0.1
-                await subscription.watch()
+                await self._listen(pubsub)
             except asyncio.CancelledError:
                 self._subscribed.clear()
                 self.generation += 1
                 raise
             except (RedisError, OSError) as exc:
+                live = self._subscribed.is_set()
                 self._subscribed.clear()
                 self.generation += 1
                 log.warning("pub/sub lost (%r); resubscribing in %.1fs", exc, backoff)
                 self._wake_all()
+                if live:
+                    backoff = 0.1
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 5.0)
             finally:
                 with contextlib.suppress(RedisError, OSError, RuntimeError):
                     await pubsub.aclose()
 
+    async def _listen(self, pubsub: PubSub) -> None:
+        """Until the subscription is lost (raises): its messages are read by a task of their
+        own (``_read``); a silent one is sent a PING every ``_POLL_S``, and taken as lost
+        when the PING goes unanswered that long."""
+        reader = asyncio.create_task(self._read(pubsub), name="redis-pubsub-read")
+        try:
+            pinged = False
+            while True:
+                heard = self._heard
+                await asyncio.wait([reader], timeout=_POLL_S)
+                if reader.done():
+                    reader.result()  # what ended it
+                    raise RedisConnectionError("the pub/sub connection was closed")
+                if self._heard != heard:
+                    pinged = False
+                elif pinged:
+                    raise RedisTimeoutError("the pub/sub connection does not answer")
+                else:
+                    await pubsub.ping()
+                    pinged = True
+        finally:
+            reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError, RedisError, OSError):
+                await reader
 
-class _Subscription(asyncio.Protocol):
-    """The subscription's socket, taken over from redis-py once it has subscribed: replies
-    parsed by hiredis as they arrive, each message handed to the hub's ``_dispatch`` at
-    once (its listeners run and its watchers wake in the same pass of the loop).
-    redis-py's connection keeps the socket's stream (``pubsub.aclose`` closes it)."""
-
-    def __init__(self, hub: Hub, connection: Any) -> None:
-        self._hub = hub
-        self._names = hub._names
-        self._reader = reply_reader(connection)
-        self._lost: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._heard = 0  # reads so far: the health check's sign of life
-        self._transport, self._stream, unread = take_over(connection, self)
-        if unread:  # what redis-py's stream read already (confirmations)
-            self.data_received(unread)
-
-    async def watch(self) -> None:
-        """Until the connection is lost (raises): a silent one is sent a PING every
-        ``_POLL_S``, and is taken as lost when a PING goes unanswered that long."""
-        pinged = False
-        while True:
-            heard = self._heard
-            await asyncio.wait([self._lost], timeout=_POLL_S)
-            if self._lost.done():
-                self._lost.result()  # the reason, if there is one
-                raise RedisConnectionError("Connection closed by server.")
-            if self._heard != heard:
-                pinged = False
-            elif pinged:
-                self._transport.abort()
-                raise RedisTimeoutError("the pub/sub connection does not answer")
-            else:
-                self._transport.write(_PING)
-                pinged = True
-
-    def data_received(self, data: bytes) -> None:
-        self._heard += 1
-        reader = self._reader
-        reader.feed(data)
+    async def _read(self, pubsub: PubSub) -> None:
+        """Dispatch each message as it comes (a blocking read: ``_listen`` bounds a silent
+        one); live once Redis has confirmed every channel."""
         names = self._names
+        unconfirmed = len(self._channels)
         while True:
-            try:
-                reply = reader.gets()
-            except InvalidResponse as exc:
-                if not self._lost.done():
-                    self._lost.set_exception(exc)
-                self._transport.abort()
-                return
-            if reply is False:
-                return
-            # ["message", channel, data] (a RESP3 push is a list too); subscribe
-            # confirmations and PING's replies are not messages.
-            if isinstance(reply, list) and len(reply) == 3 and reply[0] in _MESSAGE:
-                channel = names.get(reply[1])
+            message = await pubsub.get_message(timeout=None)
+            self._heard += 1
+            if message is None:
+                continue  # a reply redis-py keeps to itself (its health check)
+            kind = message["type"]
+            if kind == "message":
+                channel = names.get(message["channel"])
                 if channel is not None:
                     try:
-                        self._hub._dispatch(channel, reply[2])
+                        self._dispatch(channel, message["data"])
                     except Exception:  # e.g. a key that is not UTF-8: not ours
                         log.exception("a message on %s could not be dispatched", channel)
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self._stream.connection_lost(exc)  # its stream's waiters learn it too
-        if not self._lost.done():
-            self._lost.set_result(None)
+            elif kind == "subscribe" and unconfirmed:
+                unconfirmed -= 1
+                if not unconfirmed:
+                    self.generation += 1
+                    self._subscribed.set()
+                    self._wake_all()  # anything published while we were away is re-read

@@ -126,14 +126,10 @@ class JobStore(Role):
         self._clock = ServerClock(self._server_time) if self._exact_publish else None
 
     async def _server_time(self) -> tuple[int, int]:
-        """One ``TIME``, on the batcher's connection when there is one: the store's close
-        closes it, where a reading cancelled while a pooled connection was being opened
-        would leave that connection open. (Behind replies owed, its round trip is longer:
-        the best of a reading's samples is used, and one too slow not at all.)"""
-        if self._batcher is None:
-            seconds, micros = await self._redis.time()
-        else:
-            seconds, micros = await self._batcher.call("TIME")
+        """One ``TIME``, sent as the scripts are: a reading cancelled on its way leaves
+        its command to finish (and its connection to the pool). (In a pipeline its round
+        trip is longer: the best of a reading's samples is used, one too slow not at all.)"""
+        seconds, micros = await self.scripts.call("TIME")
         return int(seconds), int(micros)
 
     async def aclose(self) -> None:
@@ -270,7 +266,7 @@ class JobStore(Role):
                 else dumps([job_id, 1, tenant, str(now_ms), model or "", "", "", "", trace_json])
             )
             try:
-                reply = await self._run(
+                reply = await self.scripts.run(
                     "submit",
                     keys,
                     [
@@ -511,7 +507,7 @@ class JobStore(Role):
         shard = self.shard_of(job_id)
         result = Envelope.failure(codes.CANCELLED, "the job was cancelled by the client")
         ended = JobEnded(status="cancelled", result=result)
-        outcome = await self._run(
+        outcome = await self.scripts.run(
             "cancel",
             [
                 shard.job(job_id),
@@ -558,7 +554,7 @@ class JobStore(Role):
         shard = self.shard_of(job_id)
         stored = StoredOutputs(outputs=tuple(outputs), received_ms=int(time.time() * 1000))
         event = ToolOutputsEvent(tool_call_ids=tuple(o.tool_call_id for o in outputs))
-        reply = await self._run(
+        reply = await self.scripts.run(
             "outputs",
             [shard.job(job_id), shard.tenant_queue(tenant), shard.ring, shard.actions],
             [
@@ -586,7 +582,7 @@ class JobStore(Role):
         """``(depth, age in seconds of the oldest queued job)`` over every shard."""
         depth, oldest_ms = 0, 0
         for shard in self.keys.all_shards():
-            queued, age_ms, _ = await self._run(
+            queued, age_ms, _ = await self.scripts.run(
                 "stats", [shard.ring], [shard.queue_prefix, shard.job_prefix, _STATS_TENANTS]
             )
             depth += int(queued)

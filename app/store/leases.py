@@ -31,7 +31,6 @@ from enum import Enum
 from typing import Any, ClassVar, Final
 
 from pydantic import TypeAdapter
-from redis.asyncio import Redis
 from redis.exceptions import RedisClusterException, RedisError
 
 from app.core import codes
@@ -41,7 +40,6 @@ from app.core.envelope import Envelope, Progress
 from app.core.events import JobEnded, QueueEvent
 from app.core.turn import Rejection, Spend, TurnRecord
 from app.core.wire import Wire
-from app.store.batching import Batcher, pipelines
 from app.store.connection import (
     DONE_VIEW_MAX_BYTES,
     HANDOFF_SLOTS,
@@ -56,6 +54,7 @@ from app.store.errors import StoreUnavailable, edge
 from app.store.hub import ANY, Watch
 from app.store.ids import is_job_id, shard_of
 from app.store.records import Claim, JobView, ReapResult, checkpoint, outputs, spend, text
+from app.store.scripts import Scripts
 from app.tracecontext import TraceContext
 
 log = logging.getLogger(__name__)
@@ -111,12 +110,10 @@ class Leases(Role):
         # on a shard's idle list wakes it alone.
         self._token = secrets.token_hex(6)
         super().__init__(redis, options, **fields)
+        # The lane's scripts, auto-pipelined on the lane's client; the role's without one.
         self._lane = redis if lane is None else lane
-        # The lane's scripts pipelined on a connection of their own (``Batcher``: about a
-        # fifth of redis-py's CPU per command); on the role's batcher without a lane.
-        self._own_lane: Batcher | None = None
-        if lane is not None and isinstance(lane, Redis) and pipelines(lane):
-            self._own_lane = Batcher(lane)
+        self._own_lane = None if lane is None else Scripts(lane)
+        self._lane_scripts = self.scripts if self._own_lane is None else self._own_lane
         self._work: Watch | None = None
         self._listening = False
         # Shard → (its entry on the shard's idle list, when it was written: monotonic s,
@@ -174,10 +171,10 @@ class Leases(Role):
             self._unlisted_heard.set()
             return
         if not key.startswith("h") or not key[1:].isdigit() or payload is None:
-            watch._notify(key)
+            watch.notify(key)
             return
         self._heard_handoff(int(key[1:]), payload)
-        asyncio.get_running_loop().call_soon(watch._notify, key)
+        asyncio.get_running_loop().call_soon(watch.notify, key)
 
     def _heard_handoff(self, index: int, payload: bytes) -> None:
         """A hand-off on shard ``index``: the copy of its entry the submit took off the
@@ -247,9 +244,8 @@ class Leases(Role):
     async def _control(
         self, name: str, keys: Sequence[str], args: Sequence[str | int | float]
     ) -> Any:
-        """Run script ``name`` on the lane (``_run`` is on the shared pool)."""
-        batcher = self._own_lane if self._lane is not self._redis else self._batcher
-        return await self._run(name, keys, args, on=(batcher, self._lane))
+        """Run script ``name`` on the lane (``scripts`` is on the shared pool)."""
+        return await self._lane_scripts.run(name, keys, args)
 
     @edge
     async def claim(
@@ -405,7 +401,7 @@ class Leases(Role):
     async def heartbeat(self, job_id: str, token: int) -> bool:
         """Extend the lease by ``lease_ms``; ``False``: the lease is lost, stop working."""
         shard = self.shard_of(job_id)
-        reply = await self._run(
+        reply = await self.scripts.run(
             "heartbeat",
             [shard.job(job_id), shard.leases],
             [job_id, token, self.options.lease_ms],
@@ -454,7 +450,7 @@ class Leases(Role):
         """Record a turn (paid: kept even if the claim is stale), append events and show
         ``progress`` in the in-progress envelope (fenced), in one script."""
         shard = self.shard_of(claim.job_id)
-        reply = await self._run(
+        reply = await self.scripts.run(
             "write",
             [shard.job(claim.job_id)],
             [
@@ -508,7 +504,7 @@ class Leases(Role):
             keys.append(shard.idle)
             relist.append(held[0])
             self._copies[shard.index] = copies + 1
-        reply = await self._run(
+        reply = await self.scripts.run(
             "complete",
             keys,
             [
@@ -548,7 +544,7 @@ class Leases(Role):
         shard = self.shard_of(claim.job_id)
         appended = [_event(name, data.model_dump_json()) for name, data in events]
         appended.append(_event("requires_action", action.model_dump_json()))
-        reply = await self._run(
+        reply = await self.scripts.run(
             "pause",
             [shard.job(claim.job_id), shard.leases, shard.running, shard.actions],
             [
@@ -572,7 +568,7 @@ class Leases(Role):
         """Give a running job back (graceful drain): front of its tenant's queue, the
         attempt not counted."""
         shard = self.shard_of(claim.job_id)
-        reply = await self._run(
+        reply = await self.scripts.run(
             "release",
             [
                 shard.job(claim.job_id),

@@ -21,17 +21,16 @@ import secrets
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal, cast
+from typing import Literal, cast
 
 from app.core.callback import message_id
 from app.core.spec import CallbackEvent
 from app.store.errors import NoDelivery, edge
-from app.store.hub import ANY, Watch
-from app.store.ids import is_job_id
+from app.store.hub import ANY, Hub, Watch
+from app.store.ids import is_job_id, shard_of
+from app.store.keys import Keys
 from app.store.records import text
-
-if TYPE_CHECKING:
-    from app.store.connection import Role
+from app.store.scripts import Scripts
 
 Outcome = Literal["delivered", "retry", "failed", "superseded", "released"]
 Settled = Literal["pending", "delivered", "failed", "superseded", "stale", "gone"]
@@ -59,19 +58,25 @@ class Leased:
 
 
 class Outbox:
-    """The outbox of every shard, over a store role's client and scripts."""
+    """The outbox of every shard, over a store role's scripts, keys and hub (``channel``:
+    the outbox's wake-up channel; ``window_s``: how long a delivery is retried)."""
 
     _turn = itertools.count()
 
-    def __init__(self, role: Role) -> None:
-        self._role = role
+    def __init__(
+        self, scripts: Scripts, keys: Keys, hub: Hub, *, channel: str, window_s: int
+    ) -> None:
+        self._scripts = scripts
+        self._keys = keys
+        self._hub = hub
+        self._channel = channel
+        self._window_ms = window_s * 1000
 
     @edge
     async def lease(self, n: int, *, lease_ms: int) -> tuple[list[Leased], float | None]:
         """Up to ``n`` due deliveries, taking shards in turn, each leased for ``lease_ms``;
         and the seconds until the next one is due (``None``: the outbox is empty)."""
-        role = self._role
-        shards = role.keys.shards
+        shards = self._keys.shards
         start = next(self._turn)
         token = secrets.token_hex(8)
         leased: list[Leased] = []
@@ -79,8 +84,8 @@ class Outbox:
         for step in range(shards):
             if len(leased) >= n:
                 break
-            shard = role.keys.shard((start + step) % shards)
-            flat, due_ms = await role._run(
+            shard = self._keys.shard((start + step) % shards)
+            flat, due_ms = await self._scripts.run(
                 "delivery_lease",
                 [shard.outbox],
                 [shard.job_prefix, n - len(leased), lease_ms, token],
@@ -117,9 +122,8 @@ class Outbox:
         taken over (nothing written), ``gone`` when the job expired. ``retry`` waits
         ``wait_ms``, within the window (its last try at the window's end); past the
         window it is ``failed``. ``released`` gives it back unsent: due now, no attempt."""
-        role = self._role
-        shard = role.shard_of(leased.job_id)
-        reply = await role._run(
+        shard = self._keys.shard(shard_of(leased.job_id))
+        reply = await self._scripts.run(
             "delivery_record",
             [shard.outbox],
             [
@@ -131,7 +135,7 @@ class Outbox:
                 "" if status is None else status,
                 error,
                 max(0, wait_ms),
-                role.options.callback_window_s * 1000,
+                self._window_ms,
             ],
         )
         return cast(Settled, text(reply))
@@ -142,12 +146,11 @@ class Outbox:
         ``None``: no such job for ``tenant``; ``NoDelivery``: nothing to send again."""
         if not is_job_id(job_id):
             return None
-        role = self._role
-        shard = role.shard_of(job_id)
-        reply = await role._run(
+        shard = self._keys.shard(shard_of(job_id))
+        reply = await self._scripts.run(
             "delivery_redeliver",
             [shard.job(job_id), shard.outbox],
-            [job_id, tenant, role.channels["outbox"]],
+            [job_id, tenant, self._channel],
         )
         outcome = text(reply[0])
         if outcome == "missing":
@@ -160,12 +163,12 @@ class Outbox:
     async def depth(self) -> int:
         """Deliveries not settled yet (due, waiting to retry, or being sent), every shard."""
         total = 0
-        for shard in self._role.keys.all_shards():
-            total += int(await self._role._redis.zcard(shard.outbox))
+        for shard in self._keys.all_shards():
+            total += int(await self._scripts.redis.zcard(shard.outbox))
         return total
 
     @asynccontextmanager
     async def wakeups(self) -> AsyncIterator[Watch]:
         """Set when a delivery is added or redelivered (by any process)."""
-        async with self._role.hub.watch(self._role.channels["outbox"], ANY) as watch:
+        async with self._hub.watch(self._channel, ANY) as watch:
             yield watch

@@ -127,7 +127,7 @@ def _patch_uvicorn(module: Any) -> None:
 
 def _patch_batching(module: Any) -> None:
     line = getattr(module, "_Line", None)
-    if line is None:  # the Batcher before it had a connection of its own
+    if line is None:  # a Batcher of redis-py pipelines (today's, and the first one)
         batcher = module.Batcher
         send = batcher._send
 

@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 from app.providers.config import ModelConfig, ProviderConfig, ProvidersConfig
-from app.store.connection import _script_source
+from app.store.scripts import script_source
 from app.worker import FLUSH_AFTER_S
 from reprompt_sim.server import SimConfig, serve_in_background
 from tests.api.conftest import KEYS, StartApi, scripted
@@ -26,8 +26,8 @@ from tests.service import api_keys
 
 LATENCY_MS = 300  # every call: well past the old 0.1 s flush, well within FLUSH_AFTER_S
 SLOW_S = 3.0  # a scripted "slow" call: long enough to be seen while it runs
-WRITE_SHA = hashlib.sha1(_script_source("write").encode()).hexdigest()
-COMPLETE_SHA = hashlib.sha1(_script_source("complete").encode()).hexdigest()
+WRITE_SHA = hashlib.sha1(script_source("write").encode()).hexdigest()
+COMPLETE_SHA = hashlib.sha1(script_source("complete").encode()).hexdigest()
 
 
 @pytest.fixture(scope="module")

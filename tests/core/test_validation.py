@@ -6,9 +6,10 @@ import json
 from typing import Any
 
 import pytest
+from jsonschema import Draft202012Validator
 
 from app.core.errors import InvalidInput
-from app.core.validation import check_schema, json_path, schema_errors
+from app.core.validation import Schema, check_schema, json_path, schema_errors
 
 ORDER = {
     "$defs": {
@@ -339,3 +340,87 @@ def test_a_fixed_schema_is_compiled_and_derived_from_once() -> None:
     assert derived(other, "text", text) == json.dumps(schema)
     assert len(made) == 2
     assert compiled(other).errors({"n": "x"}) == ['$.n: expected integer, got string "x"']
+
+
+# unevaluatedProperties seeing through $refs: from a sibling, inside a subschema with an
+# $id of its own (relative refs resolve against it), under if/then/else, dependentSchemas,
+# oneOf/anyOf and patternProperties.
+UNEVALUATED: list[tuple[dict[str, Any], list[Any]]] = [
+    (
+        {
+            "$defs": {"base": {"properties": {"a": {"type": "integer"}}}},
+            "$ref": "#/$defs/base",
+            "properties": {"b": {"type": "string"}},
+            "unevaluatedProperties": False,
+        },
+        [{"a": 1, "b": "x"}, {"a": 1, "c": 2}, {"b": "x"}, {"a": "no"}],
+    ),
+    (
+        {
+            "$id": "https://example.com/root.json",
+            "$defs": {
+                "inner": {
+                    "$id": "inner/",
+                    "$defs": {"leaf": {"properties": {"z": True}}},
+                    "allOf": [{"$ref": "#/$defs/leaf"}],
+                    "properties": {"y": True},
+                }
+            },
+            "allOf": [{"$ref": "inner/"}],
+            "properties": {"x": True},
+            "unevaluatedProperties": False,
+        },
+        [{"x": 1, "y": 2, "z": 3}, {"x": 1, "w": 2}, {"z": 1}],
+    ),
+    (
+        {
+            "$defs": {
+                "named": {
+                    "if": {"properties": {"kind": {"const": "a"}}},
+                    "then": {"properties": {"kind": True, "alpha": True}},
+                    "else": {"properties": {"kind": True, "beta": True}},
+                },
+                "extra": {"$ref": "#/$defs/named", "unevaluatedProperties": False},
+            },
+            "properties": {"item": {"$ref": "#/$defs/extra"}},
+        },
+        [
+            {"item": {"kind": "a", "alpha": 1}},
+            {"item": {"kind": "a", "beta": 1}},
+            {"item": {"kind": "b", "beta": 1}},
+            {"item": {"kind": "b", "alpha": 1}},
+        ],
+    ),
+    (
+        {
+            "$defs": {"dep": {"properties": {"d": True}}},
+            "dependentSchemas": {"c": {"$ref": "#/$defs/dep"}},
+            "properties": {"c": True},
+            "unevaluatedProperties": {"type": "integer"},
+        },
+        [{"c": 1, "d": "x"}, {"d": "x"}, {"d": 3}, {"c": 1, "e": "s"}],
+    ),
+    (
+        {
+            "$defs": {
+                "pp": {"patternProperties": {"^p": True}, "anyOf": [{"$ref": "#/$defs/q"}]},
+                "q": {"properties": {"q": True}},
+            },
+            "oneOf": [{"$ref": "#/$defs/pp"}],
+            "unevaluatedProperties": False,
+        },
+        [{"p1": 1, "q": 2}, {"p1": 1, "r": 2}, {"q": 1}],
+    ),
+]
+
+
+@pytest.mark.parametrize(("schema", "values"), UNEVALUATED)
+def test_unevaluated_properties_follow_refs_from_where_they_stand(
+    schema: dict[str, Any], values: list[Any]
+) -> None:
+    check_schema(schema)
+    compiled = Schema(schema)
+    for value in values:
+        stock = Draft202012Validator(schema).is_valid(value)
+        assert compiled.is_valid(value) is stock, value
+        assert (compiled.errors(value) == []) is stock, value

@@ -1,5 +1,5 @@
-"""The store over TLS (``rediss://``): the batcher's connection and the hub's subscription
-are taken over from redis-py after its handshake, here after a TLS one. The embedded
+"""The store over TLS (``rediss://``): the batcher's pipelines and the hub's subscription
+on connections redis-py opened with a TLS handshake. The embedded
 redis-server speaks plain TCP, so a TLS-terminating proxy on loopback stands in front of
 it (the certificate in ``tls/`` is a self-signed one for 127.0.0.1, for these tests only).
 """
@@ -66,7 +66,7 @@ async def tls_url(redis_server: EmbeddedRedis) -> AsyncIterator[str]:
         yield f"rediss://:{plain.password}@127.0.0.1:{port}/0?ssl_ca_certs={TLS / 'cert.pem'}"
 
 
-async def test_the_batchers_connection_pipelines_over_tls(tls_url: str, prefix: str) -> None:
+async def test_the_batcher_pipelines_over_tls(tls_url: str, prefix: str) -> None:
     client = connect(tls_url)
     assert isinstance(client, Redis)
     batcher = Batcher(client)
@@ -93,7 +93,6 @@ async def test_a_job_goes_round_over_tls(tls_url: str, redis: Redis, prefix: str
     end (the hub's subscription), claim and commit, all over TLS."""
     client = connect(tls_url)
     jobs, leases = JobStore(client, prefix=prefix), Leases(client, prefix=prefix)
-    assert jobs._batcher is not None  # the scripts and reads go through it
     try:
         idle = asyncio.ensure_future(leases.wait_for_work(10))
         await subscribed(redis, leases.channels["work"])
