@@ -6,7 +6,7 @@ EXTRAS ?= dev,local,sim
 # Every dependency at the version CI and the images use; pyproject.toml keeps ranges.
 LOCK := requirements.lock
 
-.PHONY: install test test-fast lint typecheck fmt demo serve sim openapi lock bench bench-quick clean
+.PHONY: install test test-fast test-latest test-oldest lint typecheck fmt demo serve sim openapi lock bench bench-quick clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -27,6 +27,34 @@ test: install lint typecheck
 ## test-fast: lint, types, and the suite without the slow and llama-marked tests (CI runs `make test`)
 test-fast: lint typecheck
 	$(BIN)/pytest -q -m "not slow and not llama"
+
+## test-latest / test-oldest: the suite on the newest / the oldest releases pyproject.toml
+## allows, without the lock, each in a throwaway virtualenv (DEPS_VENV). Not in CI: run them
+## before a release and whenever a bound in pyproject.toml changes. llama-cpp-python stays at
+## the portable build of the locked version (a newer one would compile natively).
+DEPS_VENV ?= /tmp/reprompt-deps
+LLAMA_PIN = $(shell grep -m1 '^llama-cpp-python==' $(LOCK) | cut -d' ' -f1)
+# Starlette before 0.39 imports `multipart`, which current python-multipart warns about.
+OLDEST_PYTEST_FLAGS = -W "ignore:Please use \`import python_multipart\`:PendingDeprecationWarning"
+
+test-latest:
+	$(MAKE) _deps-venv RESOLUTION=highest
+	$(DEPS_VENV)-highest/bin/pytest -q
+
+test-oldest:
+	$(MAKE) _deps-venv RESOLUTION=lowest-direct
+	$(DEPS_VENV)-lowest-direct/bin/pytest -q $(OLDEST_PYTEST_FLAGS)
+
+_deps-venv:
+	rm -rf $(DEPS_VENV)-$(RESOLUTION)
+	$(PY) -m venv $(DEPS_VENV)-$(RESOLUTION)
+	$(DEPS_VENV)-$(RESOLUTION)/bin/pip install --quiet uv
+	$(DEPS_VENV)-$(RESOLUTION)/bin/python scripts/llama_wheel.py --install
+	echo "$(LLAMA_PIN)" > $(DEPS_VENV)-$(RESOLUTION)/llama.txt
+	$(DEPS_VENV)-$(RESOLUTION)/bin/uv pip install --quiet --python $(DEPS_VENV)-$(RESOLUTION)/bin/python \
+	  --resolution $(RESOLUTION) --constraint $(DEPS_VENV)-$(RESOLUTION)/llama.txt -e ".[$(EXTRAS)]"
+	$(DEPS_VENV)-$(RESOLUTION)/bin/uv pip freeze --python $(DEPS_VENV)-$(RESOLUTION)/bin/python \
+	  > $(DEPS_VENV)-$(RESOLUTION)/versions.txt
 
 lint:
 	$(BIN)/ruff check .

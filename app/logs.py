@@ -51,90 +51,20 @@ class Formatter(logging.Formatter):
         return text if msec is None else msec % (text, msecs)
 
 
-class _Handler(logging.StreamHandler):  # type: ignore[type-arg]
-    """``logging.StreamHandler`` that flushes without taking its lock a second time (its
-    ``emit`` runs under that lock already). Every line is still written and flushed as
-    it is logged."""
-
-    def emit(self, record: logging.LogRecord) -> None:
-        try:
-            text = self.format(record)
-            stream = self.stream
-            stream.write(text + self.terminator)
-            stream.flush()
-        except RecursionError:
-            raise
-        except Exception:
-            self.handleError(record)
-
-
-_direct: _Handler | None = None  # configure()'s handler: the one ``info`` may write to itself
-
-
 def info(logger: logging.Logger, message: str, created: float | None = None) -> None:
-    """``logger.info(message)`` for a finished text (nothing to format into it), and the
-    same line: written straight to ``configure``'s stream, without a ``LogRecord`` and
-    the walk through loggers and handlers, when that handler is the only place the line
-    can go (no other handler on the way to the root, no filter, no record factory, as
-    ``reprompt worker`` runs); else through ``logging`` as usual (a test's capture, an
-    embedding app's configuration).
-
-    ``created``: the ``time.time()`` the line is stamped with, for a line written later
-    than what it tells of happened (the worker's 'started' line, written once the job's
-    model call is on its way); now when not given."""
+    """``logger.info(message)``, stamped ``created`` (a ``time.time()``) when given: for a
+    line written later than what it tells of happened (the worker's 'started' line)."""
     if not logger.isEnabledFor(logging.INFO):
         return
-    handler = _direct
-    if handler is None or not _only_to(logger, handler):
-        if created is None:
-            logger.info(message)
-            return
-        fn, lno, func, _ = logger.findCaller()
-        record = logger.makeRecord(logger.name, logging.INFO, fn, lno, message, (), None, func)
-        record.relativeCreated += (created - record.created) * 1000
-        record.created = created
-        record.msecs = int((created - int(created)) * 1000) + 0.0  # as LogRecord works it out
-        logger.handle(record)
-        return
     if created is None:
-        created = time.time()
-    msecs = int((created - int(created)) * 1000) + 0.0  # as LogRecord works it out
-    formatter = handler.formatter
-    assert isinstance(formatter, Formatter)  # _only_to checked it
-    line = f"{formatter.stamp(created, msecs)} INFO {logger.name}: {message}\n"
-    handler.acquire()
-    try:
-        stream = handler.stream
-        stream.write(line)
-        stream.flush()
-    except RecursionError:
-        raise
-    except Exception:
-        handler.handleError(logger.makeRecord(logger.name, logging.INFO, "", 0, message, (), None))
-    finally:
-        handler.release()
-
-
-def _only_to(logger: logging.Logger, handler: _Handler) -> bool:
-    """Whether an INFO line of ``logger`` goes to ``handler`` alone, untouched."""
-    if (
-        logger.filters
-        or logger.disabled
-        or handler.filters
-        or handler.level > logging.INFO
-        or type(handler.formatter) is not Formatter
-        or logging.getLogRecordFactory() is not logging.LogRecord
-    ):
-        return False
-    current: logging.Logger | None = logger
-    while current is not None:
-        handlers = current.handlers
-        if handlers:
-            return len(handlers) == 1 and handlers[0] is handler and current.parent is None
-        if not current.propagate:
-            return False
-        current = current.parent
-    return False
+        logger.info(message)
+        return
+    fn, lno, func, _ = logger.findCaller()
+    record = logger.makeRecord(logger.name, logging.INFO, fn, lno, message, (), None, func)
+    record.relativeCreated += (created - record.created) * 1000
+    record.created = created
+    record.msecs = int((created - int(created)) * 1000) + 0.0  # as LogRecord works it out
+    logger.handle(record)
 
 
 def configure(level: int, stream: TextIO | None = None) -> bool:
@@ -144,8 +74,7 @@ def configure(level: int, stream: TextIO | None = None) -> bool:
     root = logging.getLogger()
     if root.handlers:
         return False
-    global _direct
-    handler = _direct = _Handler(stream)
+    handler = logging.StreamHandler(stream)
     handler.setFormatter(Formatter())
     root.addHandler(handler)
     root.setLevel(level)

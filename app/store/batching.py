@@ -9,7 +9,7 @@ Most of what a command costs both sides is its round trip rather than its work: 
 load a worker's commits, or an API's submits and reads, share one write, one wake-up of
 Redis and one read this way. The commands of a turn (at most ``MAX_BATCH`` to one) go
 as ``redis.pipeline(transaction=False)`` on a connection of the client's pool; a lone
-command goes as itself, on a connection of the pool the batcher keeps. At most
+command goes as itself. At most
 ``AT_ONCE`` pipelines are on their way: the commands made meanwhile go together as soon
 as one is back (two connections of the pool serve a busy process, and under load the
 pipelines grow instead of the connections).
@@ -46,9 +46,6 @@ class Batcher:
 
     def __init__(self, redis: Redis, *, at_once: int = AT_ONCE) -> None:
         self._redis = redis
-        # A client of the same pool that keeps one connection: a lone command goes without
-        # a turn through the pool (a fifth of its cost). ``aclose`` gives it back.
-        self._lone = Redis(connection_pool=redis.connection_pool, single_connection_client=True)
         self._at_once = at_once
         self._queue: list[Pending] = []
         self._flushing = False  # a flush is due at the end of this turn
@@ -65,12 +62,10 @@ class Batcher:
         return await future
 
     async def aclose(self) -> None:
-        """Wait for the commands made so far (their callers are owed replies), then give
-        the connection kept for lone commands back to the pool."""
+        """Wait for the commands made so far: their callers are owed replies."""
         self._flush()
         while self._sending:
             await asyncio.wait(tuple(self._sending))
-        await self._lone.aclose()
 
     def _flush(self) -> None:
         self._flushing = False
@@ -92,7 +87,7 @@ class Batcher:
         try:
             if len(batch) == 1:
                 try:
-                    command = self._lone.execute_command(*batch[0][0])  # type: ignore[no-untyped-call]  # untyped in redis-py
+                    command = self._redis.execute_command(*batch[0][0])  # type: ignore[no-untyped-call]  # untyped in redis-py
                     replies = [await command]
                 except ResponseError as exc:
                     replies = [exc]

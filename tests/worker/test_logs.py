@@ -124,13 +124,13 @@ async def test_a_worker_process_logs_a_job_as_it_starts_and_as_it_ends(
     assert re.fullmatch(end, lines[1]), lines
 
 
-def test_info_writes_the_line_logging_writes_and_defers_to_any_other_route() -> None:
+def test_info_writes_the_line_logging_writes_and_follows_any_other_route() -> None:
     code = (
         "import logging\n"
         "from app import logs\n"
         "assert logs.configure(logging.INFO)\n"
         "log = logging.getLogger('app.worker')\n"
-        "logs.info(log, 'job j1 started: 100% (%s)')\n"  # written straight: nothing formatted
+        "logs.info(log, 'job j1 started: 100% (%s)')\n"  # nothing formatted into it
         "log.info('job j1 started: 100% (%s)')\n"  # the same line through logging (no args)
         "logs.info(logging.getLogger('app.quiet'), 'not shown')\n"
         "logging.getLogger('app.quiet').setLevel(logging.WARNING)\n"
