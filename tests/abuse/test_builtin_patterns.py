@@ -42,6 +42,7 @@ ANCHORED = {
     "app.core.repair._SINGLE",
     "app.core.signature._TOKEN",
     "app.core.validation._URI",
+    "app.tracecontext._VALUE",
 }
 SEARCHING = (".search(", ".finditer(", ".findall(", ".sub(", ".subn(", ".split(")
 # Modules that are entry points, not libraries: importing them runs nothing, but skip them
