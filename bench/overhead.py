@@ -552,8 +552,8 @@ def before_after(rows: list[dict[str, Any]], saved: dict[str, Any], client: str)
     out = [
         "## Before and after",
         "",
-        "The same command on the same machine before this release's store and hot-path work"
-        " (`docs/benchmarks/overhead-before.json`, the run checked in before it) and now;"
+        "The same command on the same machine on the tree before this release"
+        " (`docs/benchmarks/overhead-before.json`, run just before this one) and now;"
         " `POST /v1/jobs` + long-poll only."
         + (
             ""
