@@ -39,7 +39,7 @@ from app import logs, metrics
 from app.api.app import create_app
 from app.api.fairness import Fairness
 from app.api.resources import Resources
-from app.core.errors import ProviderConfigError, RepromptError
+from app.core.wire.errors import ProviderConfigError, RepromptError
 from app.outbound import (
     Allowlist,
     Guard,

@@ -34,12 +34,12 @@ from pydantic import ValidationError
 from app import logs
 from app.child import free_loopback_port
 from app.client import ApiClient, ApiError
-from app.core.conversation import TranscriptEntry
-from app.core.errors import RepromptError
-from app.core.events import LoopEvent, ToolsAnswered, TurnEnded, TurnStarted, TurnSummary
-from app.core.loop import JobResult, Runtime, run_job
-from app.core.spec import JobSpec
-from app.core.turn import REJECTED
+from app.core.turn.conversation import TranscriptEntry
+from app.core.turn.loop import JobResult, Runtime, run_job
+from app.core.wire.errors import RepromptError
+from app.core.wire.events import LoopEvent, ToolsAnswered, TurnEnded, TurnStarted, TurnSummary
+from app.core.wire.record import REJECTED
+from app.core.wire.spec import JobSpec
 from app.providers.embedded import open_router
 from app.providers.http import open_clients
 from app.settings import Settings, invalid_settings

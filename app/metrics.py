@@ -22,8 +22,8 @@ from prometheus_client import (
     start_http_server,
 )
 
-from app.core.envelope import Envelope
-from app.core.turn import REJECTED, ToolCallRecord, TurnRecord
+from app.core.wire.envelope import Envelope
+from app.core.wire.record import REJECTED, ToolCallRecord, TurnRecord
 
 REGISTRY = CollectorRegistry(auto_describe=True)
 P = "reprompt_"

@@ -30,10 +30,10 @@ from typing import Final
 import httpx
 
 from app import __version__
-from app.core.envelope import Envelope
-from app.core.errors import ProviderError
-from app.core.events import LoopEvent, ToolsAnswered, TurnEnded, TurnStarted
-from app.core.model import LLMRequest, LLMResponse
+from app.core.turn.model import LLMRequest, LLMResponse
+from app.core.wire.envelope import Envelope
+from app.core.wire.errors import ProviderError
+from app.core.wire.events import LoopEvent, ToolsAnswered, TurnEnded, TurnStarted
 from app.tracecontext import TraceContext
 
 try:

@@ -35,20 +35,20 @@ from typing import Any, Final, Literal
 from pydantic import ValidationError
 
 from app import logs, metrics
-from app.core import codes
-from app.core.checkpoint import Checkpoint, RequiredAction, Resume
-from app.core.clock import iso
-from app.core.conversation import STORED_INPUT_CHARS, TranscriptEntry, stored_transcript
-from app.core.envelope import Envelope, Progress
-from app.core.events import LoopEvent, ToolsAnswered, TurnEnded, TurnStarted
-from app.core.loop import Runtime, WebhookCheck, run_job
-from app.core.model import ModelClient, ToolCall, ToolSpec
-from app.core.prompting import show_input, show_input_plain
-from app.core.spec import JobSpec, ToolDef, ValidatorSpec, stored_spec
-from app.core.tools import Tool, ToolAnswer
-from app.core.turn import Rejection, Spend, TurnRecord
-from app.core.validators import Verdict
-from app.core.wire import Wire
+from app.core.answer.validators import Verdict
+from app.core.turn.checkpoint import Checkpoint, RequiredAction, Resume
+from app.core.turn.clock import iso
+from app.core.turn.conversation import STORED_INPUT_CHARS, TranscriptEntry, stored_transcript
+from app.core.turn.loop import Runtime, WebhookCheck, run_job
+from app.core.turn.model import ModelClient, ToolCall, ToolSpec
+from app.core.turn.prompting import show_input, show_input_plain
+from app.core.turn.tools import Tool, ToolAnswer
+from app.core.wire import codes
+from app.core.wire.base import Wire
+from app.core.wire.envelope import Envelope, Progress
+from app.core.wire.events import LoopEvent, ToolsAnswered, TurnEnded, TurnStarted
+from app.core.wire.record import Rejection, Spend, TurnRecord
+from app.core.wire.spec import JobSpec, ToolDef, ValidatorSpec, stored_spec
 from app.delivery import CallbackSender
 from app.gcsettle import settle_gc
 from app.outbound.kit import Outbound

@@ -14,8 +14,8 @@ import json
 import tempfile
 from pathlib import Path
 
-from app.core.loop import Runtime, run_job
-from app.core.spec import JobSpec
+from app.core.turn.loop import Runtime, run_job
+from app.core.wire.spec import JobSpec
 from app.providers.config import ModelConfig, ProviderConfig, ProvidersConfig
 from app.providers.embedded import open_router
 from app.providers.http import make_client

@@ -230,8 +230,8 @@ def job_for(
 async def _run_reprompt(
     url: str, tasks: list[Task], strict: bool, name: str, checks: str = "task"
 ) -> list[Run]:
-    from app.core.loop import Runtime, run_job
-    from app.core.spec import JobSpec
+    from app.core.turn.loop import Runtime, run_job
+    from app.core.wire.spec import JobSpec
     from app.providers.config import ModelConfig, ProviderConfig, ProvidersConfig
     from app.providers.embedded import open_router
     from app.providers.http import make_client
@@ -276,7 +276,7 @@ def grounding_counts(runs: list[Run]) -> dict[str, int]:
     the schema after reprompt's repairs, yet not the expected answer), how many a validator
     rejected (caught), how many of those the next answer fixed, and correct answers that
     were rejected all the same."""
-    from app.core.answer import check_answer
+    from app.core.answer.check import check_answer
 
     counts = dict.fromkeys(
         (
@@ -522,7 +522,7 @@ def render(
         f"fixed with p={FIX} if the feedback names the defect (field name/path, or a "
         f"syntax word), else p={BLIND}; otherwise the same kind of defect comes back.",
         f"- **Same for all**: the same tasks, the same schema and semantic validators "
-        f"(reprompt's own `app.core.validators`, run inside instructor's pydantic "
+        f"(reprompt's own `app.core.answer.validators`, run inside instructor's pydantic "
         f"`model_validator` and after the single-shot's `jsonschema`), at most {ATTEMPTS} LLM "
         f"calls per job, `temperature={TEMPERATURE}`, `max_tokens={MAX_TOKENS}` on the first "
         "call, no transport faults.",

@@ -287,8 +287,8 @@ def run_instructor(
 
 
 async def _run_reprompt(server: Any, tasks: list[Task], row: Row, max_tokens: int) -> list[Run]:
-    from app.core.loop import Runtime, run_job
-    from app.core.spec import JobSpec
+    from app.core.turn.loop import Runtime, run_job
+    from app.core.wire.spec import JobSpec
     from app.providers.config import ProvidersConfig
     from app.providers.embedded import open_router, with_local_model
     from app.providers.http import make_client

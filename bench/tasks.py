@@ -15,7 +15,7 @@ leaf the simulator's ``semantic`` mode may change:
 
 The same validators are used by every system: reprompt gets them as ``JobSpec.validators``;
 instructor and the single-shot baseline run the very same functions
-(``app.core.validators.build``) inside a pydantic validator / after ``jsonschema``, so the
+(``app.core.answer.validators.build``) inside a pydantic validator / after ``jsonschema``, so the
 diagnosis text each system can feed back is identical.
 """
 
@@ -28,9 +28,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, model_validator
 
-from app.core.spec import ValidatorSpec
-from app.core.validation import json_type
-from app.core.validators import build
+from app.core.answer.validators import build
+from app.core.schema.validation import json_type
+from app.core.wire.spec import ValidatorSpec
 
 # the failure mode of the first answer; "ok" tasks are the control group
 MODES = (

@@ -37,10 +37,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import httpx
 
 from app import logs
-from app.core.model import LLMRequest, LLMResponse
-from app.core.spec import JobSpec
-from app.core.turn import Spend
-from app.core.wire import Wire
+from app.core.turn.model import LLMRequest, LLMResponse
+from app.core.wire.base import Wire
+from app.core.wire.record import Spend
+from app.core.wire.spec import JobSpec
 from app.providers.config import ProvidersConfig, load_providers
 from app.providers.router import Router, build_router
 from app.settings import Settings
@@ -110,7 +110,7 @@ def _answer(config: ProvidersConfig) -> LLMResponse:
                 captured.append(request)
                 return await router.complete(request)
 
-        from app.core.loop import Runtime, run_job
+        from app.core.turn.loop import Runtime, run_job
 
         result = await run_job(spec, Runtime(client=Capture()))
         assert result.envelope.status == "success", result.envelope

@@ -12,9 +12,9 @@ from fastapi.responses import Response
 from app.api.problems import NotFound
 from app.api.resources import Authed, Resources
 from app.api.schemas import problems, respond
-from app.core.errors import InvalidInput
-from app.core.job import Job
-from app.core.spec import JobSpec
+from app.core.wire.errors import InvalidInput
+from app.core.wire.job import Job
+from app.core.wire.spec import JobSpec
 from app.store import public_job
 
 router = APIRouter(tags=["jobs"])

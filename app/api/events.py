@@ -23,8 +23,9 @@ from app.api.fairness import Fairness
 from app.api.problems import NotFound
 from app.api.resources import Authed
 from app.api.schemas import problems
-from app.core.checkpoint import RequiredAction
-from app.core.events import (
+from app.core.turn.checkpoint import RequiredAction
+from app.core.wire.base import Wire
+from app.core.wire.events import (
     JobEnded,
     QueueEvent,
     ToolOutputsEvent,
@@ -32,7 +33,6 @@ from app.core.events import (
     TurnStarted,
     TurnSummary,
 )
-from app.core.wire import Wire
 from app.store import Event, JobStore
 
 # The data of each event, by name (documented in openapi.json as ``x-sse-events``). The

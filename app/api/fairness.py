@@ -23,7 +23,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Final
 
-from app.core.errors import RepromptError
+from app.core.wire.errors import RepromptError
 
 TOO_MANY_REQUESTS: Final = "too-many-requests"
 BYTES_PER_TOKEN: Final = 16_384

@@ -34,11 +34,11 @@ from app.api.limits import (
 from app.api.problems import NotFound
 from app.api.resources import Authed, AuthedJson, Caller, Resources
 from app.api.schemas import JOB_EXAMPLES, JobList, ToolOutputsBody, problems
-from app.core.checkpoint import ToolOutput
-from app.core.contract import build_contract
-from app.core.errors import InvalidInput
-from app.core.job import Job
-from app.core.spec import JobSpec
+from app.core.answer.contract import build_contract
+from app.core.turn.checkpoint import ToolOutput
+from app.core.wire.errors import InvalidInput
+from app.core.wire.job import Job
+from app.core.wire.spec import JobSpec
 from app.providers.router import Router
 from app.store import JobView, public_job_json
 from app.tracecontext import MAX_TRACESTATE, TraceContext

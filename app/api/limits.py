@@ -18,11 +18,11 @@ from typing import Any, Final
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.api.problems import CONTENT_TOO_LARGE, problem
-from app.core import codes
-from app.core.errors import InvalidInput
-from app.core.spec import JobSpec
-from app.core.validation import check_schema
-from app.core.wire import compact_json
+from app.core.schema.validation import check_schema
+from app.core.wire import codes
+from app.core.wire.base import compact_json
+from app.core.wire.errors import InvalidInput
+from app.core.wire.spec import JobSpec
 from app.settings import Settings
 
 HTTP1: Final = ("1.1", "1.0")
@@ -221,7 +221,7 @@ def check_signature_schema(signature: str, schema: Any, settings: Settings) -> N
 
 
 # Signature text → (bytes, depth) of its compiled schema, oldest first (what
-# app.core.contract keeps compiled, kept as long: 256 texts up to 64 KiB).
+# app.core.answer.contract keeps compiled, kept as long: 256 texts up to 64 KiB).
 _SIGNATURE_MEASURES: dict[str, tuple[int, int]] = {}
 _SIGNATURES_KEPT: Final = 256
 _SIGNATURE_TEXT_KEPT: Final = 64 * 1024

@@ -8,7 +8,7 @@ Every error response is ``application/problem+json``::
 
 ``code`` is stable and machine-readable: the envelope's error constant where one applies
 (``invalid-input``, ``llm-config``), else one of the edge codes below. ``type`` is
-``PROBLEM_BASE + code``. The edge errors extend ``app.core.errors.RepromptError``, so they
+``PROBLEM_BASE + code``. The edge errors extend ``app.core.wire.errors.RepromptError``, so they
 carry their HTTP status like every other error; foreign exceptions (FastAPI's validation
 errors, Starlette's 404/405, anything unexpected) are mapped in ``install``::
 
@@ -43,8 +43,8 @@ from starlette.exceptions import HTTPException
 from starlette.responses import JSONResponse, Response
 
 from app.api.fairness import TOO_MANY_REQUESTS
-from app.core import codes
-from app.core.errors import InvalidInput, RepromptError, SignatureError
+from app.core.wire import codes
+from app.core.wire.errors import InvalidInput, RepromptError, SignatureError
 from app.store.errors import CONFLICT, QUEUE_FULL, QUOTA_EXCEEDED, STORE_FULL, STORE_UNAVAILABLE
 
 log = logging.getLogger(__name__)

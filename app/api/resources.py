@@ -21,7 +21,7 @@ from app.api.auth import authenticate
 from app.api.fairness import Fairness
 from app.api.limits import first_headers, is_json
 from app.api.problems import NotReady, UnsupportedMediaType
-from app.core import codes
+from app.core.wire import codes
 from app.outbound.kit import Outbound
 from app.providers.router import Router
 from app.settings import ApiKey, Settings

@@ -1,7 +1,7 @@
 """The API's response shapes: what the handlers return and what openapi/openapi.json says.
 
 The envelope, turn records, rejections, transcript entries and the job itself
-(``app.core.job.Job``, also the body of a callback) are the ``app.core`` models; the other
+(``app.core.wire.job.Job``, also the body of a callback) are the ``app.core`` models; the other
 responses are declared here. Handlers build these models from the store's typed records
 (``public_job(view)``) and serialise them: one definition per shape, so the document
 cannot drift from the answers.
@@ -14,9 +14,9 @@ from typing import Any, Final, Literal
 from fastapi.responses import Response
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
-from app.core.job import Job
-from app.core.spec import valid_unicode
-from app.core.wire import Wire
+from app.core.wire.base import Wire
+from app.core.wire.job import Job
+from app.core.wire.spec import valid_unicode
 
 CircuitStateName = Literal["closed", "open", "half_open"]
 

@@ -27,7 +27,7 @@ from app.api.schemas import (
     problems,
     respond,
 )
-from app.core import codes
+from app.core.wire import codes
 from app.providers.circuit import Circuits
 from app.store import StoreUnavailable
 

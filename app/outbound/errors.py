@@ -1,4 +1,4 @@
-"""The outbound guard's errors, part of ``app.core.errors``' tree::
+"""The outbound guard's errors, part of ``app.core.wire.errors``' tree::
 
     RepromptError
     └── OutboundError                     a call a tenant aimed (tool, validator, callback)
@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from typing import Final, Literal
 
-from app.core import codes
-from app.core.errors import RepromptError
+from app.core.wire import codes
+from app.core.wire.errors import RepromptError
 
 Reason = Literal["timeout", "unavailable", "http_error", "redirect", "too_large"]
 

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from app.core.spec import JobSpec, ValidatorSpec
+from app.core.wire.spec import JobSpec, ValidatorSpec
 from app.outbound.client import OutboundClient
 from app.outbound.guard import Guard
 from app.outbound.http_tools import HttpToolOutcome, call_http_tool

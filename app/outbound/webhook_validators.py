@@ -18,7 +18,7 @@ import json
 from collections.abc import Mapping
 from typing import Any, Final
 
-from app.core.errors import ValidatorUnavailable
+from app.core.wire.errors import ValidatorUnavailable
 from app.outbound.client import OutboundClient
 from app.outbound.errors import OutboundFailed, OutboundRefused
 from app.outbound.webhooks import Signer

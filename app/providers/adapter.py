@@ -9,8 +9,8 @@ from typing import Any, ClassVar, Final
 
 import httpx
 
-from app.core.errors import ProviderUnavailable
-from app.core.model import LLMRequest, LLMResponse
+from app.core.turn.model import LLMRequest, LLMResponse
+from app.core.wire.errors import ProviderUnavailable
 from app.providers.config import ModelConfig, ProviderConfig
 from app.providers.structured import Capability
 from app.providers.transport import Edge, post_json, reply_cap

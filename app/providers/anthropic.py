@@ -21,8 +21,8 @@ import json
 from collections.abc import Mapping
 from typing import Any, Final
 
-from app.core.budget import estimate_tokens
-from app.core.model import FinishReason, LLMRequest, LLMResponse, Message, ToolCall, Usage
+from app.core.turn.budget import estimate_tokens
+from app.core.turn.model import FinishReason, LLMRequest, LLMResponse, Message, ToolCall, Usage
 from app.providers.adapter import HttpAdapter, reported_model
 from app.providers.config import ModelConfig, ProviderConfig
 from app.providers.structured import (

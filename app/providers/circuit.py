@@ -24,7 +24,7 @@ import logging
 import time
 from typing import Final, Literal, TypedDict
 
-from app.core.clock import Monotonic
+from app.core.turn.clock import Monotonic
 
 State = Literal["closed", "open", "half_open"]
 

@@ -46,8 +46,8 @@ from pydantic import (
     model_validator,
 )
 
-from app.core.errors import InvalidInput
-from app.core.model import PromptProfile
+from app.core.turn.model import PromptProfile
+from app.core.wire.errors import InvalidInput
 from app.providers.circuit import DEFAULT_COOLDOWN_S, DEFAULT_FAILURE_THRESHOLD
 from app.providers.http import proxy_problem
 from app.providers.pricing import Price

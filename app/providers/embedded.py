@@ -21,7 +21,7 @@ from pathlib import Path
 
 import httpx
 
-from app.core.errors import ProviderConfigError
+from app.core.wire.errors import ProviderConfigError
 from app.providers.config import ModelConfig, ProviderConfig, ProvidersConfig
 from app.providers.http import ProviderClients
 from app.providers.local import LocalModelServer, explain_missing, local_available

@@ -45,7 +45,7 @@ import aiohttp
 import httpx
 from httpx_aiohttp import AiohttpTransport
 
-from app.core.errors import InvalidInput
+from app.core.wire.errors import InvalidInput
 
 if TYPE_CHECKING:
     from app.providers.config import ProviderConfig, ProvidersConfig

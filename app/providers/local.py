@@ -50,7 +50,7 @@ from app.child import (
     spawn,
     terminate,
 )
-from app.core.errors import ProviderConfigError
+from app.core.wire.errors import ProviderConfigError
 
 PROVIDER: Final = "local"
 # The alias the server lists under /v1/models; it echoes any name back, this is the honest one.

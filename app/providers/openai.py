@@ -22,7 +22,15 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any, Final
 
-from app.core.model import Choice, FinishReason, LLMRequest, LLMResponse, Message, ToolCall, Usage
+from app.core.turn.model import (
+    Choice,
+    FinishReason,
+    LLMRequest,
+    LLMResponse,
+    Message,
+    ToolCall,
+    Usage,
+)
 from app.providers.adapter import HttpAdapter, reported_model
 from app.providers.config import ModelConfig
 from app.providers.structured import (

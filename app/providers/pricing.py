@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from app.core.model import Usage
+from app.core.turn.model import Usage
 
 _PER_MTOK = 1_000_000
 

@@ -34,9 +34,9 @@ from typing import Final, Literal, TypeVar
 
 import tenacity
 
-from app.core.clock import Monotonic
-from app.core.codes import MAX_BACKOFF_MS, backoff_delay_ms
-from app.core.errors import ProviderError
+from app.core.turn.clock import Monotonic
+from app.core.wire.codes import MAX_BACKOFF_MS, backoff_delay_ms
+from app.core.wire.errors import ProviderError
 
 T = TypeVar("T")
 Sleep = Callable[[float], Awaitable[None]]

@@ -25,10 +25,8 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from app.core.clock import Monotonic
-from app.core.codes import is_retryable
-from app.core.errors import InvalidInput, ProviderError, ProviderUnavailable
-from app.core.model import (
+from app.core.turn.clock import Monotonic
+from app.core.turn.model import (
     Choice,
     LLMRequest,
     LLMResponse,
@@ -37,6 +35,8 @@ from app.core.model import (
     StructuredOutput,
     Usage,
 )
+from app.core.wire.codes import is_retryable
+from app.core.wire.errors import InvalidInput, ProviderError, ProviderUnavailable
 from app.providers import structured
 from app.providers.anthropic import AnthropicAdapter
 from app.providers.catalog import catalog_price, catalog_source
@@ -93,7 +93,7 @@ class Target:
 
 
 class Router:
-    """Implements ``app.core.model.ModelClient`` over the configured providers."""
+    """Implements ``app.core.turn.model.ModelClient`` over the configured providers."""
 
     def __init__(
         self,

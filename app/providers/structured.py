@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final, Literal
 
-from app.core.model import LLMRequest, StructuredMode, StructuredOutput
+from app.core.turn.model import LLMRequest, StructuredMode, StructuredOutput
 
 Capability = Literal["json_schema", "json_object_schema", "json_object", "tool", "prompt"]
 CAPABILITIES: Final[tuple[Capability, ...]] = (

@@ -30,8 +30,8 @@ from typing import Any, Final, Literal
 import httpx
 
 from app.child import crashed, describe_exit
-from app.core.errors import ProviderConfigError, ProviderCrashed, ProviderUnavailable
-from app.core.model import LLMRequest, LLMResponse
+from app.core.turn.model import LLMRequest, LLMResponse
+from app.core.wire.errors import ProviderConfigError, ProviderCrashed, ProviderUnavailable
 from app.providers.config import ModelConfig, ProviderConfig
 from app.providers.local import PROVIDER, LocalModelServer, rebuild_advice
 from app.providers.openai import CHAT_PATH, OpenAIAdapter

@@ -1,4 +1,4 @@
-"""One HTTP exchange with a provider, every failure mapped into ``app.core.errors`` at the edge.
+"""One HTTP exchange with a provider, every failure mapped into ``app.core.wire.errors``.
 
 Adapters build the body and read the answer; this module posts it and classifies
 whatever went wrong, most specific first (as httpx's ``map_httpcore_exceptions``)::
@@ -42,7 +42,7 @@ from typing import Any, Final
 import aiohttp
 import httpx
 
-from app.core.errors import (
+from app.core.wire.errors import (
     ProviderConfigError,
     ProviderError,
     ProviderOversized,

@@ -21,9 +21,9 @@ from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
-from app.core.envelope import Envelope
-from app.core.spec import CALLBACK_EVENTS
-from app.core.wire import compact_json
+from app.core.wire.base import compact_json
+from app.core.wire.envelope import Envelope
+from app.core.wire.spec import CALLBACK_EVENTS
 from app.store.hub import Hub
 from app.store.ids import is_job_id, shard_of
 from app.store.keys import Keys, ShardKeys

@@ -1,4 +1,4 @@
-"""The store's errors (part of ``app.core.errors``' tree) and the edge that maps redis-py's
+"""The store's errors (part of ``app.core.wire.errors``' tree) and the edge that maps redis-py's
 transport failures to ``StoreUnavailable``::
 
     InvalidInput
@@ -28,7 +28,7 @@ from redis.exceptions import (
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from app.core.errors import InvalidInput, RepromptError
+from app.core.wire.errors import InvalidInput, RepromptError
 
 STORE_UNAVAILABLE = "store-unavailable"
 STORE_FULL = "store-full"

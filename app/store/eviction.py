@@ -23,7 +23,7 @@ from typing import Any, Final
 from redis.asyncio.cluster import ClusterNode, RedisCluster
 from redis.exceptions import RedisError
 
-from app.core.errors import RepromptError
+from app.core.wire.errors import RepromptError
 from app.store.connection import RedisClient
 
 POLICY: Final = "maxmemory-policy"

@@ -24,12 +24,12 @@ from typing import Any, ClassVar, Final
 from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import RedisClusterException, RedisError
 
-from app.core import codes
-from app.core.checkpoint import RequiredAction, ToolOutput
-from app.core.envelope import Envelope
-from app.core.errors import InvalidInput
-from app.core.events import JobEnded, ToolOutputsEvent
-from app.core.spec import CallbackSpec
+from app.core.turn.checkpoint import RequiredAction, ToolOutput
+from app.core.wire import codes
+from app.core.wire.envelope import Envelope
+from app.core.wire.errors import InvalidInput
+from app.core.wire.events import JobEnded, ToolOutputsEvent
+from app.core.wire.spec import CallbackSpec
 from app.store.clock import ServerClock
 from app.store.connection import (
     HANDOFFS_AT_ONCE,

@@ -33,13 +33,13 @@ from typing import Any, ClassVar, Final
 from pydantic import TypeAdapter
 from redis.exceptions import RedisClusterException, RedisError
 
-from app.core import codes
-from app.core.checkpoint import Checkpoint, RequiredAction
-from app.core.conversation import TranscriptEntry
-from app.core.envelope import Envelope, Progress
-from app.core.events import JobEnded, QueueEvent
-from app.core.turn import Rejection, Spend, TurnRecord
-from app.core.wire import Wire
+from app.core.turn.checkpoint import Checkpoint, RequiredAction
+from app.core.turn.conversation import TranscriptEntry
+from app.core.wire import codes
+from app.core.wire.base import Wire
+from app.core.wire.envelope import Envelope, Progress
+from app.core.wire.events import JobEnded, QueueEvent
+from app.core.wire.record import Rejection, Spend, TurnRecord
 from app.store.connection import (
     DONE_VIEW_MAX_BYTES,
     HANDOFF_SLOTS,

@@ -23,8 +23,8 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Literal, cast
 
-from app.core.callback import message_id
-from app.core.spec import CallbackEvent
+from app.core.wire.callback import message_id
+from app.core.wire.spec import CallbackEvent
 from app.store.errors import NoDelivery, edge
 from app.store.hub import ANY, Hub, Watch
 from app.store.ids import is_job_id, shard_of

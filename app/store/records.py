@@ -19,14 +19,14 @@ from typing import Any, Final
 from pydantic import TypeAdapter
 from pydantic_core import from_json, to_json
 
-from app.core.callback import CallbackStatus, Delivery, message_id
-from app.core.checkpoint import Checkpoint, RequiredAction, ToolOutput
-from app.core.conversation import TranscriptEntry
-from app.core.envelope import TERMINAL, Envelope, JobStatus
-from app.core.job import Job
-from app.core.spec import CALLBACK_EVENTS, CallbackEvent
-from app.core.turn import Rejection, Spend, TurnRecord
-from app.core.wire import Wire, compact_json
+from app.core.turn.checkpoint import Checkpoint, RequiredAction, ToolOutput
+from app.core.turn.conversation import TranscriptEntry
+from app.core.wire.base import Wire, compact_json
+from app.core.wire.callback import CallbackStatus, Delivery, message_id
+from app.core.wire.envelope import TERMINAL, Envelope, JobStatus
+from app.core.wire.job import Job
+from app.core.wire.record import Rejection, Spend, TurnRecord
+from app.core.wire.spec import CALLBACK_EVENTS, CallbackEvent
 from app.store.ids import shard_of
 from app.tracecontext import TraceContext
 

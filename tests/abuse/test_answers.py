@@ -19,11 +19,11 @@ from typing import Any
 import pytest
 from redis.asyncio import Redis
 
-from app.core import codes
-from app.core.answer import check_answer
-from app.core.loop import Runtime, run_job
-from app.core.spec import JobSpec
-from app.core.verdict import MAX_ANSWER_CHARS, answer_limit
+from app.core.answer.check import check_answer
+from app.core.answer.verdict import MAX_ANSWER_CHARS, answer_limit
+from app.core.turn.loop import Runtime, run_job
+from app.core.wire import codes
+from app.core.wire.spec import JobSpec
 from app.providers.embedded import open_router
 from app.providers.http import make_client
 from app.redis_server import EmbeddedRedis

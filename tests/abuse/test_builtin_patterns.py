@@ -34,14 +34,14 @@ BOUND_S = 0.5  # per run; linear runs take well under 10 ms
 OPENERS = ('"', "'", "“", "/*", "//", "#", "```", "{", "[", "\\", "\\u", "-", ".", ":")
 FILLERS = ("a", "0", " ", "\t", "\\", '"', ".", "\n")
 ANCHORED = {
-    "app.core.extract._ITEM_START",
-    "app.core.extract._KEY_START",
-    "app.core.repair._BLOCK_COMMENT",
-    "app.core.repair._CURLY",
-    "app.core.repair._DOUBLE",
-    "app.core.repair._SINGLE",
-    "app.core.signature._TOKEN",
-    "app.core.validation._URI",
+    "app.core.answer.extract._ITEM_START",
+    "app.core.answer.extract._KEY_START",
+    "app.core.answer.repair._BLOCK_COMMENT",
+    "app.core.answer.repair._CURLY",
+    "app.core.answer.repair._DOUBLE",
+    "app.core.answer.repair._SINGLE",
+    "app.core.schema.signature._TOKEN",
+    "app.core.schema.validation._URI",
     "app.tracecontext._VALUE",
 }
 SEARCHING = (".search(", ".finditer(", ".findall(", ".sub(", ".subn(", ".split(")
@@ -94,12 +94,12 @@ PATTERNS = builtin_patterns()
 def test_the_audit_finds_the_patterns_that_read_model_output_and_client_input() -> None:
     names = {name for name, _ in PATTERNS}
     for expected in (
-        "app.core.extract._FENCE_OPEN",
-        "app.core.repair._DOUBLE",
-        "app.core.repair._BLOCK_COMMENT",
-        "app.core.verdict._FAIL",
-        "app.core.signature._TOKEN",
-        "app.core.jsonpath._STEP",
+        "app.core.answer.extract._FENCE_OPEN",
+        "app.core.answer.repair._DOUBLE",
+        "app.core.answer.repair._BLOCK_COMMENT",
+        "app.core.answer.verdict._FAIL",
+        "app.core.schema.signature._TOKEN",
+        "app.core.schema.jsonpath._STEP",
         "app.providers.transport._TOKEN_LIMIT_TEXT",
         "app.providers.transport._KEY_PATTERNS[3]",
     ):

@@ -23,8 +23,8 @@ from redis import Redis
 
 from app.api.limits import stored_spec_json, with_default_deadline
 from app.assembly import api_app
-from app.core import codes
-from app.core.spec import JobSpec
+from app.core.wire import codes
+from app.core.wire.spec import JobSpec
 from app.loopback import serve_in_thread
 from app.providers.config import ModelConfig, ProviderConfig, ProvidersConfig
 from app.redis_server import EmbeddedRedis

@@ -1,5 +1,5 @@
 """A grounded validator over a ~1 MB input and a hostile answer: the work is bounded, never
-quadratic in the input (app.core.grounding: scans charged to the work budget, fuzzy search
+quadratic in the input (app.core.answer.grounding: scans charged to the work budget, fuzzy search
 only in windows around exact hits of pieces, indexes built once per job)."""
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 
-from app.core.grounding import build
-from app.core.loop import Runtime, run_job
-from app.core.spec import JobSpec, ValidatorSpec
-from app.core.work import TooMuchWork, steps_for, work_budget
+from app.core.answer.grounding import build
+from app.core.schema.steps import TooMuchWork, steps_for, work_budget
+from app.core.turn.loop import Runtime, run_job
+from app.core.wire.spec import JobSpec, ValidatorSpec
 from tests.core.fakes import ScriptedClient, answer
 
 # CPU for one check of a hostile answer against a ~1 MB input (about 0.5 s on a busy 2-core
@@ -58,7 +58,7 @@ def _checked(job_input: Any, value: Any, **fields: Any) -> tuple[Any, float]:
     check = build(spec, "validators[0]", job_input)
 
     def run() -> Any:
-        # The budget the verdict gives validators (app.core.verdict._validated).
+        # The budget the verdict gives validators (app.core.answer.verdict._validated).
         with work_budget(steps_for(len(json.dumps(value)))):
             return check.check(value)
 

@@ -16,9 +16,9 @@ import json
 
 import pytest
 
-from app.core import codes
-from app.core.loop import Runtime, run_job
-from app.core.spec import JobSpec
+from app.core.turn.loop import Runtime, run_job
+from app.core.wire import codes
+from app.core.wire.spec import JobSpec
 from app.providers.config import ModelConfig, ProviderConfig, ProvidersConfig
 from app.providers.http import make_client
 from app.providers.router import build_router

@@ -15,14 +15,14 @@ from typing import Any
 import httpx
 import pytest
 
-from app.core import codes
-from app.core.answer import check_answer
-from app.core.contract import build_contract
-from app.core.errors import InvalidInput
-from app.core.loop import JobResult, Runtime, run_job
-from app.core.pattern import PatternError, UnsupportedPattern, compile_pattern, translate
-from app.core.spec import JobSpec
-from app.core.validation import check_schema, schema_errors
+from app.core.answer.check import check_answer
+from app.core.answer.contract import build_contract
+from app.core.schema.pattern import PatternError, UnsupportedPattern, compile_pattern, translate
+from app.core.schema.validation import check_schema, schema_errors
+from app.core.turn.loop import JobResult, Runtime, run_job
+from app.core.wire import codes
+from app.core.wire.errors import InvalidInput
+from app.core.wire.spec import JobSpec
 from tests.abuse.service import ANSWER_BOUND_S, REQUEST_BOUND_S, api, problem_field, timed_post
 from tests.core.fakes import ScriptedClient, reply
 

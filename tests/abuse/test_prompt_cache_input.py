@@ -17,8 +17,8 @@ from typing import Any
 import httpx
 import pytest
 
-from app.core.errors import InvalidInput, ProviderUnavailable
-from app.core.model import LLMRequest, Message, Usage
+from app.core.turn.model import LLMRequest, Message, Usage
+from app.core.wire.errors import InvalidInput, ProviderUnavailable
 from app.providers.config import load_providers
 from app.providers.http import make_client
 from app.providers.retry import set_testing

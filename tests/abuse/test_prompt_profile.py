@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from app.core.errors import InvalidInput
+from app.core.wire.errors import InvalidInput
 from app.providers.config import load_providers
 
 HEAD = 'providers:\n  p:\n    kind: openai\n    base_url: "http://127.0.0.1:9/v1"\nmodels:\n  m:\n'

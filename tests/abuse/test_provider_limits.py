@@ -19,10 +19,10 @@ from typing import Any
 import httpx
 import pytest
 
-from app.core import codes
-from app.core.errors import ProviderOversized, ProviderUnavailable
-from app.core.loop import Runtime, run_job
-from app.core.spec import JobSpec
+from app.core.turn.loop import Runtime, run_job
+from app.core.wire import codes
+from app.core.wire.errors import ProviderOversized, ProviderUnavailable
+from app.core.wire.spec import JobSpec
 from app.providers.config import ModelConfig, ProviderConfig, ProvidersConfig
 from app.providers.http import make_client
 from app.providers.router import build_router

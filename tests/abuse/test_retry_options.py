@@ -11,8 +11,8 @@ from typing import Any
 import httpx
 import pytest
 
-from app.core.patch import merge, plan
-from app.core.validation import Schema
+from app.core.answer.patch import merge, plan
+from app.core.schema.validation import Schema
 from tests.abuse.service import REQUEST_BOUND_S
 from tests.service import KEYS, StartApi, api_keys, assert_problem, client, finished
 

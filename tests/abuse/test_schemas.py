@@ -14,9 +14,9 @@ from typing import Any
 import httpx
 import pytest
 
-from app.core.answer import check_answer
-from app.core.example import example_for
-from app.core.validation import check_schema
+from app.core.answer.check import check_answer
+from app.core.schema.example import example_for
+from app.core.schema.validation import check_schema
 from tests.abuse.service import ANSWER_BOUND_S, REQUEST_BOUND_S, api, problem_field, timed_post
 
 MAX_INPUT_BYTES = 4096

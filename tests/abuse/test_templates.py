@@ -14,9 +14,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from app.core.feedback import RETRY_PROMPT_KEYS, Failure, render_feedback
-from app.core.loop import Runtime, run_job
-from app.core.spec import JobSpec
+from app.core.answer.feedback import RETRY_PROMPT_KEYS, Failure, render_feedback
+from app.core.turn.loop import Runtime, run_job
+from app.core.wire.spec import JobSpec
 from tests.abuse.service import REQUEST_BOUND_S, api, problem_field, timed_post
 from tests.core.fakes import ScriptedClient, answer, reply
 

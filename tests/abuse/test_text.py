@@ -16,9 +16,9 @@ import httpx
 import pytest
 from redis.asyncio import Redis
 
-from app.core import codes
-from app.core.loop import Runtime, run_job
-from app.core.spec import JobSpec
+from app.core.turn.loop import Runtime, run_job
+from app.core.wire import codes
+from app.core.wire.spec import JobSpec
 from app.providers.embedded import open_router
 from app.providers.http import make_client
 from app.redis_server import EmbeddedRedis

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from app.assembly import api_app, providers_config
-from app.core.errors import InvalidInput
+from app.core.wire.errors import InvalidInput
 from tests.service import KEYS, api_keys, client, serve, settings_for
 
 PROVIDERS = """

@@ -21,7 +21,7 @@ from starlette.exceptions import HTTPException
 from app.api.limits import check_job
 from app.api.resources import BEARER, BEARER_JSON, Caller, resources_of
 from app.assembly import api_app as create_app
-from app.core.spec import JobSpec
+from app.core.wire.spec import JobSpec
 from app.providers.config import ProvidersConfig
 from app.settings import Settings
 from app.store.errors import QueueFull

@@ -19,7 +19,7 @@ import httpx
 import pytest
 
 from app.assembly import api_app
-from app.core import codes
+from app.core.wire import codes
 from tests.forwardproxy import ForwardProxy
 from tests.service import finished, scripted, serve, settings_for
 

@@ -19,7 +19,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
-from app.core import codes
+from app.core.wire import codes
 from app.providers.retry import set_testing
 from app.tracing import JOB_SPAN, RETRY_EVENT, TURN_SPAN, Tracing
 from tests.api.test_tools import answer, calls, tool_job, waiting

@@ -13,12 +13,12 @@ import httpx
 import jsonschema
 
 from app.api.schemas import JobList
-from app.core.callback import CallbackStatus, Delivery
-from app.core.checkpoint import ActionCall, RequiredAction
-from app.core.conversation import TranscriptEntry
-from app.core.envelope import Envelope, Execution
-from app.core.job import Job
-from app.core.turn import Rejection
+from app.core.turn.checkpoint import ActionCall, RequiredAction
+from app.core.turn.conversation import TranscriptEntry
+from app.core.wire.callback import CallbackStatus, Delivery
+from app.core.wire.envelope import Envelope, Execution
+from app.core.wire.job import Job
+from app.core.wire.record import Rejection
 from app.store import JobView, public_job, public_job_json
 from app.store.leases import _HISTORY, _TRANSCRIPT  # how a worker's commit writes them
 from app.store.records import LazyView, job_view

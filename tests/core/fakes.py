@@ -8,8 +8,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from app.core.errors import InvalidInput
-from app.core.model import (
+from app.core.turn.model import (
     FinishReason,
     LLMRequest,
     LLMResponse,
@@ -18,6 +17,7 @@ from app.core.model import (
     ToolCall,
     Usage,
 )
+from app.core.wire.errors import InvalidInput
 
 
 @dataclass

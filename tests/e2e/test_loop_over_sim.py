@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from app.core import codes
-from app.core.loop import JobResult, Runtime, run_job
-from app.core.spec import JobSpec
+from app.core.turn.loop import JobResult, Runtime, run_job
+from app.core.wire import codes
+from app.core.wire.spec import JobSpec
 from app.providers.config import ModelConfig, ProviderConfig, ProvidersConfig
 from app.providers.embedded import open_router
 from app.providers.http import make_client

@@ -8,13 +8,13 @@ from typing import Any
 import httpx
 import pytest
 
-from app.core.errors import (
+from app.core.turn.model import LLMRequest, Message, ToolCall, ToolSpec, Usage
+from app.core.wire.errors import (
     ProviderConfigError,
     ProviderRateLimited,
     ProviderTokenLimit,
     ProviderUnavailable,
 )
-from app.core.model import LLMRequest, Message, ToolCall, ToolSpec, Usage
 from app.providers.anthropic import parse_response, request_body
 from app.providers.config import ModelConfig
 from app.providers.router import build_router

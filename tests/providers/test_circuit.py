@@ -5,8 +5,8 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from app.core.errors import ProviderConfigError, ProviderUnavailable
-from app.core.model import LLMRequest, Message
+from app.core.turn.model import LLMRequest, Message
+from app.core.wire.errors import ProviderConfigError, ProviderUnavailable
 from app.providers.circuit import Breaker, Circuits
 from app.providers.config import CircuitConfig
 from app.providers.router import build_router

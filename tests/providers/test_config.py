@@ -8,8 +8,8 @@ from types import SimpleNamespace
 import httpx
 import pytest
 
-from app.core.errors import InvalidInput
-from app.core.model import PromptStyle
+from app.core.turn.model import PromptStyle
+from app.core.wire.errors import InvalidInput
 from app.providers.config import ModelConfig, ProviderConfig, ProvidersConfig, load_providers
 from app.providers.embedded import with_local_model
 from app.providers.local import local_model_settings

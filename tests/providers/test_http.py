@@ -16,7 +16,7 @@ import httpx
 import pytest
 import uvloop
 
-from app.core.errors import ProviderConfigError, ProviderTimeout, ProviderUnavailable
+from app.core.wire.errors import ProviderConfigError, ProviderTimeout, ProviderUnavailable
 from app.providers.http import make_client
 from app.providers.transport import Edge, post_json
 from tests.providers.rawserver import OK_HEAD, RawServer, json_reply

@@ -19,7 +19,7 @@ import httpx
 import jsonschema
 import pytest
 
-from app.core.errors import ProviderConfigError
+from app.core.wire.errors import ProviderConfigError
 from app.providers.local import (
     MODEL_NAME,
     LocalModelServer,

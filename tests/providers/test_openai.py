@@ -10,14 +10,14 @@ from typing import Any
 import httpx
 import pytest
 
-from app.core.errors import (
+from app.core.turn.model import LLMRequest, Message, ToolCall, ToolSpec, Usage
+from app.core.wire.errors import (
     ProviderConfigError,
     ProviderRateLimited,
     ProviderTimeout,
     ProviderTokenLimit,
     ProviderUnavailable,
 )
-from app.core.model import LLMRequest, Message, ToolCall, ToolSpec, Usage
 from app.providers.router import build_router
 from tests.providers.upstream import TEST_KEY, Reply, Upstream, one_model, recorded
 

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from app.core.errors import InvalidInput
-from app.core.model import LLMRequest, Message, ToolCall, Usage
+from app.core.turn.model import LLMRequest, Message, ToolCall, Usage
+from app.core.wire.errors import InvalidInput
 from app.providers import anthropic, openai
 from app.providers.catalog import catalog_price
 from app.providers.config import ModelConfig, load_providers

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from app.core.errors import InvalidInput, ProviderConfigError, ProviderUnavailable
+from app.core.wire.errors import InvalidInput, ProviderConfigError, ProviderUnavailable
 from app.providers.config import ProviderConfig, ProvidersConfig, load_providers
 from app.providers.http import environment_proxies, make_client, open_clients, proxy_label
 from app.providers.transport import Edge, post_json

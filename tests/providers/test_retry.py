@@ -8,14 +8,14 @@ from collections.abc import Awaitable, Callable
 import httpx
 import pytest
 
-from app.core.errors import (
+from app.core.turn.model import LLMRequest, Message, Usage
+from app.core.wire.errors import (
     ProviderConfigError,
     ProviderError,
     ProviderRateLimited,
     ProviderTimeout,
     ProviderUnavailable,
 )
-from app.core.model import LLMRequest, Message, Usage
 from app.providers.retry import Deadline, Retrier, RetryPolicy, set_testing
 from app.providers.router import build_router
 from tests.providers.upstream import Upstream, one_model, recorded

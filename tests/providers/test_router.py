@@ -7,7 +7,8 @@ from typing import Any
 import httpx
 import pytest
 
-from app.core.errors import (
+from app.core.turn.model import LLMRequest, Message, ModelClient
+from app.core.wire.errors import (
     InvalidInput,
     ProviderConfigError,
     ProviderRateLimited,
@@ -15,7 +16,6 @@ from app.core.errors import (
     ProviderTokenLimit,
     ProviderUnavailable,
 )
-from app.core.model import LLMRequest, Message, ModelClient
 from app.providers.config import (
     CircuitConfig,
     ModelConfig,

@@ -10,8 +10,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from app.core.errors import ProviderConfigError, ProviderError
-from app.core.model import LLMRequest, Message
+from app.core.turn.model import LLMRequest, Message
+from app.core.wire.errors import ProviderConfigError, ProviderError
 from app.providers.config import ProvidersConfig, load_providers
 from app.providers.router import build_router
 from tests.providers.upstream import Reply, Upstream, recorded

@@ -9,8 +9,8 @@ from typing import Any
 import httpx
 import pytest
 
-from app.core.errors import ProviderRateLimited
-from app.core.model import LLMRequest, Message
+from app.core.turn.model import LLMRequest, Message
+from app.core.wire.errors import ProviderRateLimited
 from app.providers.config import ProvidersConfig
 from app.providers.router import build_router
 from reprompt_sim.server import SimConfig, serve_in_background

@@ -18,8 +18,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from app.core.errors import ProviderConfigError, ProviderCrashed, ProviderUnavailable
-from app.core.model import LLMRequest, Message
+from app.core.turn.model import LLMRequest, Message
+from app.core.wire.errors import ProviderConfigError, ProviderCrashed, ProviderUnavailable
 from app.providers.config import ProvidersConfig
 from app.providers.embedded import open_router
 from app.providers.local import LocalModelServer

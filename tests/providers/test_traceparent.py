@@ -13,7 +13,7 @@ pytest.importorskip("opentelemetry.instrumentation.httpx")
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
 
-from app.core.model import LLMRequest, Message
+from app.core.turn.model import LLMRequest, Message
 from app.providers.config import ModelConfig, ProviderConfig, ProvidersConfig
 from app.providers.http import make_client, open_clients
 from app.providers.router import build_router

@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 import httpx
 import pytest
 
-from app.core.errors import (
+from app.core.wire.errors import (
     ProviderConfigError,
     ProviderError,
     ProviderRateLimited,

@@ -7,8 +7,8 @@ from typing import Any
 
 from redis.asyncio import Redis
 
-from app.core.envelope import Envelope, Progress
-from app.core.turn import TokenUsage, TurnRecord
+from app.core.wire.envelope import Envelope, Progress
+from app.core.wire.record import TokenUsage, TurnRecord
 from app.store import Claim, Event, JobView
 from tests.both import Store
 

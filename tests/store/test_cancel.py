@@ -5,8 +5,8 @@ import contextlib
 
 from redis.asyncio import Redis
 
-from app.core import codes
-from app.core.envelope import Progress
+from app.core.wire import codes
+from app.core.wire.envelope import Progress
 from tests.both import Store
 from tests.store.helpers import (
     all_events,

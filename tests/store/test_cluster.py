@@ -28,8 +28,8 @@ from redis.exceptions import MovedError
 
 from app import worker as worker_module
 from app.child import free_loopback_port
-from app.core import codes
-from app.core.envelope import Progress
+from app.core.wire import codes
+from app.core.wire.envelope import Progress
 from app.store import (
     IdempotencyConflict,
     JobStore,

@@ -14,7 +14,7 @@ from contextlib import asynccontextmanager
 
 from redis.asyncio import Redis
 
-from app.core.conversation import TranscriptEntry
+from app.core.turn.conversation import TranscriptEntry
 from app.store.connection import VIEW_FIELDS
 from app.store.jobs import carried_view
 from app.store.records import job_view, text

@@ -9,7 +9,7 @@ import asyncio
 import pytest
 from redis.asyncio import Redis
 
-from app.core.envelope import Progress
+from app.core.wire.envelope import Progress
 from app.store import JobStore, Leases
 from app.store.connection import CHANNELS
 from tests.both import Store

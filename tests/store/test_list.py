@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 from redis.asyncio import Redis
 
-from app.core.errors import InvalidInput
+from app.core.wire.errors import InvalidInput
 from tests.both import Store
 from tests.store.helpers import claim, submit
 

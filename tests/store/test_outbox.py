@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 from redis.asyncio import Redis
 
-from app.core.callback import message_id
-from app.core.checkpoint import RequiredAction, ToolOutput
-from app.core.envelope import Progress
+from app.core.turn.checkpoint import RequiredAction, ToolOutput
+from app.core.wire.callback import message_id
+from app.core.wire.envelope import Progress
 from app.store import Claim, Leased, NoDelivery
 from tests.both import Store
 from tests.store.conftest import StoreFactory

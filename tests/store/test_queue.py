@@ -8,10 +8,10 @@ import time
 import pytest
 from redis.asyncio import Redis
 
-from app.core import codes
-from app.core.conversation import TranscriptEntry
-from app.core.envelope import Envelope, Progress
-from app.core.turn import Rejection, Spend, TokenUsage
+from app.core.turn.conversation import TranscriptEntry
+from app.core.wire import codes
+from app.core.wire.envelope import Envelope, Progress
+from app.core.wire.record import Rejection, Spend, TokenUsage
 from app.store import QueueFull, TenantQuota, shard_of
 from tests.both import Store
 from tests.store.conftest import StoreFactory

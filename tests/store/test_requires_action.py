@@ -10,12 +10,12 @@ from typing import Any
 import pytest
 from redis.asyncio import Redis
 
-from app.core.checkpoint import Checkpoint, RequiredAction, ToolOutput
-from app.core.envelope import Progress
-from app.core.errors import InvalidInput
-from app.core.loop import Runtime, run_job
-from app.core.model import ToolCall
-from app.core.spec import JobSpec
+from app.core.turn.checkpoint import Checkpoint, RequiredAction, ToolOutput
+from app.core.turn.loop import Runtime, run_job
+from app.core.turn.model import ToolCall
+from app.core.wire.envelope import Progress
+from app.core.wire.errors import InvalidInput
+from app.core.wire.spec import JobSpec
 from app.store import Claim, NotWaiting
 from tests.both import Store
 from tests.core.fakes import FakeClock, ScriptedClient, reply

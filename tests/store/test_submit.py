@@ -5,8 +5,8 @@ import asyncio
 import pytest
 from redis.asyncio import Redis
 
-from app.core.envelope import Progress
-from app.core.errors import InvalidInput
+from app.core.wire.envelope import Progress
+from app.core.wire.errors import InvalidInput
 from app.redis_server import EmbeddedRedis
 from app.store import IdempotencyConflict, QueueFull, is_job_id, new_job_id
 from app.store.connection import dumps

@@ -9,9 +9,9 @@ from typing import cast
 import pytest
 from redis.asyncio import Redis
 
-from app.core.envelope import Envelope, Progress
-from app.core.errors import InvalidInput
-from app.core.events import JobEnded
+from app.core.wire.envelope import Envelope, Progress
+from app.core.wire.errors import InvalidInput
+from app.core.wire.events import JobEnded
 from tests.both import Store
 from tests.store.helpers import all_events, claim, complete, names, submit, turn
 

@@ -25,7 +25,13 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from redis.asyncio import Redis
 
-from app.core.model import LLMRequest, LLMResponse, ModelClient, StructuredMode, StructuredOutput
+from app.core.turn.model import (
+    LLMRequest,
+    LLMResponse,
+    ModelClient,
+    StructuredMode,
+    StructuredOutput,
+)
 from app.providers.config import ModelConfig, ProviderConfig, ProvidersConfig
 from app.providers.embedded import open_router
 from app.providers.http import make_client

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from app import metrics
-from app.core.model import LLMRequest, LLMResponse
+from app.core.turn.model import LLMRequest, LLMResponse
 from app.providers.router import Router
 from app.worker import Worker
 from tests.both import Store

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from app.core.callback import Delivery
+from app.core.wire.callback import Delivery
 from tests.both import Store
 from tests.outbound.receiver import Receiver, Reply
 from tests.worker.harness import TENANT, WorkerProcess, eventually, finished, job, submit

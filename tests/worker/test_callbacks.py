@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from app.assembly import open_outbound
-from app.core.envelope import Envelope
+from app.core.wire.envelope import Envelope
 from app.delivery import Backoff, CallbackSender, judge
 from app.outbound import OutboundFailed, OutboundRefused
 from app.outbound.kit import Outbound
@@ -173,8 +173,8 @@ def test_the_webhook_id_is_one_per_job_and_event() -> None:
 async def test_a_pause_answered_before_its_callback_went_out_is_not_sent(
     store: Store, outbound: Outbound, receiver: Receiver
 ) -> None:
-    from app.core.checkpoint import RequiredAction, ToolOutput
-    from app.core.envelope import Progress
+    from app.core.turn.checkpoint import RequiredAction, ToolOutput
+    from app.core.wire.envelope import Progress
     from tests.store.test_requires_action import SPEC as TOOLS_SPEC
     from tests.store.test_requires_action import checkpoint
 

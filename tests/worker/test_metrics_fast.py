@@ -4,9 +4,9 @@
 from __future__ import annotations
 
 from app import metrics
-from app.core.clock import SystemClock
-from app.core.ledger import Ledger
-from app.core.turn import TokenUsage, TurnRecord
+from app.core.turn.clock import SystemClock
+from app.core.turn.ledger import Ledger
+from app.core.wire.record import TokenUsage, TurnRecord
 
 
 def _record(*, latency_ms: int, cost: float | None, outcome: str = "success") -> TurnRecord:

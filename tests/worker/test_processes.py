@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 
 from app.child import free_loopback_port
-from app.core import codes
-from app.core.checkpoint import ToolOutput
+from app.core.turn.checkpoint import ToolOutput
+from app.core.wire import codes
 from tests.both import Store
 from tests.worker.harness import (
     SLOW_MS,

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from app import metrics
-from app.core import codes
-from app.core.model import LLMRequest, LLMResponse, StructuredMode, StructuredOutput
+from app.core.turn.model import LLMRequest, LLMResponse, StructuredMode, StructuredOutput
+from app.core.wire import codes
 from app.providers.router import Router
 from app.store import Written
 from app.worker import Worker

@@ -1,0 +1,1 @@
+"""A model's answer, from its raw text to the verdict on it."""

@@ -1,0 +1,1 @@
+"""JSON Schema as the service checks answers against it."""

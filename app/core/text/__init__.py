@@ -1,0 +1,1 @@
+"""Text as the checks match it: folded, searched approximately, read as numbers."""

@@ -1,0 +1,1 @@
+"""The shapes the service writes out: the job, its envelope, records and events."""
