@@ -35,7 +35,7 @@ from typing import Any, Final, Literal
 from pydantic import ValidationError
 
 from app import logs, metrics
-from app.core.answer.validators import Verdict
+from app.core.answer.finding import Finding as Verdict
 from app.core.turn.checkpoint import Checkpoint, RequiredAction, Resume
 from app.core.turn.clock import iso
 from app.core.turn.conversation import STORED_INPUT_CHARS, TranscriptEntry, stored_transcript

@@ -50,6 +50,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any, Final
 
+from app.core.answer.finding import Finding
 from app.core.schema import jsonpath
 from app.core.schema.steps import charge, grant
 from app.core.schema.validation import json_path
@@ -60,7 +61,6 @@ from app.core.wire.envelope import GroundingSpan
 from app.core.wire.errors import InvalidInput
 from app.core.wire.spec import ValidatorSpec
 
-Verdict = tuple[bool, str | None]
 Path = tuple[str | int, ...]
 
 DEFAULT_MODE: Final = "normalized"
@@ -155,7 +155,7 @@ class Grounded:
         self._found: dict[tuple[str, Any], _Hit | None] = {}
         self._passed: tuple[Any, tuple[GroundingSpan, ...]] | None = None
 
-    def __call__(self, value: Any) -> Verdict | Awaitable[Verdict]:
+    def __call__(self, value: Any) -> Finding | Awaitable[Finding]:
         if self._small() or not _in_event_loop():
             return self.check(value)
         return asyncio.to_thread(self.check, value)
@@ -165,7 +165,7 @@ class Grounded:
             return self._source.size <= THREAD_ABOVE_CHARS
         return isinstance(self._input, str) and len(self._input) <= THREAD_ABOVE_CHARS
 
-    def check(self, value: Any) -> Verdict:
+    def check(self, value: Any) -> Finding:
         """``(True, None)`` when every value is found, else ``(False, diagnosis)``."""
         self._passed = None
         source = self._load()

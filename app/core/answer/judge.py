@@ -2,7 +2,7 @@
 against the client's rubric; its reason becomes the diagnosis the model is re-asked with.
 
     messages = judge_messages(spec, validator, value)
-    verdict = judge_verdict(validator, response)     # (ok, diagnosis) or ValidatorUnavailable
+    finding = judge_finding(validator, response)     # (ok, diagnosis) or ValidatorUnavailable
 
 The loop makes the call (``app.core.turn.loop``): the job's model client, budgets and deadline
 apply, and its tokens and cost are counted apart in ``execution`` (``validatorCalls``,
@@ -15,7 +15,7 @@ import json
 from typing import Any, Final
 
 from app.core.answer.check import check_answer
-from app.core.answer.validators import Verdict
+from app.core.answer.finding import Finding
 from app.core.schema.steps import own_budget, steps_for
 from app.core.turn.model import LLMResponse, Message
 from app.core.turn.prompting import show_input
@@ -60,7 +60,7 @@ def judge_messages(spec: JobSpec, validator: ValidatorSpec, value: Any) -> tuple
     )
 
 
-def judge_verdict(validator: ValidatorSpec, response: LLMResponse) -> Verdict:
+def judge_finding(validator: ValidatorSpec, response: LLMResponse) -> Finding:
     """Pass or fail, with the judge's reason as the diagnosis; an answer that is not a
     grade is the judge's failure (``ValidatorUnavailable``), never the model's."""
     content = response.content or ""

@@ -23,14 +23,14 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Protocol
 
 from app.core.answer import grounding
+from app.core.answer.finding import Finding
 from app.core.schema import jsonpath
 from app.core.schema.pattern import Pattern, PatternError, compile_pattern
 from app.core.schema.steps import charge
 from app.core.wire.errors import InvalidInput, ValidatorUnavailable
 from app.core.wire.spec import ValidatorSpec
 
-Verdict = tuple[bool, str | None]
-Validator = Callable[[Any], Awaitable[Verdict] | Verdict]
+Validator = Callable[[Any], Awaitable[Finding] | Finding]
 
 _OPS: dict[str, Callable[[Any, Any], bool]] = {
     "==": operator.eq,
@@ -45,11 +45,11 @@ _OPS: dict[str, Callable[[Any, Any], bool]] = {
 class Hooks(Protocol):
     """The validators that call out, provided by whoever runs the job."""
 
-    async def webhook(self, spec: ValidatorSpec, value: Any) -> Verdict:
+    async def webhook(self, spec: ValidatorSpec, value: Any) -> Finding:
         """POST the candidate to ``spec.url``; ``(ok, diagnosis)`` from the answer."""
         ...
 
-    async def judge(self, spec: ValidatorSpec, value: Any) -> Verdict:
+    async def judge(self, spec: ValidatorSpec, value: Any) -> Finding:
         """Have ``spec.model`` grade the candidate against ``spec.rubric``."""
         ...
 
@@ -138,7 +138,7 @@ def _build_sum(spec: ValidatorSpec, where: str) -> Validator:
     items, equals = _need(spec, where, "items"), _need(spec, where, "equals")
     tol = float(spec.tolerance)
 
-    def check_sum(value: Any) -> Verdict:
+    def check_sum(value: Any) -> Finding:
         numbers = [v for v in jsonpath.select(value, items) if _is_number(v)]
         targets = [v for v in jsonpath.select(value, equals) if _is_number(v)]
         if len(targets) != 1:
@@ -156,7 +156,7 @@ def _build_sum(spec: ValidatorSpec, where: str) -> Validator:
 def _build_unique(spec: ValidatorSpec, where: str) -> Validator:
     path = _need(spec, where, "path")
 
-    def check_unique(value: Any) -> Verdict:
+    def check_unique(value: Any) -> Finding:
         counts = Counter(json.dumps(v, sort_keys=True) for v in jsonpath.select(value, path))
         dupes = [f"{k} ({n} times)" for k, n in counts.items() if n > 1]
         if not dupes:
@@ -174,7 +174,7 @@ def _build_compare(spec: ValidatorSpec, where: str) -> Validator:
     compare = _OPS[op_name]
     right_literal = None if right.startswith("$") else _literal(right, f"{where}.right")
 
-    def check_compare(value: Any) -> Verdict:
+    def check_compare(value: Any) -> Finding:
         lefts = jsonpath.select(value, left)
         rights = jsonpath.select(value, right) if right_literal is None else [right_literal[0]]
         if len(lefts) != 1 or len(rights) != 1:
@@ -202,7 +202,7 @@ def _build_regex(spec: ValidatorSpec, where: str) -> Validator:
         # Named like a schema pattern: the same engine, the same refusals (app.core.schema.pattern).
         raise InvalidInput(f"{where}.pattern: {exc}", field=where) from None
 
-    def check_regex(value: Any) -> Verdict:
+    def check_regex(value: Any) -> Finding:
         bad = [v for v in jsonpath.select(value, path) if not _matches(pattern, v)]
         if not bad:
             return True, None
@@ -214,7 +214,7 @@ def _build_regex(spec: ValidatorSpec, where: str) -> Validator:
 def _build_nonempty(spec: ValidatorSpec, where: str) -> Validator:
     path = _need(spec, where, "path")
 
-    def check_nonempty(value: Any) -> Verdict:
+    def check_nonempty(value: Any) -> Finding:
         found = jsonpath.select(value, path)
         if found and all(v not in (None, "", [], {}) for v in found):
             return True, None
@@ -236,7 +236,7 @@ _BUILDERS: dict[str, Callable[[ValidatorSpec, str], Validator]] = {
 def _build_webhook(spec: ValidatorSpec, where: str, hooks: Hooks | None) -> Validator:
     _need(spec, where, "url")
 
-    async def check_webhook(value: Any) -> Verdict:
+    async def check_webhook(value: Any) -> Finding:
         if hooks is None:
             raise ValidatorUnavailable("webhook validators run only in a worker")
         return await hooks.webhook(spec, value)
@@ -248,7 +248,7 @@ def _build_judge(spec: ValidatorSpec, where: str, hooks: Hooks | None) -> Valida
     _need(spec, where, "model")
     _need(spec, where, "rubric")
 
-    async def check_judge(value: Any) -> Verdict:
+    async def check_judge(value: Any) -> Finding:
         if hooks is None:
             raise ValidatorUnavailable("judge validators run only in a worker")
         return await hooks.judge(spec, value)

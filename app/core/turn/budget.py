@@ -79,7 +79,7 @@ class TurnBudget:
 
 
 @dataclass(frozen=True, slots=True)
-class Verdict:
+class Allowance:
     """Whether a call may go ahead, and with how many output tokens at most."""
 
     ok: bool
@@ -102,7 +102,7 @@ class Limits:
         tokens_spent: int,
         cost_spent: float,
         estimate_cost: CostEstimator,
-    ) -> Verdict:
+    ) -> Allowance:
         """Shrink the output limit to what the budget still allows; refuse below a floor.
 
         An upper-bound estimate (the whole prompt plus every output token at full price)
@@ -112,7 +112,7 @@ class Limits:
         if self.max_tokens is not None:
             room = self.max_tokens - tokens_spent - prompt_tokens
             if room < min(self.min_output_tokens, out):
-                return Verdict(
+                return Allowance(
                     False,
                     error=codes.TOKEN_BUDGET,
                     detail=(
@@ -124,7 +124,7 @@ class Limits:
         if self.max_cost_usd is not None:
             full = estimate_cost(prompt_tokens, out)
             if full is None:
-                return Verdict(
+                return Allowance(
                     False,
                     error=codes.COST_LIMIT,
                     detail="maxCostUsd is set but the model has no configured price",
@@ -135,7 +135,7 @@ class Limits:
                 per_token = (full - prompt_only) / out if out else 0.0
                 fits = int((room_usd - prompt_only) / per_token) if per_token > 0 else out
                 if fits < min(self.min_output_tokens, out):
-                    return Verdict(
+                    return Allowance(
                         False,
                         error=codes.COST_LIMIT,
                         detail=(
@@ -144,7 +144,7 @@ class Limits:
                         ),
                     )
                 out = min(out, fits)
-        return Verdict(True, max_output_tokens=out)
+        return Allowance(True, max_output_tokens=out)
 
 
 def estimate_tokens(text: str) -> int:

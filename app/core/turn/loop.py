@@ -31,10 +31,11 @@ from typing import Any, Final
 
 from app.core.answer.contract import Contract, build_contract
 from app.core.answer.feedback import Failure, quote, render_feedback, render_patch_feedback
-from app.core.answer.judge import JUDGE_OUTPUT_TOKENS, JUDGE_SCHEMA, judge_messages, judge_verdict
+from app.core.answer.finding import Finding
+from app.core.answer.judge import JUDGE_OUTPUT_TOKENS, JUDGE_SCHEMA, judge_finding, judge_messages
 from app.core.answer.patch import Patch, merge, plan
 from app.core.answer.runaway import looping
-from app.core.answer.validators import Validator, Verdict, first_failing, read_paths
+from app.core.answer.validators import Validator, first_failing, read_paths
 from app.core.answer.verdict import (
     ANSWER_CHARS_PER_TOKEN,
     MAX_ANSWER_CHARS,
@@ -42,16 +43,15 @@ from app.core.answer.verdict import (
     GaveUp,
     Refused,
     Rejected,
+    Verdict,
     Work,
     classify,
     unfenced,
 )
-from app.core.answer.verdict import Verdict as AnswerVerdict
 from app.core.schema.steps import TooMuchWork
 from app.core.schema.validation import compiled
 from app.core.text.unicode import scrub, surrogate_at
-from app.core.turn.budget import Limits, TurnBudget, estimate_tokens
-from app.core.turn.budget import Verdict as LimitVerdict
+from app.core.turn.budget import Allowance, Limits, TurnBudget, estimate_tokens
 from app.core.turn.checkpoint import (
     Checkpoint,
     PendingCall,
@@ -122,7 +122,7 @@ class Runtime:
     webhook: WebhookCheck | None = None
 
 
-WebhookCheck = Callable[[ValidatorSpec, Any, int], Awaitable[Verdict]]
+WebhookCheck = Callable[[ValidatorSpec, Any, int], Awaitable[Finding]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -335,9 +335,7 @@ class _Run:
                 raise _End(codes.EXPLICIT_FAIL, reason)
         return None
 
-    async def _verdict(
-        self, call: _Call, response: LLMResponse
-    ) -> tuple[AnswerVerdict, str | None]:
+    async def _verdict(self, call: _Call, response: LLMResponse) -> tuple[Verdict, str | None]:
         """What one answer means; for a field-level re-ask, what the merged value means, and
         its text (the value the next correction quotes)."""
         self.failed_validator = None
@@ -382,7 +380,7 @@ class _Run:
 
     async def _classify(
         self, response: LLMResponse, contract: Contract, prompt_text: str, request: LLMRequest
-    ) -> AnswerVerdict:
+    ) -> Verdict:
         return await classify(
             response,
             contract=contract,
@@ -488,12 +486,12 @@ class _Run:
             return 1
         return wanted.n
 
-    def _afford(self, n: int, prompt_tokens: int, model: str | None) -> tuple[int, LimitVerdict]:
+    def _afford(self, n: int, prompt_tokens: int, model: str | None) -> tuple[int, Allowance]:
         """The most answers (up to ``n``) the budgets allow at the full output limit each,
         counting each as a call of its own (the worst case); one, with the output limit
         shrunk as usual, when not even two fit."""
 
-        def check(k: int) -> LimitVerdict:
+        def check(k: int) -> Allowance:
             return self.limits.check(
                 prompt_tokens=prompt_tokens * k,
                 max_output_tokens=self.max_out * k,
@@ -763,12 +761,12 @@ class _Run:
 
     # -- validators that call out (app.core.answer.validators.Hooks) ---------------------
 
-    async def webhook(self, spec: ValidatorSpec, value: Any) -> Verdict:
+    async def webhook(self, spec: ValidatorSpec, value: Any) -> Finding:
         if self.rt.webhook is None:
             raise ValidatorUnavailable("webhook validators are not available here")
         return await self.rt.webhook(spec, value, self.rejected + 1)
 
-    async def judge(self, spec: ValidatorSpec, value: Any) -> Verdict:
+    async def judge(self, spec: ValidatorSpec, value: Any) -> Finding:
         """A configured model grades the candidate; the job's budgets and deadline apply and
         its spend is counted (apart) in the envelope."""
         messages = judge_messages(self.spec, spec, value)
@@ -806,7 +804,7 @@ class _Run:
                 codes.DEADLINE_EXCEEDED, "the job's deadline passed while a judge graded"
             ) from None
         self.ledger.account(response, messages, validator=True)
-        return judge_verdict(spec, response)
+        return judge_finding(spec, response)
 
     # -- pause and resume (client tools) ------------------------------------------------------
 

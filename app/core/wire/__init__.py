@@ -1,1 +1,1 @@
-"""The shapes the service writes out: the job, its envelope, records and events."""
+"""What crosses the wire: the spec a client sends, the job, envelope, records, events it reads."""

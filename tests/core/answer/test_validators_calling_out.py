@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from app.core.answer.validators import Verdict
+from app.core.answer.finding import Finding
 from app.core.turn.loop import JobResult, Runtime, run_job
 from app.core.wire import codes
 from app.core.wire.errors import ProviderUnavailable, ValidatorUnavailable
@@ -114,7 +114,7 @@ async def test_the_judge_respects_the_jobs_token_budget() -> None:
 async def test_a_webhook_diagnosis_steers_the_re_ask_with_the_attempt_number() -> None:
     seen: list[tuple[Any, int]] = []
 
-    async def hook(spec: ValidatorSpec, value: Any, attempt: int) -> Verdict:
+    async def hook(spec: ValidatorSpec, value: Any, attempt: int) -> Finding:
         seen.append((value, attempt))
         assert spec.url == "https://checks.example.com/city"
         if value["city"] == "N'Djamena":
@@ -130,7 +130,7 @@ async def test_a_webhook_diagnosis_steers_the_re_ask_with_the_attempt_number() -
 
 
 async def test_an_unavailable_webhook_ends_the_job_without_blaming_the_model() -> None:
-    async def hook(spec: ValidatorSpec, value: Any, attempt: int) -> Verdict:
+    async def hook(spec: ValidatorSpec, value: Any, attempt: int) -> Finding:
         raise ValidatorUnavailable("the validator at checks.example.com did not answer")
 
     spec = job({"kind": "webhook", "url": "https://checks.example.com/city"})
@@ -149,7 +149,7 @@ async def test_a_webhook_without_a_hook_is_unavailable() -> None:
 
 
 async def test_an_in_process_validator_whose_model_call_fails_is_unavailable() -> None:
-    def calls_a_model(value: Any) -> Verdict:
+    def calls_a_model(value: Any) -> Finding:
         raise ProviderUnavailable("the grader's provider is down", provider="grader")
 
     client = ScriptedClient([answer({"city": "x"})])
