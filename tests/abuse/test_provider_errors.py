@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from app.core.turn.loop import CONFIG_FAILURE, Runtime, run_job
+from app.core.turn.calling import CONFIG_FAILURE
+from app.core.turn.loop import Runtime, run_job
 from app.core.wire import codes
 from app.core.wire.spec import JobSpec
 from app.providers.embedded import open_router
@@ -40,7 +41,7 @@ async def test_a_provider_config_failure_shows_the_tenant_a_generic_message(
     message = f"Incorrect API key provided: {ECHOED}. Ask your admin (org acme-internal)."
     upstream.script(Reply(status, {"error": {"message": message, "type": "invalid_request_error"}}))
     spec = JobSpec.model_validate({"task": "x", "signature": "{a :int}", "model": "m"})
-    caplog.set_level(logging.WARNING, logger="app.core.turn.loop")
+    caplog.set_level(logging.WARNING, logger="app.core.turn.calling")
     async with (
         make_client() as http,
         open_router(http, data_dir=tmp_path, config=one_model(upstream.url)) as router,

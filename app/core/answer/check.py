@@ -142,26 +142,37 @@ def _check_answer(
         return Checked(False, None, (), "empty", (NO_JSON,), None, None)
     tried = [(candidate, attempt(candidate)) for candidate in candidates]
     valid = [(c, a) for c, a in tried if a.parsed and not a.errors]
+    if valid:
+        return _accepted(valid, echoed)
+    return _rejected(tried, compiled, echoed, max_errors)
+
+
+def _accepted(valid: list[tuple[Candidate, _Attempt]], echoed: set[str]) -> Checked:
+    """The first valid candidate, preferring what the model wrote itself."""
     # Stable sort: answers the model wrote itself before values it copied from the prompt.
     valid.sort(key=lambda pair: pair[0].text in echoed)
-    if valid:
-        candidate, chosen = valid[0]
-        warnings = [*_notes(candidate), *chosen.warnings]
-        if echoed:
-            warnings.append(
-                f"extract: skipped {len(echoed)} JSON value(s) copied from the prompt"
-                if candidate.text not in echoed
-                else "extract: the answer is a JSON value that also appears in the prompt"
-            )
-        distinct = 1 if len(valid) == 1 else _distinct([a.value for _, a in valid])
-        if distinct > 1:
-            warnings.append(
-                f"extract: the answer holds {distinct} different JSON values that match the "
-                "schema; took the first"
-            )
-        return Checked(True, chosen.value, tuple(warnings), None, (), None, candidate.text)
+    candidate, chosen = valid[0]
+    warnings = [*_notes(candidate), *chosen.warnings]
+    if echoed:
+        warnings.append(
+            f"extract: skipped {len(echoed)} JSON value(s) copied from the prompt"
+            if candidate.text not in echoed
+            else "extract: the answer is a JSON value that also appears in the prompt"
+        )
+    distinct = 1 if len(valid) == 1 else _distinct([a.value for _, a in valid])
+    if distinct > 1:
+        warnings.append(
+            f"extract: the answer holds {distinct} different JSON values that match the "
+            "schema; took the first"
+        )
+    return Checked(True, chosen.value, tuple(warnings), None, (), None, candidate.text)
 
-    roots = _root_types(compiled)
+
+def _rejected(
+    tried: list[tuple[Candidate, _Attempt]], schema: Schema, echoed: set[str], max_errors: int
+) -> Checked:
+    """The diagnosis of the most plausible candidate (see ``check_answer``)."""
+    roots = _root_types(schema)
     _, (candidate, chosen) = max(
         enumerate(tried),
         key=lambda item: (

@@ -15,6 +15,7 @@ from typing import Literal
 
 from app.core.wire import codes
 from app.core.wire.record import TurnType
+from app.core.wire.spec import Budget
 
 Phase = Literal["normal", "must_return", "retry", "exhausted"]
 # USD for a call of (input_tokens, output_tokens) on the model about to be called; None = no price.
@@ -93,6 +94,12 @@ class Limits:
     max_tokens: int | None
     max_cost_usd: float | None
     min_output_tokens: int = 32
+
+    @classmethod
+    def of(cls, budget: Budget) -> Limits:
+        """A job's token and cost caps (``maxTokens``, ``maxCostUsd``)."""
+        max_cost = budget.max_cost_usd
+        return cls(budget.max_tokens, None if max_cost is None else float(max_cost))
 
     def check(
         self,

@@ -14,12 +14,14 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import Literal
+from typing import Final, Literal
 
 from app.core.turn.model import Message, Role
 from app.core.wire.base import Wire
 
 EntryKind = Literal["work", "failure"]
+# How much of an answer the transcript keeps.
+RECORDED_ANSWER_CHARS: Final = 20_000
 
 
 class TranscriptEntry(Wire):

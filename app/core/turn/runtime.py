@@ -1,0 +1,36 @@
+"""What the loop needs from outside: a model client, a clock, optional hooks.
+
+result = await run_job(spec, Runtime(client=router, tracer=tracer))
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from app.core.answer.finding import Finding
+from app.core.answer.validators import Validator
+from app.core.turn.clock import Clock, SystemClock
+from app.core.turn.model import ModelClient
+from app.core.turn.tools import Tool
+from app.core.wire.events import Tracer
+from app.core.wire.spec import ValidatorSpec
+
+# A webhook validator's call: (spec, candidate, attempt) → its finding, or
+# ValidatorUnavailable. The worker's goes through the outbound guard.
+WebhookCheck = Callable[[ValidatorSpec, Any, int], Awaitable[Finding]]
+
+
+@dataclass(frozen=True, slots=True)
+class Runtime:
+    """The loop's outside: ``cancelled`` is polled before each call; ``validators`` run
+    after the job's own."""
+
+    client: ModelClient
+    clock: Clock = field(default_factory=SystemClock)
+    tracer: Tracer | None = None
+    tools: Sequence[Tool] = ()
+    validators: Sequence[Validator] = ()
+    cancelled: Callable[[], bool] | None = None
+    webhook: WebhookCheck | None = None
