@@ -1,5 +1,7 @@
-"""Completion callbacks at the API: the submit-time check of a job's ``callback``, and
-the operators' redelivery (docs/callbacks.md).
+"""Completion callbacks at the API: the operators' redelivery (docs/callbacks.md).
+
+A job's ``callback.url`` is checked at submit with the rest of the job
+(``app.core.admission.admit``).
 
 POST /v1/jobs/{id}/callback/redeliver    send the job's latest callback again
 """
@@ -10,24 +12,12 @@ from fastapi import APIRouter
 from fastapi.responses import Response
 
 from app.api.problems import NotFound
-from app.api.resources import Authed, Resources
+from app.api.resources import Authed
 from app.api.schemas import problems, respond
-from app.core.wire.errors import InvalidInput
 from app.core.wire.job import Job
-from app.core.wire.spec import JobSpec
 from app.store import public_job
 
 router = APIRouter(tags=["jobs"])
-
-
-def check_callback(spec: JobSpec, res: Resources) -> None:
-    """A callback's URL passes the outbound guard, as an HTTP tool's does (no DNS yet: the
-    address is checked at each attempt)."""
-    if spec.callback is None:
-        return
-    problem = res.outbound.guard.check_url(spec.callback.url)
-    if problem is not None:
-        raise InvalidInput(problem, field="callback.url")
 
 
 @router.post(

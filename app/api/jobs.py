@@ -22,24 +22,15 @@ from pydantic import ValidationError
 from pydantic_core import to_json
 
 from app import metrics
-from app.api.callbacks import check_callback
-from app.api.limits import (
-    check_data,
-    check_job,
-    check_signature_schema,
-    check_tools,
-    clamp_wait,
-    stored_spec_json,
-)
+from app.api.limits import clamp_wait, stored_spec_json
 from app.api.problems import NotFound
-from app.api.resources import Authed, AuthedJson, Caller, Resources
+from app.api.resources import Authed, AuthedJson, Caller
 from app.api.schemas import JOB_EXAMPLES, JobList, ToolOutputsBody, problems
-from app.core.answer.contract import build_contract
+from app.core.admission.admit import admit
+from app.core.admission.caps import check_data
 from app.core.turn.checkpoint import ToolOutput
-from app.core.wire.errors import InvalidInput
 from app.core.wire.job import Job
 from app.core.wire.spec import JobSpec
-from app.providers.router import Router
 from app.store import JobView, public_job_json
 from app.tracecontext import MAX_TRACESTATE, TraceContext
 
@@ -139,9 +130,11 @@ async def job_spec(request: Request) -> JobSpec:
 
 
 def _as_declared(body: bytes) -> JobSpec:
-    """``body`` as FastAPI reads a declared ``JobSpec`` body: parsed, then validated as
-    data; its ``RequestValidationError`` when missing, not JSON (where it broke), or
-    when fields do not validate."""
+    """``body`` as FastAPI reads a declared ``JobSpec`` body: parsed, then validated.
+
+    Its ``RequestValidationError`` when missing, not JSON (where it broke), or when fields
+    do not validate.
+    """
     if not body:
         missing = {"type": "missing", "loc": ("body",), "msg": "Field required", "input": None}
         raise RequestValidationError([missing])
@@ -358,30 +351,14 @@ async def _submit(
 ) -> tuple[JobView, bool]:
     res, tenant = caller.res, caller.tenant
     router = res.require_router()
-    check_job(spec, res.settings)
-    check_tools(spec, res.settings)
-    _check_http_tools(spec, res, tenant)
-    _check_calling_validators(spec, res, router)
-    check_callback(spec, res)
-    if spec.tools and spec.budget.max_turns > 1:
-        lacking = router.without_tools(spec.model)
-        if lacking:
-            raise InvalidInput(
-                f"{', '.join(lacking)} cannot call tools (no native tool calling, e.g. the "
-                "embedded local model); give another model, or no tools",
-                field="tools",
-            )
-    contract = build_contract(spec)  # the budget plays no part in it
-    if spec.signature is not None:
-        check_signature_schema(spec.signature, contract.output_schema, res.settings)
-    for field, name in (("model", spec.model), ("escalateModel", spec.escalate_model)):
-        if field == "escalateModel" and name is None:
-            continue
-        try:
-            router.resolve(name)
-        except InvalidInput as exc:
-            raise InvalidInput(exc.detail, field=field) from None
-        router.structured_mode(name, spec.structured_output)  # "native" needs every model
+    secrets = res.outbound.secrets
+    admit(
+        spec,
+        caps=res.settings,
+        models=router,
+        check_url=res.outbound.guard.check_url,
+        check_headers=lambda headers: secrets.check_headers(headers, tenant),
+    )
     job, created = await res.store.submit(
         tenant=tenant,
         spec=stored_spec_json(spec, res.settings),  # with the default deadline filled in
@@ -396,45 +373,20 @@ async def _submit(
     return job, created
 
 
-def _check_http_tools(spec: JobSpec, res: Resources, tenant: str) -> None:
-    """An HTTP tool's URL passes the outbound guard (no DNS yet: that is at call time) and
-    its headers name only the tenant's own secrets."""
-    for i, tool in enumerate(spec.tools):
-        if tool.url is None:
-            continue
-        problem = res.outbound.guard.check_url(tool.url)
-        if problem is not None:
-            raise InvalidInput(problem, field=f"tools[{i}].url")
-        problem = res.outbound.secrets.check_headers(tool.headers, tenant)
-        if problem is not None:
-            raise InvalidInput(problem, field=f"tools[{i}].headers")
-
-
-def _check_calling_validators(spec: JobSpec, res: Resources, router: Router) -> None:
-    """A webhook validator's URL passes the outbound guard; a judge's model is configured."""
-    for i, validator in enumerate(spec.validators):
-        if validator.kind == "webhook" and validator.url is not None:
-            problem = res.outbound.guard.check_url(validator.url)
-            if problem is not None:
-                raise InvalidInput(problem, field=f"validators[{i}].url")
-        elif validator.kind == "judge" and validator.model is not None:
-            try:
-                router.resolve(validator.model)
-            except InvalidInput as exc:
-                raise InvalidInput(exc.detail, field=f"validators[{i}].model") from None
-
-
 def _job(job: JobView, status: int, headers: list[tuple[bytes, bytes]] | None = None) -> Response:
-    """The job as ``respond(public_job(job))`` would answer it, written without parsing
-    and re-writing what the store holds as JSON already; ``headers``: its other headers
-    (``_location``, ``_RETRY_AFTER_HEADER``, ``_REPLAYED_HEADER``)."""
+    """The job as ``respond(public_job(job))`` would answer it, from the store's JSON as is.
+
+    ``headers``: ``_location``, ``_RETRY_AFTER_HEADER``, ``_REPLAYED_HEADER``.
+    """
     return JobResponse(public_job_json(job), status, headers or [])
 
 
 class JobResponse(Response):
-    """``Response(body, status, headers, media_type="application/json")`` with its raw
-    headers given as Starlette would make them (the given ones, then ``content-length``
-    and ``content-type``): every job's answers go through here."""
+    """A job's JSON answer, its raw headers given as Starlette would make them.
+
+    ``Response(body, status, headers, media_type="application/json")``: the given headers,
+    then ``content-length`` and ``content-type``.
+    """
 
     media_type = "application/json"
 

@@ -1,13 +1,9 @@
-"""Caps on what a client may ask for: the request body's size, and the job's dimensions.
+"""Limits at the API's door: a request body's size, a wait's length, a job's deadline.
 
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)   # 413
-    check_job(spec, settings)                                          # 422 naming the field
     spec = with_default_deadline(spec, settings)                       # deadlineMs filled in
-    check_output_schema(tool.parameters, settings, field="tools[0].parameters")
-    check_signature_schema(spec.signature, contract.output_schema, settings)  # kept per text
 
-The caps are ``Settings.max_*`` (``REPROMPT_MAX_*``); JobSpec's own bounds still apply
-underneath them.
+A job's own dimensions are capped at admission (``app.core.admission.caps``).
 """
 
 from __future__ import annotations
@@ -18,10 +14,7 @@ from typing import Any, Final
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.api.problems import CONTENT_TOO_LARGE, problem
-from app.core.schema.validation import check_schema
 from app.core.wire import codes
-from app.core.wire.base import compact_json
-from app.core.wire.errors import InvalidInput
 from app.core.wire.spec import JobSpec
 from app.settings import Settings
 
@@ -136,27 +129,6 @@ async def _utf8(body: bytes, scope: Scope, receive: Receive, send: Send) -> bool
     return True
 
 
-def check_job(spec: JobSpec, settings: Settings) -> None:
-    """The caps that do not need the compiled contract; ``InvalidInput`` names the field."""
-    budget = spec.budget
-    _at_most("task", len(spec.task), settings.max_task_chars, "characters")
-    _at_most("budget.maxTurns", budget.max_turns, settings.max_turns)
-    _at_most("budget.returnRetries", budget.return_retries, settings.max_return_retries)
-    if spec.candidates is not None:
-        _at_most("candidates.n", spec.candidates.n, settings.max_candidates)
-    if budget.deadline_ms is not None:
-        _at_most("budget.deadlineMs", budget.deadline_ms, settings.max_deadline_ms)
-    _at_most("maxOutputTokens", spec.max_output_tokens, settings.max_output_tokens)
-    if spec.max_output_tokens_cap is not None:
-        _at_most("maxOutputTokensCap", spec.max_output_tokens_cap, settings.max_output_tokens)
-    if spec.input is not None:
-        check_data(spec.input, settings, field="input")
-    if spec.fallback is not None:
-        check_data(spec.fallback.data, settings, field="fallback.data")
-    if spec.schema_ is not None:
-        check_output_schema(spec.schema_, settings, field="schema")
-
-
 def with_default_deadline(spec: JobSpec, settings: Settings) -> JobSpec:
     """``spec`` with ``budget.deadlineMs`` set to the default deadline when it has none:
     no job runs unbounded (30 calls × 3 transport attempts × 60 s would be 90 minutes)."""
@@ -175,101 +147,6 @@ def stored_spec_json(spec: JobSpec, settings: Settings) -> dict[str, Any]:
     return dumped
 
 
-def check_data(value: Any, settings: Settings, *, field: str, cap: str = "input") -> None:
-    """Nesting depth (first: the size is measured with a recursive encoder) and compact
-    JSON bytes of data the client sends along (``input``, ``fallback.data``, a tool's
-    output: ``cap="tool"``)."""
-    _at_most(field, depth(value), settings.max_input_depth, "levels", what=f"{field} depth")
-    size = len(compact_json(value).encode())
-    limit = settings.max_tool_output_bytes if cap == "tool" else settings.max_input_bytes
-    _at_most(field, size, limit, "bytes of JSON", what=f"{field} size")
-
-
-def check_tools(spec: JobSpec, settings: Settings) -> None:
-    """Each tool's ``parameters``: an object schema, held to the answer schema's limits;
-    the wait for client outputs within the deadline cap."""
-    for i, tool in enumerate(spec.tools):
-        field = f"tools[{i}].parameters"
-        check_output_schema(tool.parameters, settings, field=field)
-        try:
-            check_schema(tool.parameters, max_depth=settings.max_schema_depth)
-        except InvalidInput as exc:
-            raise InvalidInput(exc.detail.replace("schema", "parameters", 1), field=field) from None
-        if tool.parameters.get("type") != "object":
-            raise InvalidInput('parameters must be {"type": "object", ...}', field=field)
-    if spec.tool_timeout_ms is not None:
-        _at_most("toolTimeoutMs", spec.tool_timeout_ms, settings.max_deadline_ms, "ms")
-
-
-def check_output_schema(schema: Any, settings: Settings, *, field: str) -> None:
-    """Size (compact JSON bytes) and nesting depth of a schema, given or compiled."""
-    _check_schema_measures(field, _measure(schema), settings)
-
-
-def check_signature_schema(signature: str, schema: Any, settings: Settings) -> None:
-    """``check_output_schema`` of the schema compiled from ``signature`` (names the field
-    ``signature``). The schema is the signature's alone, so its measures are kept by the
-    signature's text: jobs mostly repeat a few signatures."""
-    measures = _SIGNATURE_MEASURES.get(signature)
-    if measures is None:
-        measures = _measure(schema)
-        if len(signature) <= _SIGNATURE_TEXT_KEPT:
-            if len(_SIGNATURE_MEASURES) >= _SIGNATURES_KEPT:
-                del _SIGNATURE_MEASURES[next(iter(_SIGNATURE_MEASURES))]
-            _SIGNATURE_MEASURES[signature] = measures
-    _check_schema_measures("signature", measures, settings)
-
-
-# Signature text → (bytes, depth) of its compiled schema, oldest first (what
-# app.core.answer.contract keeps compiled, kept as long: 256 texts up to 64 KiB).
-_SIGNATURE_MEASURES: dict[str, tuple[int, int]] = {}
-_SIGNATURES_KEPT: Final = 256
-_SIGNATURE_TEXT_KEPT: Final = 64 * 1024
-
-
-def _measure(schema: Any) -> tuple[int, int]:
-    size = len(compact_json(schema).encode())
-    return size, depth(schema)
-
-
-def _check_schema_measures(field: str, measures: tuple[int, int], settings: Settings) -> None:
-    size, levels = measures
-    _at_most(field, size, settings.max_schema_bytes, "bytes of JSON", what="schema size")
-    _at_most(field, levels, settings.max_schema_depth, "levels", what="schema depth")
-
-
 def clamp_wait(wait_ms: int, settings: Settings) -> int:
     """``waitMs`` above the cap waits only up to the cap (not an error: see docs/api.md)."""
     return max(0, min(wait_ms, settings.max_wait_ms))
-
-
-def depth(value: Any) -> int:
-    """Nesting depth of a JSON value: a scalar is 0, ``{}`` and ``[]`` are 1."""
-    # Level by level (no recursion, however deep): the containers of one level hold the
-    # next level's values.
-    deepest = 0
-    level: list[Any] = [value]
-    while level:
-        below: list[Any] = []
-        containers = False
-        for node in level:
-            if isinstance(node, dict):
-                containers = True
-                below.extend(node.values())
-            elif isinstance(node, list):
-                containers = True
-                below.extend(node)
-        if not containers:
-            break
-        deepest += 1
-        level = below
-    return deepest
-
-
-def _at_most(field: str, value: int, cap: int, unit: str = "", *, what: str = "") -> None:
-    if value > cap:
-        label = what or field
-        unit = f" {unit}" if unit else ""
-        raise InvalidInput(
-            f"{label} is {value}{unit}; this service allows at most {cap}", field=field
-        )

@@ -163,10 +163,7 @@ def render(error: RepromptError, instance: str) -> JSONResponse:
     headers: dict[str, str] = {}
     errors: list[dict[str, Any]] | None = None
     if isinstance(error, InvalidInput):
-        item: dict[str, Any] = {"field": error.field or "body", "message": error.detail}
-        if isinstance(error, SignatureError):
-            item |= {"position": error.position, "expected": error.expected}
-        errors = [item]
+        errors = [_field_error(each) for each in error.errors]
     elif isinstance(error, Unauthorized):
         headers["WWW-Authenticate"] = (
             'Bearer realm="reprompt", error="invalid_token"'
@@ -180,6 +177,13 @@ def render(error: RepromptError, instance: str) -> JSONResponse:
     return problem(
         error.status, error.code, error.detail, instance=instance, errors=errors, headers=headers
     )
+
+
+def _field_error(error: InvalidInput) -> dict[str, Any]:
+    item: dict[str, Any] = {"field": error.field or "body", "message": error.detail}
+    if isinstance(error, SignatureError):
+        item |= {"position": error.position, "expected": error.expected}
+    return item
 
 
 def field_errors(exc: RequestValidationError) -> list[dict[str, str]]:

@@ -18,12 +18,12 @@ import pytest
 from fastapi import FastAPI, Request
 from starlette.exceptions import HTTPException
 
-from app.api.limits import check_job
 from app.api.resources import BEARER, BEARER_JSON, Caller, resources_of
 from app.assembly import api_app as create_app
+from app.core.admission.admit import admit
+from app.core.answer.contract import Contract
 from app.core.wire.spec import JobSpec
 from app.providers.config import ProvidersConfig
-from app.settings import Settings
 from app.store.errors import QueueFull
 from tests.service import KEYS, api_keys, assert_problem, serve, settings_for
 
@@ -132,16 +132,16 @@ def test_under_a_root_path_the_job_routes_answer(
 def raising(monkeypatch: pytest.MonkeyPatch) -> None:
     """A job whose task names an exception has the submit endpoints raise it."""
 
-    def check(spec: JobSpec, settings: Settings) -> None:
+    def check(spec: JobSpec, **outside: Any) -> Contract:
         if spec.task == "raise RuntimeError":
             raise RuntimeError("an unexpected failure")
         if spec.task == "raise HTTPException":
             raise HTTPException(418, "short and stout", headers={"X-Teapot": "yes"})
         if spec.task == "raise QueueFull":
             raise QueueFull(7, retry_after_s=2.5)
-        check_job(spec, settings)
+        return admit(spec, **outside)
 
-    monkeypatch.setattr("app.api.jobs.check_job", check)
+    monkeypatch.setattr("app.api.jobs.admit", check)
 
 
 @pytest.mark.usefixtures("raising")

@@ -9,7 +9,7 @@ import httpx
 from hypothesis import given
 from hypothesis import strategies as st
 
-from app.api.limits import depth
+from app.core.admission.caps import depth
 from tests.service import CAPS, StartApi, assert_problem, client
 
 # 60 fields: its compiled schema is over the test service's 2048 bytes, far under 64 KiB.

@@ -100,6 +100,24 @@ def test_several_bad_fields_are_all_named(alice: httpx.Client) -> None:
     assert {e["field"] for e in problem["errors"]} == {"temperature", "purify"}
 
 
+@pytest.mark.parametrize("path", ["/v1/jobs", "/v1/generate"])
+def test_bad_fields_of_every_admission_check_are_named_together(
+    alice: httpx.Client, path: str
+) -> None:
+    # A cap, the model lookup and the outbound guard: each check's field, in one answer.
+    body = job(
+        task="x" * (CAPS["max_task_chars"] + 1),
+        model="gpt-99",
+        callback={"url": "https://169.254.169.254/latest/meta-data"},
+    )
+    problem = assert_problem(alice.post(path, json=body), 422, "invalid-input")
+    found = {e["field"]: e["message"] for e in problem["errors"]}
+    assert set(found) == {"task", "model", "callback.url"}
+    assert problem["detail"] == "3 fields are invalid: task, callback.url, model"
+    assert f"at most {CAPS['max_task_chars']}" in found["task"]
+    assert "gpt-99" in found["model"]
+
+
 def test_invalid_json_is_a_422_on_the_body(alice: httpx.Client) -> None:
     response = alice.post(
         "/v1/jobs", content=b'{"task": "x",', headers={"content-type": "application/json"}

@@ -23,7 +23,7 @@ from app.core.schema.steps import TooMuchWork, steps_for, work_budget
 from app.core.schema.validation import check_schema, fixed, schema_errors
 from app.core.turn.templates import check_custom
 from app.core.wire.envelope import GroundingSpan
-from app.core.wire.errors import InvalidInput
+from app.core.wire.errors import FieldErrors, InvalidInput
 from app.core.wire.spec import JobSpec
 
 
@@ -77,41 +77,78 @@ _SHAPE_TEXT_CACHED: Final = 64 * 1024  # longer sources are compiled every time,
 def build_contract(
     spec: JobSpec, extra_validators: Sequence[Validator] = (), hooks: Hooks | None = None
 ) -> Contract:
-    """Compile the signature or check the schema, and check everything that depends on it."""
-    if spec.signature is not None:
-        shape = _shape("signature", spec.signature, spec.include_example)
-    else:
-        assert spec.schema_ is not None  # JobSpec guarantees one of the two
-        text = json.dumps(spec.schema_, ensure_ascii=False, separators=(",", ":"))
-        shape = _shape("schema", text, spec.include_example)
-    output_schema, input_schema = shape.output_schema, shape.input_schema
+    """The job's contract; ``InvalidInput`` names a bad field (``InvalidFields``: several).
 
-    if input_schema is not None and spec.input is not None:
-        problems = _errors(spec.input, input_schema, field="input")
-        if problems:
-            raise InvalidInput(
-                "input does not match the signature's input part: " + "; ".join(problems),
-                field="input",
-            )
-    if spec.fallback is not None:
-        problems = _errors(spec.fallback.data, output_schema, field="fallback.data")
-        if problems:
-            raise InvalidInput(
-                "fallback.data does not match the output schema: " + "; ".join(problems),
-                field="fallback.data",
-            )
+    The signature is compiled or the schema checked, then what depends on it: the input,
+    the fallback, the retry prompt, the validators.
+    """
+    errors = FieldErrors()
+    contract = compile_contract(spec, errors, extra_validators, hooks)
+    errors.raise_any()
+    assert contract is not None  # no errors: built
+    return contract
+
+
+def compile_contract(
+    spec: JobSpec,
+    errors: FieldErrors,
+    extra_validators: Sequence[Validator] = (),
+    hooks: Hooks | None = None,
+) -> Contract | None:
+    """``build_contract`` that adds each field's error to ``errors``; None when it has any.
+
+    A field ``errors`` holds already (e.g. over a size cap) is not read again: checking it
+    could take unbounded work.
+    """
+    shape = None
+    if ("signature" if spec.signature is not None else "schema") not in errors:
+        with errors:
+            shape = _job_shape(spec)
+    if shape is not None:
+        _check_data(spec, shape, errors)
     if spec.retry_prompt is not None:
-        check_custom(spec.retry_prompt, field="retryPrompt", keys=RETRY_PROMPT_KEYS)
-
-    built = tuple(
-        validator_kinds.build(v, i, hooks, spec.input) for i, v in enumerate(spec.validators)
-    )
+        with errors:
+            check_custom(spec.retry_prompt, field="retryPrompt", keys=RETRY_PROMPT_KEYS)
+    built: list[Validator] = []
+    for i, validator in enumerate(spec.validators):
+        with errors:
+            built.append(validator_kinds.build(validator, i, hooks, spec.input))
+    if shape is None or errors:
+        return None
     return Contract(
-        output_schema=output_schema,
-        input_schema=input_schema,
+        output_schema=shape.output_schema,
+        input_schema=shape.input_schema,
         example=shape.example,
-        validators=built + tuple(extra_validators),
+        validators=(*built, *extra_validators),
     )
+
+
+def _job_shape(spec: JobSpec) -> _Shape:
+    if spec.signature is not None:
+        return _shape("signature", spec.signature, spec.include_example)
+    assert spec.schema_ is not None  # JobSpec guarantees one of the two
+    text = json.dumps(spec.schema_, ensure_ascii=False, separators=(",", ":"))
+    return _shape("schema", text, spec.include_example)
+
+
+def _check_data(spec: JobSpec, shape: _Shape, errors: FieldErrors) -> None:
+    """The job's input and fallback data against the schemas they must match."""
+    if shape.input_schema is not None and spec.input is not None and "input" not in errors:
+        with errors:
+            problems = _errors(spec.input, shape.input_schema, field="input")
+            if problems:
+                raise InvalidInput(
+                    "input does not match the signature's input part: " + "; ".join(problems),
+                    field="input",
+                )
+    if spec.fallback is not None and "fallback.data" not in errors:
+        with errors:
+            problems = _errors(spec.fallback.data, shape.output_schema, field="fallback.data")
+            if problems:
+                raise InvalidInput(
+                    "fallback.data does not match the output schema: " + "; ".join(problems),
+                    field="fallback.data",
+                )
 
 
 def _shape(kind: str, text: str, include_example: bool) -> _Shape:

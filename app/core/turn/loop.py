@@ -30,9 +30,9 @@ from app.core.turn.hooks import ValidatorHooks
 from app.core.turn.model import LLMResponse, Message, ToolCall
 from app.core.turn.pause import checkpoint_of, finish_paused_turn, restore
 from app.core.turn.reading import Reader
-from app.core.turn.recorder import Best, Recorder
+from app.core.turn.recorder import Answered, Best, Recorder
 from app.core.turn.rejection import reject
-from app.core.turn.request import Call, prepare
+from app.core.turn.request import prepare
 from app.core.turn.runtime import Runtime, WebhookCheck
 from app.core.turn.setup import Setup
 from app.core.turn.state import RunState
@@ -95,7 +95,7 @@ class _Run:
             else:
                 conversation = restore(self.state, resume.checkpoint)
         except InvalidInput as exc:  # includes a model that cannot give structuredOutput
-            return self._finish(Envelope.failure(codes.INVALID_INPUT, exc.detail), None)
+            return self._finish(_invalid(exc), None)
         try:
             if resume is not None:
                 tracer = self.runtime.tracer
@@ -107,7 +107,7 @@ class _Run:
             envelope = ledger.failure(end.code, end.detail, cause=end.cause, fallback=fallback)
             return self._finish(envelope, conversation)
         except InvalidInput as exc:  # e.g. the escalation model cannot give structuredOutput
-            return self._finish(Envelope.failure(codes.INVALID_INPUT, exc.detail), conversation)
+            return self._finish(_invalid(exc), conversation)
         except Paused as pause:
             return self._pause(conversation, pause.handled)
 
@@ -160,11 +160,11 @@ class _Run:
         best = Best(len(choices), chosen) if call.request.n > 1 else None
         if not isinstance(verdict, Rejected | Work):
             self.state.patch = None
-        turn = _Answered(call, answer, answer.content or "", merged, best)
+        turn = Answered(call, answer, answer.content or "", merged, best)
         return await self._act(setup, conversation, turn, verdict)
 
     async def _act(
-        self, setup: Setup, conversation: Conversation, turn: _Answered, verdict: Verdict
+        self, setup: Setup, conversation: Conversation, turn: Answered, verdict: Verdict
     ) -> Accepted | None:
         """What the verdict calls for: the job ends, goes on with tool work, or re-asks."""
         call, response, content, best = turn.call, turn.response, turn.content, turn.best
@@ -177,8 +177,7 @@ class _Run:
                 conversation.add_final((turn.merged or content)[:RECORDED_ANSWER_CHARS])
                 return verdict
             case Rejected():
-                args = (setup, self.state, self.record, conversation, call, response, verdict)
-                await reject(*args, content, shown=turn.merged, best=best)
+                await reject(setup, self.state, self.record, conversation, turn, verdict)
             case Work(calls=calls):
                 await self._work(setup, conversation, turn, calls)
             case Refused(reason=reason):
@@ -187,7 +186,7 @@ class _Run:
                 await self._end(turn, "explicit_fail", codes.EXPLICIT_FAIL, reason)
         return None
 
-    async def _end(self, turn: _Answered, outcome: Outcome, code: str, reason: str) -> None:
+    async def _end(self, turn: Answered, outcome: Outcome, code: str, reason: str) -> None:
         """The model refused or gave up: recorded, and the job ends."""
         await self.record(
             turn.call, turn.response, outcome, code, reason, answer=turn.content, best=turn.best
@@ -195,7 +194,7 @@ class _Run:
         raise Ended(code, reason)
 
     async def _work(
-        self, setup: Setup, conversation: Conversation, turn: _Answered, calls: tuple[ToolCall, ...]
+        self, setup: Setup, conversation: Conversation, turn: Answered, calls: tuple[ToolCall, ...]
     ) -> None:
         """A work turn: the tools run (or wait for the client), and the work joins the prompt."""
         self.state.patch = None
@@ -242,15 +241,9 @@ class _Run:
         )
 
 
-@dataclass(frozen=True, slots=True)
-class _Answered:
-    """A call's kept answer, as recorded: ``merged`` is a field-level answer's whole value."""
-
-    call: Call
-    response: LLMResponse
-    content: str
-    merged: str | None
-    best: Best | None
+def _invalid(error: InvalidInput) -> Envelope:
+    """A job this run cannot take: every field's problem in the envelope's detail."""
+    return Envelope.failure(codes.INVALID_INPUT, "; ".join(e.detail for e in error.errors))
 
 
 def _scrubbed(response: LLMResponse) -> LLMResponse:

@@ -20,6 +20,17 @@ class Best:
     chosen: int
 
 
+@dataclass(frozen=True, slots=True)
+class Answered:
+    """A call's kept answer, as recorded: ``merged`` is a field-level answer's whole value."""
+
+    call: Call
+    response: LLMResponse
+    content: str
+    merged: str | None
+    best: Best | None
+
+
 class Recorder:
     """``await record(call, response, outcome, code, diagnosis, answer=...)`` after a call."""
 

@@ -22,8 +22,8 @@ from app.core.answer.verdict import Rejected
 from app.core.schema.steps import TooMuchWork
 from app.core.schema.validation import compiled
 from app.core.turn.conversation import RECORDED_ANSWER_CHARS, Conversation
-from app.core.turn.model import LLMResponse, Message
-from app.core.turn.recorder import Best, Recorder
+from app.core.turn.model import Message
+from app.core.turn.recorder import Answered, Recorder
 from app.core.turn.request import REPEAT_TEMPERATURES, Call
 from app.core.turn.setup import Setup
 from app.core.turn.state import RunState
@@ -41,31 +41,26 @@ async def reject(
     state: RunState,
     record: Recorder,
     conversation: Conversation,
-    call: Call,
-    response: LLMResponse,
+    answer: Answered,
     rejected: Rejected,
-    content: str,
-    *,
-    shown: str | None = None,
-    best: Best | None = None,
 ) -> None:
-    """``shown`` is the answer the correction is about when it is not ``content`` (a
-    field-level answer's merged value)."""
-    rejected, shown, feed = _make_room(setup, state, call, rejected, content, shown)
+    """Apply the policies to a rejected answer; the job goes on, or ``Ended``."""
+    call, content = answer.call, answer.content
+    rejected, shown, feed = _make_room(setup, state, call, rejected, content, answer.merged)
     failure = rejected.failure
     state.budget.consume()
     # A cut-off answer is asked again bigger, not the same question: not a repeat.
     truncated = failure.outcome == "truncated"
-    repeat_of = None if truncated else state.repeat_of(response, call.index, call.patch)
+    repeat_of = None if truncated else state.repeat_of(answer.response, call.index, call.patch)
     await record(
         call,
-        response,
+        answer.response,
         failure.outcome,
         failure.code,
         failure.diagnosis,
         answer=content,
         repeat_of=repeat_of,
-        best=best,
+        best=answer.best,
     )
     _count(state, call, failure)
     if repeat_of is not None:
@@ -75,6 +70,7 @@ async def reject(
         conversation.transcript.append(Message("assistant", content[:RECORDED_ANSWER_CHARS]))
         return
     state.patch = next_patch(setup, state, call, rejected)
+    # The correction is about the merged value of a field-level answer, else the answer.
     _correct(setup, state, conversation, call, failure, shown or content, content)
 
 
@@ -137,8 +133,10 @@ def _stop_repeating(state: RunState, repeat_of: int, failure: Failure) -> None:
 
 
 def next_patch(setup: Setup, state: RunState, call: Call, rejected: Rejected) -> Patch | None:
-    """The parts the next re-ask asks for (spec 002, patch by default); None for the whole.
-    A field-level answer that could not be read is asked for again the same way."""
+    """The parts the next re-ask asks for (spec 002); None for the whole answer.
+
+    A field-level answer that could not be read is asked for again the same way.
+    """
     spec = setup.spec
     mode = spec.retry_mode
     if not rejected.parsed:
@@ -176,8 +174,7 @@ def _correct(
     about: str,
     content: str,
 ) -> None:
-    """Tell the model why: ``about`` is the answer the correction quotes, ``content`` what
-    the transcript keeps."""
+    """Tell the model why: a correction quoting ``about``; the transcript keeps ``content``."""
     recorded = content[:RECORDED_ANSWER_CHARS]
     state.fresh = setup.prompts.reask(call.request.model, failure, state.patch)
     if state.fresh is not None:

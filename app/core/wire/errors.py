@@ -8,6 +8,7 @@ wait before trying again (``retry_after_s``, rendered as ``Retry-After``). One h
     RepromptError              500 internal-error
     ├── InvalidInput           422 invalid-input    bad job, signature, schema, option
     │   ├── SignatureError     422                  with position and what was expected
+    │   ├── InvalidFields      422                  several fields at once (``FieldErrors``)
     │   └── (store) IdempotencyConflict             same Idempotency-Key, different body
     ├── (store) QueueFull      503 queue-full       retry after retry_after_s
     ├── (store) StoreUnavailable 503 store-unavailable  Redis did not answer; Retry-After
@@ -33,6 +34,9 @@ Provider error text is for operators; it is never shown to the model.
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
+from types import TracebackType
 
 from app.core.wire import codes
 
@@ -60,6 +64,69 @@ class InvalidInput(RepromptError):
     def __init__(self, detail: str, *, field: str | None = None) -> None:
         super().__init__(detail)
         self.field = field
+
+    @property
+    def errors(self) -> tuple[InvalidInput, ...]:
+        """Each field's error: this one (``InvalidFields`` has several)."""
+        return (self,)
+
+
+class InvalidFields(InvalidInput):
+    """Several parts of a job are malformed: ``errors`` has one error per field."""
+
+    def __init__(self, errors: Sequence[InvalidInput]) -> None:
+        fields = ", ".join(error.field or "body" for error in errors)
+        super().__init__(f"{len(errors)} fields are invalid: {fields}", field=errors[0].field)
+        self._errors = tuple(errors)
+
+    @property
+    def errors(self) -> tuple[InvalidInput, ...]:
+        return self._errors
+
+
+class FieldErrors:
+    """Every field's error of a check, not only the first: one ``with`` block per check.
+
+        errors = FieldErrors()
+        with errors:
+            check_task(spec)            # an InvalidInput here is kept; the next check runs
+        if "input" not in errors:       # a field over its cap is not read further
+            ...
+        errors.raise_any()              # the one error, or InvalidFields with them all
+
+    The first error of a field is kept, as FastAPI keeps one per field.
+    """
+
+    def __init__(self) -> None:
+        self.found: list[InvalidInput] = []
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> bool:
+        if not isinstance(error, InvalidInput):
+            return False
+        for each in error.errors:
+            if each.field not in self:
+                self.found.append(each)
+        return True
+
+    def __contains__(self, field: object) -> bool:
+        return any(error.field == field for error in self.found)
+
+    def __bool__(self) -> bool:
+        return bool(self.found)
+
+    def raise_any(self) -> None:
+        if len(self.found) == 1:
+            raise self.found[0]
+        if self.found:
+            raise InvalidFields(self.found)
 
 
 class SignatureError(InvalidInput):

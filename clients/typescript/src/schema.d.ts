@@ -1444,7 +1444,7 @@ export interface components {
         };
         /**
          * ValidatorSpec
-         * @description A declarative semantic check run after the schema passes (see app.core.validators).
+         * @description A declarative semantic check run after the schema passes (see app.core.answer.validators).
          */
         ValidatorSpec: {
             /** Equals */
