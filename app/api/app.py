@@ -111,9 +111,11 @@ def as_problem_json(schema: dict[str, Any]) -> dict[str, Any]:
 
 
 def with_body_schemas(schema: dict[str, Any]) -> dict[str, Any]:
-    """The models of the bodies the job handlers read themselves (``jobs.BODY_MODELS``,
-    named by their ``requestBody``), as components, written as ``get_openapi`` writes a
-    declared body's: through FastAPI's OpenAPI ``Schema`` model, without null members."""
+    """``schema`` with the bodies the job handlers read themselves as components.
+
+    ``jobs.BODY_MODELS``, named by their ``requestBody``, written as ``get_openapi`` writes
+    a declared body's: through FastAPI's OpenAPI ``Schema`` model, without null members.
+    """
     components = schema.setdefault("components", {}).setdefault("schemas", {})
     known = set(components)
     for model in jobs.BODY_MODELS:

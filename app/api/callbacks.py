@@ -37,11 +37,11 @@ router = APIRouter(tags=["jobs"])
     },
 )
 async def redeliver_callback(job_id: str, caller: Authed) -> Response:
-    """For operators and the job's owner (any key of the job's tenant): the job's latest
-    delivery (its most recent event) is queued again whatever its state (delivered,
-    failed for good, still retrying), with a new retry window. It is the same message:
-    the same ``webhook-id``, so a receiver that de-duplicates sees a repeat; its body is
-    the job as it is now. Attempts keep counting; ``redeliveries`` says how often."""
+    """Queue the job's latest delivery again, whatever its state, with a new retry window.
+
+    For any key of the job's tenant. The same ``webhook-id`` (a receiver that de-duplicates
+    sees a repeat), the job as it is now; ``redeliveries`` counts how often.
+    """
     res, tenant = caller.res, caller.tenant
     event = await res.store.outbox.redeliver(job_id, tenant=tenant)
     job = None if event is None else await res.store.get(job_id, tenant=tenant)

@@ -282,9 +282,10 @@ async def cancel_job(job_id: str, caller: Authed) -> Response:
     },
 )
 async def submit_tool_outputs(job_id: str, caller: AuthedJson, body: ToolOutputsBody) -> Response:
-    """Every call of ``requiredAction.toolCalls`` answered once: ``output`` (any JSON) or
-    ``error`` (the tool failed; the model reads it). The job goes back to the queue and the
-    loop continues with the tool work in its context."""
+    """Answer every call of ``requiredAction.toolCalls`` once; the job goes on.
+
+    Each has ``output`` (any JSON) or ``error`` (the tool failed; the model reads it).
+    """
     res = caller.res
     for i, item in enumerate(body.outputs):
         if item.output is not None:

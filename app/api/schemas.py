@@ -266,9 +266,11 @@ class Problem(_Out):
 
 
 def problems(*statuses: int, **descriptions: str) -> dict[int | str, dict[str, Any]]:
-    """OpenAPI entries for error statuses (rendered as application/problem+json);
-    ``descriptions`` overrides the usual text, keyed ``s503`` and so on. Every endpoint
-    that authenticates (401) can also answer 429: the per-tenant rate applies to it."""
+    """OpenAPI entries for error statuses, rendered as application/problem+json.
+
+    ``descriptions`` overrides the usual text, keyed ``s503`` and so on. An endpoint that
+    authenticates (401) can also answer 429: the per-tenant rate applies to it.
+    """
     wanted = sorted(set(statuses) | ({429} if 401 in statuses else set()))
     return {
         status: {

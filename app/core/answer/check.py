@@ -82,14 +82,10 @@ def check_answer(
 ) -> Checked:
     """Pick the answer's JSON value and check it against ``schema`` (already checked).
 
-    The first candidate that validates wins. Otherwise the diagnosis is about
-    the most plausible candidate: one whose kind (object, array, scalar) the
-    schema's root allows, then one that parses, then the fewest schema errors,
-    then the last (models put their final answer last).
-
-    Base models echo their prompt: a candidate that appears word for word in
-    ``prompt`` (the text that was sent) only wins when no other candidate is
-    valid, and never when ``allow_echo`` is false.
+    The first valid candidate wins; else the diagnosis is about the most plausible one:
+    a kind the schema's root allows, then parsing, then the fewest errors, then the last.
+    A candidate copied from ``prompt`` wins only when none else is valid (never without
+    ``allow_echo``): base models echo their prompt.
     """
     steps = steps_for(len(text))
     try:

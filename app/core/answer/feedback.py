@@ -148,8 +148,10 @@ def render_feedback(
     compact: bool = False,
 ) -> str:
     """The correction message; a client's ``retryPrompt`` replaces the shipped template.
-    ``compact`` (the model's compact prompt profile): the diagnosis and one line, without
-    the quoted excerpt or the example a small model would copy."""
+
+    ``compact`` (the compact prompt profile): the diagnosis and one line, without the
+    quoted excerpt or the example a small model would copy.
+    """
     if failure.outcome == "truncated":
         return failure.diagnosis
     context: dict[str, Any] = {

@@ -131,9 +131,11 @@ class _Near:
 
 
 class Grounded:
-    """A ``grounded`` validator: ``check(value)`` gives ``(ok, diagnosis)``; ``spans(value)``
-    the evidence of a value it passed. Called as a validator inside an event loop, it checks
-    in a worker thread (an awaitable) when the input is large, or not yet measured."""
+    """A ``grounded`` validator: ``check(value)`` its finding, ``spans(value)`` the evidence.
+
+    Called inside an event loop, it checks in a worker thread (an awaitable) when the
+    input is large, or not yet measured.
+    """
 
     def __init__(
         self,
@@ -272,9 +274,11 @@ _SKIP: Final = _Skip()
 
 
 class _Source:
-    """The job's input as searched: its strings joined by ``_SEPARATOR`` (one string for a
-    string input), where each starts, the path of each (JSON input), the numbers of a JSON
-    input; the folded text and the numeral index, built on first use."""
+    """The job's input as searched, folded and indexed on first use.
+
+    Its strings joined by ``_SEPARATOR`` (one for a string input), where each starts and
+    its path, and a JSON input's numbers.
+    """
 
     def __init__(self, job_input: Any) -> None:
         self.numbers: dict[Decimal, tuple[Path, int]] = {}

@@ -76,10 +76,12 @@ def pointer(path: Sequence[str | int]) -> str:
 def plan(
     value: Any, paths: Sequence[Path] | None, schema: Mapping[str, Any], *, mode: RetryMode
 ) -> Patch | None:
-    """The patch for a rejected ``value`` whose failing ``paths`` are known, or ``None``
-    when the re-ask should be whole: mode ``whole``; no paths; a root-level failure; a
-    value that is not an object; too many paths; a part whose subschema cannot stand
-    alone; and, under ``auto``, paths that leave no field of the answer untouched."""
+    """The patch for a rejected ``value`` whose failing ``paths`` are known; None: whole.
+
+    Whole for mode ``whole``, no paths, a root-level failure, a value that is not an
+    object, too many paths, a part whose subschema cannot stand alone, and under ``auto``
+    paths that leave no field of the answer untouched.
+    """
     if mode == "whole" or not paths or not isinstance(value, dict):
         return None
     if len(paths) > _PATHS_READ:

@@ -71,9 +71,11 @@ async def first_failing(validators: Sequence[Validator], value: Any) -> tuple[in
 
 
 def read_paths(spec: ValidatorSpec, value: Any) -> tuple[tuple[str | int, ...], ...] | None:
-    """The concrete paths of ``value`` a declarative check read: what a field-level re-ask
-    asks for again when it fails. ``None`` when the check reads no paths (a webhook, a
-    judge) or its paths reach nothing that could be named."""
+    """The paths of ``value`` a declarative check read: what a field-level re-ask asks for.
+
+    ``None`` when the check reads no paths (a webhook, a judge) or its paths reach nothing
+    that could be named.
+    """
     if spec.kind == "sum":
         wanted = [spec.items, spec.equals]
     elif spec.kind == "compare":

@@ -187,9 +187,10 @@ def _type_check(declared: Any) -> Check | None:
 
 
 def _enum_check(members: Any) -> Check | None:
-    """An enum of strings (and null): a value is one of them when it is one of those
-    strings, or null with null listed (JSON Schema's equality tells true from 1, and no
-    string equals anything but a string)."""
+    """The check of an enum of strings (and null): one of those strings, or a listed null.
+
+    JSON Schema's equality tells true from 1, and no string equals anything but a string.
+    """
     if type(members) is not list or not members:
         return None
     if not all(member is None or type(member) is str for member in members):

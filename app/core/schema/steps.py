@@ -82,9 +82,11 @@ class own_budget(work_budget):  # noqa: N801 (used as a function, as ``work_budg
 
 
 def grant(steps: int) -> None:
-    """Give the budget in force ``steps`` more (none in force: nothing to give). For a check
-    whose work grows with something besides the value it checks: a grounded validator gets
-    steps in proportion to the job's input, which it searches (``app.core.answer.grounding``)."""
+    """Give the budget in force ``steps`` more (none in force: nothing to give).
+
+    For work that grows with more than the value checked: a grounded validator gets steps
+    in proportion to the job's input, which it searches (``app.core.answer.grounding``).
+    """
     budget = _BUDGET.get()
     if budget is not None:
         budget.left += steps
@@ -96,11 +98,10 @@ TRIAL_SHARE: Final = 4
 
 
 def tentatively(check: Callable[[], bool]) -> bool:
-    """Whether ``check()`` says yes within a quarter (``TRIAL_SHARE``) of what is left of the
-    budget in force; its steps are charged to that budget only then. A no, or a check that
-    would pass its share, costs the budget nothing: the caller does the work its full way,
-    charged as it always was. A shortcut this way never makes a check run out of steps
-    where the full way would not::
+    """Whether ``check()`` says yes within a quarter (``TRIAL_SHARE``) of the budget left.
+
+    Only a yes is charged: after a no (or a check past its share) the caller does the work
+    its full way, charged as always, so a shortcut never runs out where that would not::
 
         if tentatively(lambda: schema.is_valid(value)):   # the common case, at its own cost
             ...

@@ -233,9 +233,11 @@ class Schema:
         return list(dict.fromkeys(lines)), complete
 
     def failing_paths(self, value: Any) -> tuple[Path, ...] | None:
-        """Where ``value`` must change to pass: the value at each error's path, a missing
-        field's own path, the whole object for a field it must not have. ``None`` when there
-        are too many errors to list (the scan is bounded)."""
+        """Where ``value`` must change to pass; ``None`` past the bounded scan's errors.
+
+        The value at each error's path, a missing field's own path, the whole object for a
+        field it must not have.
+        """
         if self._quickly_valid(value):
             return ()
         try:
@@ -264,9 +266,11 @@ class Schema:
         return tentatively(lambda: plain(value))
 
     def schema_at(self, path: Path) -> dict[str, Any] | None:
-        """The subschema a value at ``path`` must satisfy, as a document of its own (with
-        the root's ``$defs``), or ``None`` when it cannot be named alone: a union on the
-        way, a reference outside ``$defs``, a step no subschema describes."""
+        """The subschema a value at ``path`` must satisfy, as a document of its own.
+
+        It keeps the root's ``$defs``. ``None`` when it cannot be named alone: a union on
+        the way, a reference outside ``$defs``, a step no subschema describes.
+        """
         scopes = [self.root]
         for step in path:
             following: list[Scope] = []
@@ -345,9 +349,11 @@ def derived(schema: dict[str, Any], what: str, make: Callable[[dict[str, Any]], 
 
 
 def compiled(schema: Mapping[str, Any] | bool) -> Schema:
-    """``Schema(schema)``, compiled once per distinct schema (its JSON text is the key) and
-    kept for the jobs after: compiling costs more than checking a small answer. The
-    cached one is built from a copy, so no caller's dict is shared or kept."""
+    """``Schema(schema)``, compiled once per distinct schema and kept (keyed by its JSON).
+
+    Compiling costs more than checking a small answer. The cached one is built from a
+    copy, so no caller's dict is shared or kept.
+    """
     entry = _known(schema)
     if entry is not None:
         return entry.compiled
@@ -859,9 +865,11 @@ def _in_place(scope: Scope) -> Iterator[Scope]:
 
 
 def _check_cycles(walked: list[tuple[Scope, Path]]) -> None:
-    """Refuse a ``$ref``/``allOf``/... loop that comes back to a subschema without going
-    down into the value (``{"$ref": "#"}``): checking any value against it never ends.
-    Recursion through ``properties``, ``items`` and the like is fine."""
+    """Refuse a ``$ref``/``allOf``/... loop that never goes down into the value.
+
+    Checking any value against ``{"$ref": "#"}`` never ends. Recursion through
+    ``properties``, ``items`` and the like is fine.
+    """
     where = {id(scope.node): path for scope, path in walked}
     state: dict[int, int] = {}  # 1: on the current path, 2: done
     for start, _ in walked:

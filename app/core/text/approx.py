@@ -24,9 +24,11 @@ class Match:
 
 
 def best_match(pattern: str, text: str) -> Match | None:
-    """The substring of ``text`` at the least edit distance from ``pattern``; ``None`` for
-    an empty pattern or text. Of equally close ones: the first, as long as it stays as close
-    ("acme crop" rather than "acme cr" for "acme corp"), then the shortest ending there."""
+    """The substring of ``text`` at the least edit distance from ``pattern``.
+
+    ``None`` for an empty pattern or text. Of equally close ones: the first, as long as it
+    stays as close ("acme crop", not "acme cr", for "acme corp"), then the shortest.
+    """
     if not pattern or not text:
         return None
     best, end = len(pattern) + 1, 0

@@ -75,9 +75,11 @@ def is_mark(char: str) -> bool:
 
 
 class _Pieces:
-    """Where a folded text is not one-to-one with its source: (folded start, folded end,
-    source start, source end) of each stretch folded as a whole; between them, positions
-    correspond one to one."""
+    """Where a folded text is not one-to-one with its source.
+
+    (folded start, folded end, source start, source end) of each stretch folded as a
+    whole; between them, positions correspond one to one.
+    """
 
     def __init__(self) -> None:
         self.n0, self.n1 = array("q"), array("q")
@@ -112,9 +114,11 @@ class FoldedText:
     _spaces: _Pieces  # collapsed spaces -> folded characters
 
     def original(self, start: int, end: int, *, snap: bool = False) -> tuple[int, int] | None:
-        """The source span of the folded span ``[start, end)``; ``None`` when it cuts a
-        character's folding or ends before a combining mark (``snap``: widened to whole
-        characters instead)."""
+        """The source span of the folded span ``[start, end)``.
+
+        ``None`` when it cuts a character's folding or ends before a combining mark;
+        with ``snap``, widened to whole characters instead.
+        """
         text = self.text
         while end < len(text) and is_mark(text[end]):
             if not snap:

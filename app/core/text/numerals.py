@@ -65,9 +65,11 @@ def numerals(text: str, start: int = 0, end: int | None = None) -> Iterator[Nume
 
 
 def numeral_index(text: str) -> dict[Decimal | int, tuple[int, int]]:
-    """Every number the numerals of ``text`` mean, with the first numeral meaning it; one
-    step of the work budget per numeral. Plain digit runs, most numerals, are keyed by
-    ``int``, which hashes and compares equal to the same ``Decimal``."""
+    """Every number the numerals of ``text`` mean, with the first numeral meaning it.
+
+    One step of the work budget per numeral. Plain digit runs are keyed by ``int``, which
+    hashes and compares equal to the same ``Decimal``.
+    """
     index: dict[Decimal | int, tuple[int, int]] = {}
     count = 0
     for found in _NUMERAL.finditer(text):

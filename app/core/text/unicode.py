@@ -49,9 +49,10 @@ def surrogate_path(value: Any) -> Path | None:
 
 
 def has_surrogate(value: Any) -> bool:
-    """Whether a string (or object key) in a JSON value holds a surrogate: the walk of
-    ``surrogate_path`` without its paths, and an ASCII string (most of them) skipped at
-    once (``str.isascii`` reads a flag)."""
+    """Whether a string (or object key) in a JSON value holds a surrogate.
+
+    ``surrogate_path``'s walk without the paths; an ASCII string (most) is skipped at once.
+    """
     stack = [value]
     while stack:
         node = stack.pop()

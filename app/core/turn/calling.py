@@ -61,8 +61,10 @@ async def call_model(
 
 
 def _config_failure(exc: ProviderError, call: Call, detail: str) -> str:
-    """The provider's own words may echo the service's key or name its account: they go to
-    the operator's log (scrubbed at the transport), the tenant reads ``CONFIG_FAILURE``."""
+    """``CONFIG_FAILURE`` for the tenant; the provider's own words go to the operator's log.
+
+    They may echo the service's key or name its account (scrubbed at the transport).
+    """
     log.warning(
         "provider %s rejected the service's credentials or configuration (model %s): %s",
         exc.provider,

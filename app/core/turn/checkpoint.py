@@ -140,9 +140,11 @@ class ToolOutput(Wire):
 
 @dataclass(frozen=True, slots=True)
 class Resume:
-    """Go on from ``checkpoint``: with the client's ``outputs`` (by call id) received
-    ``received_ms`` (epoch), or, when ``outputs`` is None, without them (the wait timed out
-    and the job said to go on in must-return mode)."""
+    """Go on from ``checkpoint`` with the client's ``outputs`` (by call id).
+
+    ``outputs`` None: without them (the wait timed out and the job said to go on in
+    must-return mode). ``received_ms``: when they came (epoch).
+    """
 
     checkpoint: Checkpoint
     outputs: Mapping[str, ToolOutput] | None

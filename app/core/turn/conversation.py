@@ -92,9 +92,11 @@ class Conversation:
         return tuple(out)
 
     def stable(self) -> int:
-        """How many leading messages of ``messages()`` every later call repeats unchanged:
-        the system prompt, the task, and the log up to the latest failure (collapsed: the
-        tool work only, as earlier failures are dropped)."""
+        """How many leading messages of ``messages()`` every later call repeats unchanged.
+
+        The system prompt, the task and the log up to the latest failure (collapsed: the
+        tool work only, as earlier failures are dropped).
+        """
         count = 2
         for kind, entry in self.log:
             if kind == "work" or self.full:
@@ -128,9 +130,11 @@ STORED_INPUT_CHARS = 2048
 def stored_transcript(
     messages: Sequence[Message], shown_input: str, *also: str
 ) -> tuple[TranscriptEntry, ...]:
-    """The transcript as a job keeps it: the job's input (``shown_input``, as the prompt
-    showed it; ``also``, other ways a prompt profile may show it) is stored once, in the
-    spec, so a long one is replaced here by a note."""
+    """The transcript as a job keeps it: a long input replaced by a note.
+
+    The input is stored once, in the spec; ``shown_input`` is how the prompt showed it,
+    ``also`` other ways a prompt profile may show it.
+    """
     out = []
     for message in messages:
         content = message.content

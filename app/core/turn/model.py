@@ -54,10 +54,12 @@ class ToolSpec:
 
 @dataclass(frozen=True, slots=True)
 class Usage:
-    """Tokens of one call. ``input_tokens`` counts every prompt token, those the provider
-    read from its prompt cache (``cached_input_tokens``) and those it wrote to it
-    (``cache_write_tokens``) included: OpenAI's ``prompt_tokens``, Anthropic's
-    ``input_tokens + cache_read_input_tokens + cache_creation_input_tokens``."""
+    """Tokens of one call.
+
+    ``input_tokens`` counts every prompt token, cache reads and writes included: OpenAI's
+    ``prompt_tokens``, Anthropic's ``input_tokens + cache_read_input_tokens +
+    cache_creation_input_tokens``.
+    """
 
     input_tokens: int
     output_tokens: int
@@ -71,19 +73,12 @@ class Usage:
 
 @dataclass(frozen=True, slots=True)
 class LLMRequest:
-    """One model call.
+    """One model call; ``model`` None means the client's default.
 
-    ``model`` names a configured model or route; ``None`` means the client's default.
-    ``output_schema`` is the JSON Schema the answer must satisfy, for adapters that can
-    constrain decoding; ``structured_output`` says whether they may ("auto"), must
-    ("native") or must not ("prompt"). ``timeout_s`` bounds the whole call including
-    transport retries (the job's remaining deadline). ``tool_choice`` and ``forced_tool``
-    (a tool it must call) apply to ``tools``.
-
-    Prompt caching: the first ``cache_prefix`` messages are repeated unchanged by every
-    later call of the job (system prompt, task, tool work), so an adapter may mark them
-    for the provider's prompt cache; ``cache_key`` groups the calls that share them
-    (OpenAI's ``prompt_cache_key``).
+    ``structured_output`` says whether an adapter may ("auto"), must ("native") or must
+    not ("prompt") constrain decoding to ``output_schema``. ``timeout_s`` bounds the whole
+    call, transport retries included. Every later call repeats the first ``cache_prefix``
+    messages unchanged: an adapter may mark them for the provider's prompt cache.
     """
 
     messages: tuple[Message, ...]
@@ -120,9 +115,11 @@ class Choice:
 
 @dataclass(frozen=True, slots=True)
 class LLMResponse:
-    """What came back. ``cost_usd`` is ``None`` when the model has no known price.
-    ``model`` is the configured model that answered; ``response_model`` the model the
-    provider says it ran (its ``model`` field, when it sent one)."""
+    """What came back from one call.
+
+    ``cost_usd`` is ``None`` when the model has no known price. ``model`` is the configured
+    model that answered; ``response_model`` the one the provider says it ran.
+    """
 
     content: str | None
     finish_reason: FinishReason
@@ -151,9 +148,10 @@ class LLMResponse:
         transport_wait_ms: int,
         latency_ms: int,
     ) -> LLMResponse:
-        """``dataclasses.replace(self, ...)`` of what the router works out once a call is
-        answered (its price, notes and totals), without ``replace``'s look at every field:
-        once per call."""
+        """``dataclasses.replace`` of what the router adds once a call is answered.
+
+        Its price, notes and totals, without ``replace``'s look at every field.
+        """
         return LLMResponse(
             self.content,
             self.finish_reason,

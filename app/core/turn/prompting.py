@@ -131,9 +131,11 @@ class Prompting:
         )
 
     def patch_feedback(self, model: str | None, failure: Failure, patch: Patch) -> str | None:
-        """The compact profile's field-level re-ask: the diagnosis and one line naming the
-        parts (``"/age" (integer)`` where decoding holds the answer to the sub-schema, else
-        the sub-schema). ``None`` for the full profile (``render_patch_feedback``)."""
+        """The compact profile's field-level re-ask: the diagnosis and a line naming the parts.
+
+        A part is ``"/age" (integer)`` where decoding holds the answer to the sub-schema,
+        else the sub-schema. ``None`` for the full profile (``render_patch_feedback``).
+        """
         if not self.compact(model):
             return None
         fields = field_list(patch.schema) if self.style(model).schema_enforced else None
@@ -150,14 +152,13 @@ class Prompting:
         )
 
     def reask(self, model: str | None, failure: Failure, patch: Patch | None) -> Message | None:
-        """The compact profile's re-ask: one fresh user turn, the rejection first, then the
-        task, the input and the fields asked for (the failing parts when ``patch``), without
-        the rejected answer. A small model copies the nearest text: shown its wrong answer
-        (or a diagnosis quoting it) right before the format line, it writes it again; asked
-        the question again with the rejection ahead of the input, it reads the input
+        """The compact profile's re-ask: one fresh user turn, without the rejected answer.
+
+        The rejection comes first, then the task, the input and the fields asked for. A
+        small model copies the nearest text: shown its wrong answer, it writes it again
         (docs/benchmarks/real-model.md). ``None`` where the re-ask keeps the conversation:
-        the full profile, a job with tools (their work stays in view), the client's own
-        ``retryPrompt``, ``feedback: "full"``."""
+        the full profile, tools, a ``retryPrompt``, ``feedback: "full"``.
+        """
         if (
             not self.compact(model)
             or self.has_tools

@@ -45,8 +45,10 @@ class Reader:
     async def pick(
         self, call: Call, choices: tuple[LLMResponse, ...]
     ) -> tuple[Verdict, str | None, int]:
-        """The verdict on the first valid answer, else on the first (a stable choice); the
-        merged text of a field-level answer; which answer it was."""
+        """The verdict on the first valid answer (else the first), its merged text, its index.
+
+        The merged text is a field-level answer's whole value, the next correction quotes it.
+        """
         state = self.state
         verdict, merged = await self.verdict(call, choices[0])
         failed = state.failed_validator  # the first answer's, should it be the one kept
@@ -61,8 +63,7 @@ class Reader:
         return verdict, merged, chosen
 
     async def verdict(self, call: Call, response: LLMResponse) -> tuple[Verdict, str | None]:
-        """What one answer means; for a field-level answer, what the merged value means,
-        and its text (the value the next correction quotes)."""
+        """What one answer means; a field-level answer's, once merged (with its text)."""
         self.state.failed_validator = None
         request = call.request
         prompt_text = "\n".join(m.content for m in request.messages)
@@ -121,8 +122,10 @@ class Reader:
         )
 
     async def _validate(self, value: Any) -> str | None:
-        """The first failing validator's diagnosis (and which one it was), None when all
-        pass. A validator is a black box: its crash ends the job, not the worker."""
+        """The first failing validator's diagnosis (its index kept), None when all pass.
+
+        A validator is a black box: its crash ends the job, not the worker.
+        """
         try:
             failed = await first_failing(self.setup.contract.validators, value)
             if failed is None:

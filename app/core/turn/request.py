@@ -115,8 +115,7 @@ def _messages(
     *,
     escalate: bool,
 ) -> tuple[Message, ...]:
-    """What the call sends: the simplified request, the compact profile's fresh re-ask
-    alone, or the conversation (with the escalation model's system prompt)."""
+    """What the call sends: the simplified request, a fresh re-ask, or the conversation."""
     prompts, turn_type = setup.prompts, state.budget.turn_type
     if simplified:
         return prompts.simplified(model, state.last_failure)
@@ -159,8 +158,11 @@ def _candidates(spec: JobSpec, state: RunState) -> int:
 def _afford(
     setup: Setup, state: RunState, n: int, prompt_tokens: int, model: str | None
 ) -> tuple[int, Allowance]:
-    """The most answers (up to ``n``) the budgets allow at the full output limit each, each
-    counted as a call of its own (the worst case); else one, its output limit shrunk."""
+    """How many answers (up to ``n``) the budgets allow, and the call's allowance.
+
+    Each at the full output limit, counted as a call of its own (the worst case); when not
+    even two fit, one, its output limit shrunk as usual.
+    """
     spend, max_out = state.ledger.spend, state.max_out
 
     def check(k: int) -> Allowance:

@@ -24,8 +24,10 @@ WebhookCheck = Callable[[ValidatorSpec, Any, int], Awaitable[Finding]]
 
 @dataclass(frozen=True, slots=True)
 class Runtime:
-    """The loop's outside: ``cancelled`` is polled before each call; ``validators`` run
-    after the job's own."""
+    """The loop's outside; ``cancelled`` is polled before each call.
+
+    ``validators`` run after the job's own; ``webhook`` calls a webhook validator.
+    """
 
     client: ModelClient
     clock: Clock = field(default_factory=SystemClock)

@@ -27,8 +27,7 @@ class Setup:
 
     @classmethod
     def build(cls, spec: JobSpec, runtime: Runtime, limits: Limits, hooks: Hooks) -> Setup:
-        """Raises ``InvalidInput`` for a job this runtime cannot run (e.g. a model that
-        cannot give ``structuredOutput``, an HTTP tool without a client)."""
+        """``InvalidInput`` for a job this runtime cannot run (e.g. an HTTP tool, no client)."""
         tools = Toolbox(job_tools(spec, runtime.tools))
         contract = build_contract(spec, runtime.validators, hooks=hooks)
         prompts = Prompting(spec, contract, runtime.client, has_tools=bool(tools))
@@ -36,8 +35,10 @@ class Setup:
 
 
 def job_tools(spec: JobSpec, given: Sequence[Tool]) -> list[Tool]:
-    """The runtime's tools, then the job's own: a tool without a url is the client's; one
-    with a url needs a handler from the runtime (the worker's HTTP tools)."""
+    """The runtime's tools, then the job's own client tools.
+
+    A job's tool with a url needs a handler from the runtime (the worker's HTTP tools).
+    """
     tools = list(given)
     names = {tool.spec.name for tool in tools}
     for tool in spec.tools:

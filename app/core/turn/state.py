@@ -72,8 +72,10 @@ class RunState:
         return left
 
     def repeat_of(self, response: LLMResponse, turn: int, patch: Patch | None) -> int | None:
-        """The earlier turn whose rejected answer this one repeats (``answer_digest``; a
-        field-level answer, for the same parts); None for a new one, now remembered."""
+        """The earlier turn whose rejected answer this one repeats; None for a new one.
+
+        A new answer is remembered. A field-level answer repeats only one for the same parts.
+        """
         scope = "" if patch is None else "\n".join(patch.pointers)
         digest = answer_digest(response.content or "", response.tool_calls, scope=scope)
         earlier = self.seen.get(digest)
@@ -85,8 +87,11 @@ class RunState:
 
 
 def answer_digest(content: str, tool_calls: Sequence[ToolCall] = (), *, scope: str = "") -> str:
-    """What makes two answers the same: their JSON value however written (spacing, key
-    order, a fence), else their text with whitespace runs folded; and their tool calls."""
+    """A digest that two answers share when they say the same.
+
+    Their JSON value however written (spacing, key order, a fence), else their text with
+    whitespace runs folded; and their tool calls.
+    """
     text = unfenced(content).strip()
     try:
         canonical = json.dumps(json.loads(text), sort_keys=True, separators=(",", ":"))

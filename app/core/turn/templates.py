@@ -90,9 +90,11 @@ _TEXT: Final = object()  # a non-empty text's place in a shape
 
 
 def _shape(context: Mapping[str, Any]) -> tuple[tuple[str, type, Any], ...] | None:
-    """What a rendering depends on besides its texts: the counts and flags, which texts are
-    empty (an empty one is false in a section), which lists are (only empty ones); None
-    when a value is anything else, or a text holds a NUL."""
+    """What a rendering depends on besides its texts; None when it cannot be said.
+
+    The counts and flags, which texts are empty (false in a section), which lists are
+    (only empty ones). None for any other value, or a text holding a NUL.
+    """
     shape = []
     for key, value in context.items():
         kind = type(value)
@@ -309,9 +311,11 @@ def fence(content: str) -> str:
 
 
 def data_tag(content: str, name: str = "input") -> str:
-    """The name of the tag that wraps ``content`` in a prompt: ``name`` itself unless the
-    content holds its closing tag, else ``name-<16 hex digits>`` (from the content's hash,
-    so a prompt is the same on every turn and every run) that it does not hold."""
+    """The name of the tag that fences ``content`` as data in a prompt.
+
+    ``name`` itself unless the content holds its closing tag, else ``name-<16 hex>`` from
+    the content's hash (the same on every turn and run) that it does not hold.
+    """
     if f"</{name}" not in content:
         return name
     tag = f"{name}-{hashlib.sha256(content.encode('utf-8', 'replace')).hexdigest()[:16]}"

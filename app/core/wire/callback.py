@@ -21,9 +21,10 @@ DeliveryState = Literal["pending", "delivered", "failed", "superseded"]
 
 
 def message_id(job_id: str, event: CallbackEvent, pause: int = 0) -> str:
-    """The ``webhook-id`` of one event of one job: the same for every retry and every
-    redelivery of it, so a receiver can tell a repeat. Each pause of a job
-    (``requires_action``) is an event of its own."""
+    """The ``webhook-id`` of one event of one job, the same on every retry and redelivery.
+
+    So a receiver can tell a repeat. Each pause (``requires_action``) is an event of its own.
+    """
     occurrence = f"\x00{pause}" if event == "requires_action" else ""
     digest = hashlib.sha256(f"{job_id}\x00{event}{occurrence}".encode()).hexdigest()
     return f"msg_{digest[:32]}"

@@ -25,9 +25,11 @@ TERMINAL: frozenset[JobStatus] = frozenset({"succeeded", "failed", "cancelled"})
 
 
 class Execution(Wire):
-    """What the job cost and how it went. ``cost`` is null when any call had no known
-    price: an unknown is never a zero. ``retryCount`` counts re-asks after rejected answers;
-    transport retries inside a call are reported apart (``transportRetries``)."""
+    """What the job cost and how it went.
+
+    ``cost`` is null when any call had no known price: an unknown is never a zero.
+    ``retryCount`` counts re-asks; transport retries are apart (``transportRetries``).
+    """
 
     duration_ms: int
     tokens_used: int
@@ -104,9 +106,11 @@ class GroundingSpan(Wire):
 
 
 class Envelope(Wire):
-    """The result envelope: ``data`` on success, ``error`` + ``detail`` on error, and
+    """The result envelope: ``data`` on success, ``error`` and ``detail`` on error.
+
     ``progress`` (current turn and phase) while the job is queued or running. Fields that
-    do not apply to the status are left out."""
+    do not apply to the status are left out.
+    """
 
     status: ResultStatus
     data: Any = Field(default=None, description="The validated answer (success only).")

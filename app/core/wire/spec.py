@@ -197,9 +197,11 @@ ToolChoice = Literal["auto", "none", "required"] | ToolChoiceName
 
 
 class CandidatesSpec(_Wire):
-    """Best-of-N: ask for ``n`` answers in one call (N calls where the provider has no
-    ``n``), check them all, keep the first valid one in candidate order. ``on``: every
-    call, or only the final attempt (the last possible call, after a rejection)."""
+    """Best-of-N: ask for ``n`` answers a call, keep the first valid one.
+
+    N calls where the provider has no ``n``. ``on``: every call, or only the final attempt
+    (the last possible call, after a rejection).
+    """
 
     n: StrictInt = Field(ge=1, le=MAX_CANDIDATES, description="Answers asked for per call.")
     on: CandidatesOn = Field(
@@ -344,10 +346,11 @@ class JobSpec(_Wire):
 
 
 def stored_spec(data: Mapping[str, Any]) -> JobSpec:
-    """``JobSpec.model_validate(data)`` for a spec this service stored after validating it
-    (the worker's claimed job): every check but the per-field scan for unpaired surrogates,
-    which the client's submission passed already. Anything a client sends goes through
-    ``JobSpec.model_validate``."""
+    """``JobSpec.model_validate(data)`` for a spec this service stored (a claimed job).
+
+    Every check but the scan for unpaired surrogates, which the submission passed already.
+    Anything a client sends goes through ``JobSpec.model_validate``.
+    """
     global _stored_validator  # built once, on first use
     if _stored_validator is None:
         _stored_validator = SchemaValidator(_without_unicode_scan(JobSpec.__pydantic_core_schema__))

@@ -129,11 +129,10 @@ export interface paths {
         put?: never;
         /**
          * Send a job's latest callback again
-         * @description For operators and the job's owner (any key of the job's tenant): the job's latest
-         *     delivery (its most recent event) is queued again whatever its state (delivered,
-         *     failed for good, still retrying), with a new retry window. It is the same message:
-         *     the same ``webhook-id``, so a receiver that de-duplicates sees a repeat; its body is
-         *     the job as it is now. Attempts keep counting; ``redeliveries`` says how often.
+         * @description Queue the job's latest delivery again, whatever its state, with a new retry window.
+         *
+         *     For any key of the job's tenant. The same ``webhook-id`` (a receiver that de-duplicates
+         *     sees a repeat), the job as it is now; ``redeliveries`` counts how often.
          */
         post: operations["redeliver_callback"];
         delete?: never;
@@ -191,9 +190,9 @@ export interface paths {
         put?: never;
         /**
          * Answer a job's tool calls (requires_action)
-         * @description Every call of ``requiredAction.toolCalls`` answered once: ``output`` (any JSON) or
-         *     ``error`` (the tool failed; the model reads it). The job goes back to the queue and the
-         *     loop continues with the tool work in its context.
+         * @description Answer every call of ``requiredAction.toolCalls`` once; the job goes on.
+         *
+         *     Each has ``output`` (any JSON) or ``error`` (the tool failed; the model reads it).
          */
         post: operations["submit_tool_outputs"];
         delete?: never;
@@ -301,9 +300,10 @@ export interface components {
         };
         /**
          * CandidatesSpec
-         * @description Best-of-N: ask for ``n`` answers in one call (N calls where the provider has no
-         *     ``n``), check them all, keep the first valid one in candidate order. ``on``: every
-         *     call, or only the final attempt (the last possible call, after a rejection).
+         * @description Best-of-N: ask for ``n`` answers a call, keep the first valid one.
+         *
+         *     N calls where the provider has no ``n``. ``on``: every call, or only the final attempt
+         *     (the last possible call, after a rejection).
          */
         CandidatesSpec: {
             /**
@@ -391,7 +391,8 @@ export interface components {
         };
         /**
          * Envelope
-         * @description The result envelope: ``data`` on success, ``error`` + ``detail`` on error, and
+         * @description The result envelope: ``data`` on success, ``error`` and ``detail`` on error.
+         *
          *     ``progress`` (current turn and phase) while the job is queued or running. Fields that
          *     do not apply to the status are left out.
          */
@@ -439,9 +440,10 @@ export interface components {
         };
         /**
          * Execution
-         * @description What the job cost and how it went. ``cost`` is null when any call had no known
-         *     price: an unknown is never a zero. ``retryCount`` counts re-asks after rejected answers;
-         *     transport retries inside a call are reported apart (``transportRetries``).
+         * @description What the job cost and how it went.
+         *
+         *     ``cost`` is null when any call had no known price: an unknown is never a zero.
+         *     ``retryCount`` counts re-asks; transport retries are apart (``transportRetries``).
          */
         Execution: {
             /**
