@@ -272,10 +272,12 @@ def run_reprompt(url: str, tasks: list[Task], strict: bool, name: str, checks: s
 
 
 def grounding_counts(runs: list[Run]) -> dict[str, int]:
-    """Over every answer of every job: the wrong-but-schema-valid ones (parsed and matching
-    the schema after reprompt's repairs, yet not the expected answer), how many a validator
-    rejected (caught), how many of those the next answer fixed, and correct answers that
-    were rejected all the same."""
+    """Counts of the wrong-but-schema-valid answers over every answer of every job.
+
+    Wrong-but-valid: parsed and matching the schema after reprompt's repairs, yet not the
+    expected answer. Also how many a validator rejected (caught), how many of those the next
+    answer fixed, and correct answers rejected all the same.
+    """
     from app.core.answer.check import check_answer
 
     counts = dict.fromkeys(

@@ -87,9 +87,11 @@ async def _one_direct(h: Any, sim_url: str, messages: Any, mark: Any) -> bool:
 async def _alternating(
     targets: list[tuple[str, str]], sim_url: str, messages: Any, n: int, mark: Any
 ) -> dict[str, list[float]]:
-    """``n`` calls of each target (``("direct", sim_url)`` or ``(name, api_url)``: a job),
-    one of each in turn (the order rotating), so that the machine's moods fall on all
-    alike. Only the jobs of the first API are traced."""
+    """``n`` calls of each target, one of each in turn, so the machine's moods fall on all alike.
+
+    A target is ``("direct", sim_url)`` or ``(name, api_url)`` (a job); the order rotates.
+    Only the jobs of the first API are traced.
+    """
     from bench.common import client
 
     lat: dict[str, list[float]] = {name: [] for name, _ in targets}

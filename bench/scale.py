@@ -161,10 +161,12 @@ class Sampler(threading.Thread):
                 self.halt.wait(self.period)
 
     def wait_finished(self, n: int, timeout: float, stall_s: float | None = None) -> float:
-        """Until every job has finished: ``reprompt_jobs_finished_total`` reaches ``n``, or
-        (it can undercount, see the report) every job has made its one model call and no
-        job is in progress any more. With ``stall_s``: also when nothing has moved (jobs
-        held, finished, model calls) for that long; ``stalled`` then says so."""
+        """Wait until every job has finished; the time of the sample that showed it.
+
+        Finished: ``reprompt_jobs_finished_total`` reaches ``n``, or (it can undercount, see
+        the report) every job has made its one model call and none is in progress. With
+        ``stall_s``, also when nothing has moved for that long; ``stalled`` then says so.
+        """
         deadline = time.monotonic() + timeout
         moved, seen = time.monotonic(), None
         self.stalled = False
