@@ -375,7 +375,7 @@ def record_state(
 ) -> None:
     """Scrape-time gauges: queue depth and oldest age, the callback outbox's depth, circuits.
 
-    Only the API reads the outbox's depth; a worker sets its circuits.
+    ``None`` leaves a gauge as it is: a worker passes only its circuits.
     """
     if queue is not None:
         QUEUE_DEPTH.set(queue[0])
