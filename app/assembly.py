@@ -90,8 +90,10 @@ class Parts:
 
 
 def store_options(settings: Settings) -> StoreOptions:
-    """The store's options these settings imply (API and workers alike). Per-tenant caps
-    are kept per shard (a tenant's jobs spread evenly), so each shard gets its share."""
+    """The store's options these settings imply (API and workers alike).
+
+    Per-tenant caps are kept per shard (a tenant's jobs spread evenly): each gets its share.
+    """
     shards = settings.shards
     return StoreOptions(
         prefix=settings.key_prefix,
@@ -111,8 +113,10 @@ def store_options(settings: Settings) -> StoreOptions:
 def providers_config(
     settings: Settings, environ: Mapping[str, str] = os.environ, *, keys: bool = True
 ) -> ProvidersConfig:
-    """The providers file and the provider variables, read once for the process; without
-    ``keys``, the providers' keys are not read (``load_providers``)."""
+    """The providers file and the provider variables, read once for the process.
+
+    Without ``keys`` the providers' keys are not read (``load_providers``).
+    """
     path = None if settings.providers_file is None else str(settings.providers_file)
     return load_providers(environ, path=path, keys=keys)
 
@@ -127,76 +131,27 @@ async def open_parts(
     tracing: Tracing | None = None,
     keys: bool = True,
 ) -> AsyncIterator[Parts]:
-    """Build every resource of a process; ``providers`` replaces the configuration (tests),
-    ``tracing`` the one the ``OTEL_*`` variables configure (its owner closes it).
+    """Build every resource of a process, closed in reverse order on exit.
 
+    ``providers`` replaces the configuration and ``tracing`` the one the ``OTEL_*``
+    variables configure (its owner closes it): tests and embedding processes.
     ``embedded_redis``: start a managed redis-server when no Redis URL is set (the API
-    does; a worker must be given a URL).
-    ``provider_required``: a missing provider raises instead of being reported.
-    ``keys=False``: the process makes no model call (an API without a worker): the
-    providers' keys are not read, so their files and variables need not be there.
+    does; a worker must be given a URL). ``provider_required``: a missing provider raises
+    instead of being reported. ``keys=False``: the process makes no model call, so the
+    providers' keys are not read (an API without a worker).
     """
     async with AsyncExitStack() as stack:
         if tracing is None:
             tracing = open_tracing()
             if tracing is not None:  # the last to close: every span of the process ended
                 stack.push_async_callback(tracing.shutdown)
-        if settings.redis_url is not None:
-            url = settings.redis_url.get_secret_value()
-        elif embedded_redis:
-            server = EmbeddedRedis(
-                settings.data_dir,
-                maxmemory_bytes=settings.embedded_redis_maxmemory_mb * 1024 * 1024,
-            )
-            await server.astart()
-            stack.push_async_callback(server.astop)
-            url = server.url
-            log.info("embedded redis-server on %s (data in %s)", server.redacted_url, server.dir)
-        else:
-            raise ValueError("no Redis URL and no embedded redis-server")
-        options = store_options(settings)
-        # Separate pools: however many requests the API serves, the worker's claims,
-        # heartbeats and commits always find a connection; and however many writes and
-        # commits the worker's jobs send, its claims, heartbeats and reaps have a few
-        # connections of their own (the lane). The worker's commands queue for a connection
-        # when all are busy (thousands of held jobs commit in bursts); the API's fail at once.
-        api_redis = _connect(url, settings)
-        worker_redis = _connect(url, settings, queue_s=WORKER_REDIS_QUEUE_S)
-        lane = _connect(url, settings, queue_s=WORKER_REDIS_QUEUE_S, max_connections=4)
-        for client in (api_redis, worker_redis, lane):
-            stack.push_async_callback(client.aclose)
-        # An evicting Redis would drop jobs silently: refuse it now (EvictingRedis).
-        warning = judge(await eviction_policy(api_redis))
-        if warning is not None:
-            log.warning("%s", warning)
-        jobs, leases = JobStore(api_redis, options), Leases(worker_redis, options, lane=lane)
-        stack.push_async_callback(jobs.aclose)
-        stack.push_async_callback(leases.aclose)
+        url = await _redis_url(stack, settings, embedded=embedded_redis)
+        api_redis, jobs, leases = await _open_store(stack, url, settings)
         outbound = await stack.enter_async_context(open_outbound(settings))
         config = providers_config(settings, keys=keys) if providers is None else providers
-        # One connection per job a worker may hold: a smaller pool queues model calls.
-        # One client per proxy the providers go through (the environment's, their own).
-        pool = max(DEFAULT_MAX_CONNECTIONS, settings.worker_concurrency)
-        http = await stack.enter_async_context(
-            open_clients(config, max_connections=pool, tracing=tracing)
+        router, problem = await _open_router(
+            stack, settings, config, tracing=tracing, required=provider_required
         )
-        router: Router | None = None
-        problem: str | None = None
-        try:
-            router = await stack.enter_async_context(
-                open_router(
-                    http,
-                    data_dir=settings.data_dir,
-                    config=config,
-                    on_retry=metrics.record_transport_retry,
-                    tracing=tracing,
-                )
-            )
-        except ProviderConfigError as exc:
-            if provider_required:
-                raise
-            log.error("no model provider: %s", exc.detail)
-            problem = exc.detail
         yield Parts(
             settings=settings,
             redis=api_redis,
@@ -208,6 +163,81 @@ async def open_parts(
             outbound=outbound,
             tracing=tracing,
         )
+
+
+async def _redis_url(stack: AsyncExitStack, settings: Settings, *, embedded: bool) -> str:
+    """The configured Redis URL, else an embedded redis-server's (stopped with ``stack``)."""
+    if settings.redis_url is not None:
+        return settings.redis_url.get_secret_value()
+    if not embedded:
+        raise ValueError("no Redis URL and no embedded redis-server")
+    server = EmbeddedRedis(
+        settings.data_dir,
+        maxmemory_bytes=settings.embedded_redis_maxmemory_mb * 1024 * 1024,
+    )
+    await server.astart()
+    stack.push_async_callback(server.astop)
+    log.info("embedded redis-server on %s (data in %s)", server.redacted_url, server.dir)
+    return server.url
+
+
+async def _open_store(
+    stack: AsyncExitStack, url: str, settings: Settings
+) -> tuple[RedisClient, JobStore, Leases]:
+    """The API's pool, and the store's two roles on their own pools."""
+    options = store_options(settings)
+    # Separate pools: however many requests the API serves, the worker's claims,
+    # heartbeats and commits always find a connection; and however many writes and
+    # commits the worker's jobs send, its claims, heartbeats and reaps have a few
+    # connections of their own (the lane). The worker's commands queue for a connection
+    # when all are busy (thousands of held jobs commit in bursts); the API's fail at once.
+    api_redis = _connect(url, settings)
+    worker_redis = _connect(url, settings, queue_s=WORKER_REDIS_QUEUE_S)
+    lane = _connect(url, settings, queue_s=WORKER_REDIS_QUEUE_S, max_connections=4)
+    for client in (api_redis, worker_redis, lane):
+        stack.push_async_callback(client.aclose)
+    # An evicting Redis would drop jobs silently: refuse it now (EvictingRedis).
+    warning = judge(await eviction_policy(api_redis))
+    if warning is not None:
+        log.warning("%s", warning)
+    jobs, leases = JobStore(api_redis, options), Leases(worker_redis, options, lane=lane)
+    stack.push_async_callback(jobs.aclose)
+    stack.push_async_callback(leases.aclose)
+    return api_redis, jobs, leases
+
+
+async def _open_router(
+    stack: AsyncExitStack,
+    settings: Settings,
+    config: ProvidersConfig,
+    *,
+    tracing: Tracing | None,
+    required: bool,
+) -> tuple[Router | None, str | None]:
+    """The router and the HTTP clients under it, or ``(None, why)`` when no provider can
+    be configured and ``required`` is false."""
+    # One connection per job a worker may hold: a smaller pool queues model calls.
+    # One client per proxy the providers go through (the environment's, their own).
+    pool = max(DEFAULT_MAX_CONNECTIONS, settings.worker_concurrency)
+    http = await stack.enter_async_context(
+        open_clients(config, max_connections=pool, tracing=tracing)
+    )
+    try:
+        router = await stack.enter_async_context(
+            open_router(
+                http,
+                data_dir=settings.data_dir,
+                config=config,
+                on_retry=metrics.record_transport_retry,
+                tracing=tracing,
+            )
+        )
+    except ProviderConfigError as exc:
+        if required:
+            raise
+        log.error("no model provider: %s", exc.detail)
+        return None, exc.detail
+    return router, None
 
 
 @asynccontextmanager
@@ -250,8 +280,10 @@ def api_app(
     tracing: Tracing | None = None,
 ) -> FastAPI:
     """The API; with ``embedded_worker``, a worker in the same process (``reprompt serve``).
+
     ``providers`` and ``tracing`` replace what the environment configures (tests, or an
-    embedding process with its own span exporter)."""
+    embedding process with its own span exporter).
+    """
 
     @asynccontextmanager
     async def resources() -> AsyncIterator[Resources]:
@@ -292,8 +324,9 @@ def api_app(
 
 
 def run_api(settings: Settings, *, embedded_worker: bool) -> int:
-    """``reprompt api`` / ``reprompt serve``: uvicorn until SIGTERM or SIGINT; 2 when an
-    API without keys would listen on a non-loopback address (``Settings.exposed_without_auth``).
+    """``reprompt api`` / ``reprompt serve``: uvicorn until SIGTERM or SIGINT.
+
+    Returns 2 when an API without keys would listen on a non-loopback address.
     """
     import uvicorn
 
@@ -394,8 +427,10 @@ async def _worker_process(settings: Settings) -> int:
 
 
 async def _circuit_gauges(router: Router) -> None:
-    """``reprompt_circuit_state`` on a worker's /metrics: the workers make the model calls,
-    so their breakers are the ones that open (an API process's stay closed)."""
+    """``reprompt_circuit_state`` on a worker's /metrics.
+
+    The workers make the model calls, so their breakers are the ones that open.
+    """
     while True:
         metrics.record_state(queue=None, circuits=router.snapshot())
         await asyncio.sleep(CIRCUIT_GAUGES_S)
@@ -403,8 +438,11 @@ async def _circuit_gauges(router: Router) -> None:
 
 @asynccontextmanager
 async def _running(worker: Worker) -> AsyncIterator[None]:
-    """Run ``worker`` in a task for the block; on exit stop claiming and let running jobs
-    finish (``drain_timeout_s``) or go back to the queue."""
+    """Run ``worker`` in a task for the block.
+
+    On exit it stops claiming and lets running jobs finish (``drain_timeout_s``) or go back
+    to the queue.
+    """
     stop = asyncio.Event()
     task = asyncio.create_task(worker.run(stop), name="worker")
     task.add_done_callback(_worker_ended)
@@ -417,8 +455,10 @@ async def _running(worker: Worker) -> AsyncIterator[None]:
 
 
 def _run_loop(main: Coroutine[Any, Any, int]) -> int:
-    """``asyncio.run`` on uvloop when it is installed (it is, with uvicorn[standard]): the
-    worker spends much of its CPU in the event loop's own bookkeeping."""
+    """``asyncio.run`` on uvloop when it is installed (it is, with uvicorn[standard]).
+
+    The worker spends much of its CPU in the event loop's own bookkeeping.
+    """
     try:
         import uvloop
     except ImportError:  # pragma: no cover - uvloop does not build on every platform
@@ -427,8 +467,11 @@ def _run_loop(main: Coroutine[Any, Any, int]) -> int:
 
 
 def _fairness(settings: Settings) -> Fairness:
-    """Per-tenant limits, when there are tenants: without API keys every caller is the one
-    tenant ``default``, and limiting it would only throttle the one user."""
+    """Per-tenant limits, when there are tenants.
+
+    Without API keys every caller is the one tenant ``default``: limiting it would only
+    throttle the one user.
+    """
     if not settings.api_keys:
         return Fairness(rate_per_s=0, burst=1, max_waits=0)
     return Fairness(

@@ -44,11 +44,11 @@ def spawn(
     stdin: bytes | None = None,
     umask: int = -1,
 ) -> subprocess.Popen[bytes]:
-    """Start ``args`` in its own session (so its own process group: a Ctrl-C meant for us
-    does not reach it, and ``terminate`` can signal the group), output to ``log_path``.
+    """Start ``args`` in a session of its own, output to ``log_path``.
 
-    ``stdin``: bytes written to the child's standard input, which is then closed (a secret
-    passed this way never shows in ``ps``); ``umask``: the child's, e.g. ``0o077``.
+    Its own process group: a Ctrl-C meant for us does not reach it, and ``terminate``
+    signals the group. ``stdin``: bytes written to the child's standard input, then closed
+    (a secret passed so never shows in ``ps``); ``umask``: the child's, e.g. ``0o077``.
     """
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with log_path.open("ab" if append else "wb") as log:

@@ -26,7 +26,7 @@ import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, Protocol, TextIO
 
 import httpx
 from pydantic import ValidationError
@@ -118,6 +118,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 SERVICE = {"serve", "api", "worker"}
 
 
+class _Commands(Protocol):
+    """What ``add_subparsers`` returns, as far as the command table uses it."""
+
+    def add_parser(self, name: str, **kwargs: Any) -> argparse.ArgumentParser: ...
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="reprompt",
@@ -125,12 +131,20 @@ def _parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog=ENVIRONMENT,
     )
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    _service_commands(commands)
+    _client_commands(commands)
+    _local_commands(commands)
+    return parser
+
+
+def _service_commands(commands: _Commands) -> None:
+    """``serve``, ``api`` and ``worker``: the service's processes."""
     for name, text in (
         ("serve", "API + in-process worker (+ embedded redis-server when REDIS_URL is unset)"),
         ("api", "the HTTP API only (workers run elsewhere)"),
     ):
-        cmd = sub.add_parser(
+        cmd = commands.add_parser(
             name,
             help=text,
             description=text,
@@ -145,15 +159,21 @@ def _parser() -> argparse.ArgumentParser:
             help="serve without REPROMPT_API_KEYS on a non-loopback address, when a proxy in "
             "front authenticates callers (REPROMPT_INSECURE_NO_AUTH=1)",
         )
-    sub.add_parser(
+    commands.add_parser(
         "worker",
         help="a worker process; needs REPROMPT_REDIS_URL",
         epilog=ENVIRONMENT,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    submit = sub.add_parser("submit", help="submit a job file and follow it attempt by attempt")
+
+
+def _client_commands(commands: _Commands) -> None:
+    """``submit`` and ``get``: a running service's client."""
+    submit = commands.add_parser(
+        "submit", help="submit a job file and follow it attempt by attempt"
+    )
     submit.add_argument("file", help="the job as JSON (or - for stdin)")
-    get = sub.add_parser("get", help="show a job")
+    get = commands.add_parser("get", help="show a job")
     get.add_argument("id")
     get.add_argument("--wait-ms", type=int, default=0, help="long-poll until the job ends")
     for cmd in (submit, get):
@@ -175,24 +195,27 @@ def _parser() -> argparse.ArgumentParser:
         '{"id", "name", "arguments"} as JSON on stdin and prints the output (JSON, or text); '
         "a non-zero exit answers with an error made of its stderr",
     )
-    run = sub.add_parser("run", help="run one job in this process, without the service")
+
+
+def _local_commands(commands: _Commands) -> None:
+    """``run``, ``demo``, ``sim`` and ``signing-secret``: work done in this process."""
+    run = commands.add_parser("run", help="run one job in this process, without the service")
     run.add_argument("file", help="the job as JSON (or - for stdin)")
     run.add_argument("--full", action="store_true", help="also print turns and transcript")
-    demo = sub.add_parser("demo", help="start the service, run the bundled example job, stop")
+    demo = commands.add_parser("demo", help="start the service, run the bundled example job, stop")
     demo.add_argument(
         "--sim",
         action="store_true",
         help="answer with the flaky-model simulator instead of a real model",
     )
     demo.add_argument("--port", type=int, default=0, help="port for the service (default: free)")
-    sub.add_parser("sim", help="the flaky-model simulator (reprompt sim --help)")
-    secret = sub.add_parser(
+    commands.add_parser("sim", help="the flaky-model simulator (reprompt sim --help)")
+    secret = commands.add_parser(
         "signing-secret",
         help="print a tenant's whsec_ secret for verifying the service's signed requests "
         "(operators: run it where the service's settings and data directory are)",
     )
     secret.add_argument("tenant")
-    return parser
 
 
 def _sim(args: Sequence[str]) -> int:
@@ -293,9 +316,11 @@ def _run_tool_command(command: list[str], call: dict[str, Any]) -> dict[str, Any
 
 
 def _signing_secret(tenant: str) -> int:
-    """The tenant's current secret, as the service signs with it: its own when the operator
-    set one, else derived from the operator key (``REPROMPT_WEBHOOK_SIGNING_KEY`` or the
-    data directory's key file). For the operator to hand to the tenant; never served."""
+    """The tenant's current secret, as the service signs with it; for the operator to hand over.
+
+    Its own when the operator set one, else derived from the operator key
+    (``REPROMPT_WEBHOOK_SIGNING_KEY`` or the data directory's key file). Never served.
+    """
     from app.assembly import open_outbound
 
     async def secret() -> str:

@@ -143,8 +143,10 @@ class ApiClient:
 def answer_calls(
     calls: list[dict[str, Any]], tools: Mapping[str, ToolFunction]
 ) -> list[dict[str, Any]]:
-    """The outputs for ``requiredAction.toolCalls``: each call run by its function; an
-    unknown tool or a function that raises answers with an ``error`` the model reads."""
+    """The outputs for ``requiredAction.toolCalls``, each call run by its function.
+
+    An unknown tool or a function that raises answers with an ``error`` the model reads.
+    """
     outputs: list[dict[str, Any]] = []
     for call in calls:
         function = tools.get(call["name"])

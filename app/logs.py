@@ -19,10 +19,12 @@ FORMAT: Final = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 
 class Formatter(logging.Formatter):
-    """``logging.Formatter(FORMAT)``, the same text made with less work: the time stamp
-    (``2026-11-24 08:16:09,123``) is worked out once per second of the clock rather than
-    with a ``localtime`` and a ``strftime`` per line, and a line without an exception or a
-    stack is put together in one step."""
+    """``logging.Formatter(FORMAT)``, the same text made with less work.
+
+    The time stamp (``2026-11-24 08:16:09,123``) is made once per second of the clock, not
+    with a ``localtime`` and a ``strftime`` per line; a line without an exception or a
+    stack is put together in one step.
+    """
 
     def __init__(self) -> None:
         super().__init__(FORMAT)
@@ -52,8 +54,10 @@ class Formatter(logging.Formatter):
 
 
 def info(logger: logging.Logger, message: str, created: float | None = None) -> None:
-    """``logger.info(message)``, stamped ``created`` (a ``time.time()``) when given: for a
-    line written later than what it tells of happened (the worker's 'started' line)."""
+    """``logger.info(message)``, stamped ``created`` (a ``time.time()``) when given.
+
+    For a line written later than what it tells of happened (the worker's 'started' line).
+    """
     if not logger.isEnabledFor(logging.INFO):
         return
     if created is None:
@@ -68,9 +72,10 @@ def info(logger: logging.Logger, message: str, created: float | None = None) -> 
 
 
 def configure(level: int, stream: TextIO | None = None) -> bool:
-    """Log to ``stream`` (stderr) at ``level`` in ``FORMAT``, unless logging is configured
-    already (an embedding app's, a test's capture): then nothing changes. True if it
-    configured."""
+    """Log to ``stream`` (stderr) at ``level`` in ``FORMAT``; True if it configured.
+
+    Logging configured already (an embedding app's, a test's capture) is left as it is.
+    """
     root = logging.getLogger()
     if root.handlers:
         return False

@@ -28,8 +28,10 @@ def uvicorn_server(
     graceful_s: int = 2,
     http: type[asyncio.Protocol] | Literal["auto", "h11", "httptools"] = "auto",
 ) -> uvicorn.Server:
-    """A uvicorn server for ``app`` that leaves global logging and websockets alone;
-    ``http``: its HTTP protocol (the API's is ``"httptools"``)."""
+    """A uvicorn server for ``app`` that leaves global logging and websockets alone.
+
+    ``http``: its HTTP protocol (the API's is ``"httptools"``).
+    """
     return uvicorn.Server(
         uvicorn.Config(
             app,

@@ -229,8 +229,10 @@ _CIRCUIT = {"closed": 0, "half_open": 1, "half-open": 1, "open": 2}
 
 @dataclass(frozen=True, slots=True)
 class _ModelSeries:
-    """The series one provider and model's calls count in, bound once (``labels`` looks
-    its label values up on every call)."""
+    """The series one provider and model's calls count in, bound once.
+
+    ``labels`` would look its label values up on every call.
+    """
 
     calls: Counter
     tokens_in: Counter
@@ -274,8 +276,10 @@ _BY_MODEL: dict[tuple[str, str], _ModelSeries] = {}
 
 
 def job_started(waited_s: float) -> None:
-    """A worker starts a claimed job that waited ``waited_s`` in the queue (and counts
-    it in progress until ``job_left``)."""
+    """A worker starts a claimed job that waited ``waited_s`` in the queue.
+
+    It counts as in progress until ``job_left``.
+    """
     QUEUE_WAIT.observe(waited_s)
     JOBS_IN_PROGRESS.inc()
 
@@ -349,8 +353,10 @@ def record_job(envelope: Envelope, *, duration_s: float) -> None:
 
 
 def record_callback(outcome: str, duration_s: float) -> None:
-    """Count one completion callback attempt (``outcome``: delivered, retrying, failed,
-    superseded)."""
+    """Count one completion callback attempt by ``outcome``.
+
+    ``outcome``: delivered, retrying, failed or superseded.
+    """
     CALLBACK_DELIVERIES.labels(outcome=outcome).inc()
     if outcome != "superseded":  # nothing was sent
         CALLBACK_ATTEMPT_DURATION.labels(outcome=outcome).observe(duration_s)
@@ -367,8 +373,10 @@ def record_state(
     circuits: Mapping[str, Mapping[str, Any]] | None,
     outbox: int | None = None,
 ) -> None:
-    """Scrape-time gauges: queue depth and oldest age, the callback outbox's depth (read
-    once, by the API), circuits."""
+    """Scrape-time gauges: queue depth and oldest age, the callback outbox's depth, circuits.
+
+    ``None`` leaves a gauge as it is: a worker passes only its circuits.
+    """
     if queue is not None:
         QUEUE_DEPTH.set(queue[0])
         QUEUE_OLDEST_AGE.set(queue[1])

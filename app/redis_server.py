@@ -113,8 +113,10 @@ class _Replies:
 
 
 def _command(port: int, payload: bytes, password: str, timeout_s: float = 2.0) -> bytes:
-    """Authenticate, send one RESP command and return its whole reply (b"" if the server
-    hung up; the error line if the password was refused: not our server)."""
+    """Authenticate, send one RESP command and return its whole reply.
+
+    b"" if the server hung up; the error line if the password was refused (not our server).
+    """
     with socket.create_connection(("127.0.0.1", port), timeout=timeout_s) as sock:
         sock.sendall(_resp("AUTH", password) + payload)
         replies = _Replies(sock)
@@ -265,8 +267,10 @@ class EmbeddedRedis(ManagedServer):
         return False
 
     def _make_private(self) -> None:
-        """The data directory 0700 and everything in it private, including what an older
-        version left readable (the AOF holds every job's task and answer)."""
+        """The data directory 0700 and everything in it private.
+
+        Including what an older version left readable: the AOF holds every job's task and answer.
+        """
         self.dir.mkdir(parents=True, exist_ok=True, mode=_PRIVATE_DIR)
         self.dir.chmod(_PRIVATE_DIR)
         for root, dirs, files in os.walk(self.dir):

@@ -31,8 +31,7 @@ def default_data_dir(environ: Mapping[str, str] = os.environ) -> Path:
 
 
 def invalid_settings(exc: ValidationError) -> str:
-    """Which settings are wrong and why, one per line, never their values (they may be
-    secrets)."""
+    """Which settings are wrong and why, one per line, never their values (maybe secrets)."""
     return "\n".join(
         f"  {'.'.join(str(p) for p in error['loc']) or '(settings)'}: "
         f"{error['msg'].removeprefix('Value error, ')}"

@@ -57,8 +57,10 @@ class TraceContext:
     def from_headers(
         cls, traceparent: Sequence[str], tracestate: Sequence[str] = ()
     ) -> TraceContext | None:
-        """The context of a request's headers (each as every value it came with), or
-        ``None`` when there is no valid ``traceparent``."""
+        """The context of a request's headers, or ``None`` without a valid ``traceparent``.
+
+        Each header comes with every value it was sent with.
+        """
         if len(traceparent) != 1:  # none, or repeated: W3C says there is no parent
             return None
         parent = parse_traceparent(traceparent[0])
@@ -110,8 +112,10 @@ def parse_traceparent(value: str) -> str | None:
 
 
 def parse_tracestate(values: Sequence[str]) -> str | None:
-    """The list members of every ``tracestate`` value, joined; ``None`` when there are none,
-    or when any member is malformed, a key repeats, or it is too long (W3C: drop it)."""
+    """The list members of every ``tracestate`` value, joined, or ``None``.
+
+    ``None`` too when any member is malformed, a key repeats, or it is too long (W3C: drop it).
+    """
     if sum(len(v) + 1 for v in values) > MAX_TRACESTATE + 1:
         return None
     members: list[str] = []

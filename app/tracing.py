@@ -177,15 +177,19 @@ class Tracing:
 
     @classmethod
     def to(cls, exporter: SpanExporter) -> Tracing:
-        """Every span straight to ``exporter`` (no batching): an embedding process's own
-        exporter, or the SDK's ``InMemorySpanExporter`` in tests."""
+        """Every span straight to ``exporter``, without batching.
+
+        For an embedding process's own exporter, or the SDK's ``InMemorySpanExporter`` in tests.
+        """
         provider = TracerProvider(resource=_resource(), shutdown_on_exit=False)
         provider.add_span_processor(SimpleSpanProcessor(exporter))
         return cls(provider.get_tracer(SCOPE, __version__), provider)
 
     def http_transport(self, transport: httpx.AsyncBaseTransport) -> httpx.AsyncBaseTransport:
-        """``transport``, each request a client span (a child of the current span: the
-        ``chat {model}`` one) whose context goes out in the ``traceparent`` header."""
+        """``transport``, each request a client span whose context goes out in ``traceparent``.
+
+        The span is a child of the current one: the ``chat {model}`` span.
+        """
         if not INSTRUMENTED:
             log.warning(
                 "traces on, but opentelemetry-instrumentation-httpx is not installed: model "
@@ -211,8 +215,11 @@ class Tracing:
         resumed: bool = False,
         parent: TraceContext | None = None,
     ) -> JobSpan:
-        """A span for one claim of a job, a child of the submitting client's span when the
-        job came with a ``traceparent`` (else the root of a trace of its own)."""
+        """A span for one claim of a job.
+
+        A child of the submitting client's span when the job came with a ``traceparent``, else
+        the root of a trace of its own.
+        """
         if parent is None:
             context = Context()
         else:
@@ -243,8 +250,10 @@ class Tracing:
         wire: str,
         server: tuple[str, int] | None = None,
     ) -> ModelCallSpan:
-        """A span for one model's answer to ``request`` (transport retries included),
-        named ``chat {model}`` as the GenAI conventions say; a child of the current span."""
+        """A span for one model's answer to ``request``, transport retries included.
+
+        Named ``chat {model}`` as the GenAI conventions say; a child of the current span.
+        """
         attributes: dict[str, str | bool | int | float] = {
             "gen_ai.operation.name": "chat",
             "gen_ai.provider.name": provider,

@@ -87,9 +87,11 @@ async def _one_direct(h: Any, sim_url: str, messages: Any, mark: Any) -> bool:
 async def _alternating(
     targets: list[tuple[str, str]], sim_url: str, messages: Any, n: int, mark: Any
 ) -> dict[str, list[float]]:
-    """``n`` calls of each target (``("direct", sim_url)`` or ``(name, api_url)``: a job),
-    one of each in turn (the order rotating), so that the machine's moods fall on all
-    alike. Only the jobs of the first API are traced."""
+    """``n`` calls of each target, one of each in turn, so the machine's moods fall on all alike.
+
+    A target is ``("direct", sim_url)`` or ``(name, api_url)`` (a job); the order rotates.
+    Only the jobs of the first API are traced.
+    """
     from bench.common import client
 
     lat: dict[str, list[float]] = {name: [] for name, _ in targets}
@@ -271,6 +273,37 @@ def budget(events: list[tuple[int, str, str, int]], show: int) -> list[str]:
 
 
 def main() -> int:
+    ns = _arguments()
+    if ns.analyze is not None:
+        rows = [line.split("\t") for line in ns.analyze.read_text().splitlines()]
+        read = [(int(ns_), label, detail, int(pid)) for ns_, label, detail, pid in rows]
+        print("\n".join(budget(read, ns.show)))
+        return 0
+    out = Path(tempfile.mkdtemp(prefix="rp-latency-"))
+    tracer = None if ns.no_trace else _setup_trace(out)
+
+    from bench.common import raise_fd_limit
+
+    raise_fd_limit()
+    trees: dict[str, Path | None] = {"this": None}
+    if ns.before is not None:
+        trees["before"] = ns.before
+    p50s, events = _rounds(ns, trees, out, tracer)
+    print()
+    for name, values in p50s.items():
+        what = "p50" if name == "direct" else "added p50"
+        print(
+            f"{name}: {what}, median over {len(values)} rounds {statistics.median(values):+.2f} ms"
+        )
+    if tracer is not None:
+        saved = out / "events.tsv"
+        saved.write_text("".join(f"{a}\t{b}\t{c}\t{d}\n" for a, b, c, d in events))
+        print(f"\n(events in {saved}: --analyze {saved})\n")
+        print("\n".join(budget(events, ns.show)))
+    return 0
+
+
+def _arguments() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--n", type=int, default=200, help="jobs (and direct calls) per round")
@@ -281,24 +314,21 @@ def main() -> int:
     )
     parser.add_argument("--serve", action="store_true", help="one serve process, not split")
     parser.add_argument("--analyze", type=Path, help="only report the events a run saved")
-    ns = parser.parse_args()
-    if ns.analyze is not None:
-        rows = [line.split("\t") for line in ns.analyze.read_text().splitlines()]
-        read = [(int(ns_), label, detail, int(pid)) for ns_, label, detail, pid in rows]
-        print("\n".join(budget(read, ns.show)))
-        return 0
-    out = Path(tempfile.mkdtemp(prefix="rp-latency-"))
-    tracer = None if ns.no_trace else _setup_trace(out)
-    mark = _quiet if tracer is None else tracer.mark
+    return parser.parse_args()
 
-    from bench.common import Stack, raise_fd_limit
+
+def _rounds(
+    ns: argparse.Namespace, trees: dict[str, Path | None], out: Path, tracer: Any
+) -> tuple[dict[str, list[float]], list[tuple[int, str, str, int]]]:
+    """Each tree's deployment beside the simulator, ``ns.rounds`` rounds of calls
+    alternating between them; per target its p50 (added, for the trees) each round, and
+    the traced events."""
+    from bench.common import Stack
     from bench.overhead import capture_messages, deploy
 
-    raise_fd_limit()
-    trees: dict[str, Path | None] = {"this": None}
-    if ns.before is not None:
-        trees["before"] = ns.before
+    mark = _quiet if tracer is None else tracer.mark
     p50s: dict[str, list[float]] = collections.defaultdict(list)
+    events: list[tuple[int, str, str, int]] = []
     kind = "serve" if ns.serve else "split"
     with Stack() as stack:
         sim = stack.sim(latency_ms=0, jitter_ms=0, seed=1)
@@ -311,7 +341,6 @@ def main() -> int:
         pids = [sim.pid, *(p for _, ps in deployments.values() for p in ps)]
         if tracer is not None:
             _collect(out, pids, tracer)  # start-up and warm-up events out of the way
-        events: list[tuple[int, str, str, int]] = []
         targets = [("direct", sim.url), *((name, url) for name, (url, _) in deployments.items())]
         for rnd in range(ns.rounds):
             lat = asyncio.run(_alternating(targets, sim.url, messages, ns.n, mark))
@@ -325,18 +354,7 @@ def main() -> int:
             if tracer is not None:
                 events += _collect(out, pids, tracer)
             print(" | ".join(line), flush=True)
-    print()
-    for name, values in p50s.items():
-        what = "p50" if name == "direct" else "added p50"
-        print(
-            f"{name}: {what}, median over {len(values)} rounds {statistics.median(values):+.2f} ms"
-        )
-    if tracer is not None:
-        saved = out / "events.tsv"
-        saved.write_text("".join(f"{a}\t{b}\t{c}\t{d}\n" for a, b, c, d in events))
-        print(f"\n(events in {saved}: --analyze {saved})\n")
-        print("\n".join(budget(events, ns.show)))
-    return 0
+    return p50s, events
 
 
 if __name__ == "__main__":

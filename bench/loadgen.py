@@ -224,9 +224,12 @@ class HttpxOrigin:
 
 @contextlib.asynccontextmanager
 async def origins(client: str, url: str, callers: int) -> AsyncIterator[list[Origin]]:
-    """Clients for ``callers`` concurrent callers of ``url``: one ``LeanClient`` (a
-    connection per caller), or for ``httpx`` max(1, callers/8) ``httpx.AsyncClient``s of
-    about 8 callers each (httpcore's pool costs more CPU per request as it grows)."""
+    """Clients for ``callers`` concurrent callers of ``url``.
+
+    ``lean``: one ``LeanClient`` (a connection per caller). ``httpx``: max(1, callers/8)
+    ``httpx.AsyncClient``s of about 8 callers each (httpcore's pool costs more CPU per
+    request as it grows).
+    """
     async with contextlib.AsyncExitStack() as stack:
         if client == "lean":
             yield [await stack.enter_async_context(LeanClient(url))]
@@ -248,10 +251,11 @@ def runner(client: str) -> Callable[[Coroutine[Any, Any, T]], T]:
 
 
 def compare(callers: int, jobs: int, rounds: int) -> dict[str, dict[str, float]]:
-    """Both clients on one split deployment (bench/overhead.py's) and one zero-latency
-    simulator, alternating round by round: per client, the medians of the direct calls/s,
-    the jobs/s, their ratio, and the CPU per job of reprompt, the simulator and the load
-    generator."""
+    """Both clients on one split deployment and one zero-latency simulator, round by round.
+
+    Per client, the medians of the direct calls/s, the jobs/s, their ratio, and the CPU per
+    job of reprompt, the simulator and the load generator.
+    """
     import statistics
 
     from bench.common import Stack, raise_fd_limit

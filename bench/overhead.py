@@ -35,6 +35,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -415,9 +416,31 @@ def write_report(
     derive(rows)
     plot(rows)
     client = info.get("client", "httpx")
+    out = _setup_section(client, quick, elapsed)
+    out += _latency_tables(rows)
+    out += ["![throughput and latency](overhead.png)", ""]
+    out += by_role(rows)
+    if BEFORE.exists() and not quick:
+        out += before_after(rows, json.loads(BEFORE.read_text()), client)
+    if prof:
+        out += _profile_section(prof)
+    out += page_end(info, f"Seeds: simulator `--seed {SEED}`.", "")
+    path = OUT / "overhead.md"
+    notes = Path(__file__).with_name("overhead_notes.md")
+    path.write_text(with_notes("\n".join(out), notes, quick=quick))
+    (OUT / "overhead.json").write_text(
+        json.dumps(
+            {"rows": rows, "profile": prof, "info": info, "elapsed": elapsed}, indent=1, default=str
+        )
+    )
+    print(f"wrote {path}")
+
+
+def _setup_section(client: str, quick: bool, elapsed: float) -> list[str]:
+    """The page's title, the command that made it and how it measures."""
     cmd = "python bench/overhead.py" + (" --quick" if quick else "")
     cmd += " --client httpx" if client == "httpx" else ""
-    out = [
+    return [
         "# Overhead and throughput: direct call vs reprompt",
         "",
         f"Produced by `{cmd}` (took {elapsed:.0f} s). Every number below comes from that one"
@@ -456,6 +479,11 @@ def write_report(
         " `× jobs/s` = reprompt jobs/s ÷ direct jobs/s.",
         "",
     ]
+
+
+def _latency_tables(rows: list[dict[str, Any]]) -> list[str]:
+    """One table of every cell per simulator latency."""
+    out: list[str] = []
     for lat in sorted({r["latency"] for r in rows}):
         out += [
             f"## Simulator latency {lat}",
@@ -475,61 +503,50 @@ def write_report(
                 f" {r['sim_cpu_ms_job']:.2f} | {r['gen_cpu_ms_job']:.2f} |"
             )
         out.append("")
-    out += ["![throughput and latency](overhead.png)", ""]
-    out += by_role(rows)
-    if BEFORE.exists() and not quick:
-        out += before_after(rows, json.loads(BEFORE.read_text()), client)
-    if prof:
-        s = prof["summary"]
-        run = prof["run"]
-        out += [
-            "## Where the time goes (py-spy)",
-            "",
-            f"`py-spy record --rate 250 --format raw --nonblocking --pid <serve>` during a"
-            f" {run['n']}-job `/v1/generate` run at c=32, zero latency ({run['rps']:.0f} jobs/s,"
-            f" {run['cpu_ms_job']:.2f} ms CPU/job for serve + redis while sampled)."
-            f" {s['samples']} on-CPU samples of the serve process (idle threads excluded);"
-            " the folded stacks are in `overhead-serve.folded.gz` (feed them to any flamegraph"
-            " tool).",
-            "",
-            "Redis commands per job in that run (`INFO commandstats` delta ÷ jobs; only"
-            " commands with ≥ 0.1 per job): "
-            + ", ".join(
-                f"`{k}` {v}"
-                for k, v in sorted(run.get("redis_cmd_mix", {}).items(), key=lambda kv: -kv[1])
-            )
-            + f" — {run.get('redis_cmds_job') or 0:.1f} in all.",
-            "",
-            "Self time by package (the leaf frame of each sample):",
-            "",
-            "| package | share of samples |",
-            "|---|---:|",
-            *[f"| {k} | {v:.1%} |" for k, v in s["buckets"][:14]],
-            "",
-            "Top functions by self time:",
-            "",
-            "| function | self |",
-            "|---|---:|",
-            *[f"| `{k}` | {v:.1%} |" for k, v in s["self"]],
-            "",
-            "reprompt functions by inclusive time (the sample has the function anywhere on"
-            " its stack):",
-            "",
-            "| function | inclusive |",
-            "|---|---:|",
-            *[f"| `{k}` | {v:.1%} |" for k, v in s["inclusive_app"]],
-            "",
-        ]
-    out += page_end(info, f"Seeds: simulator `--seed {SEED}`.", "")
-    path = OUT / "overhead.md"
-    notes = Path(__file__).with_name("overhead_notes.md")
-    path.write_text(with_notes("\n".join(out), notes, quick=quick))
-    (OUT / "overhead.json").write_text(
-        json.dumps(
-            {"rows": rows, "profile": prof, "info": info, "elapsed": elapsed}, indent=1, default=str
+    return out
+
+
+def _profile_section(prof: dict[str, Any]) -> list[str]:
+    """Where the serve process's CPU went, from the py-spy run."""
+    s = prof["summary"]
+    run = prof["run"]
+    return [
+        "## Where the time goes (py-spy)",
+        "",
+        f"`py-spy record --rate 250 --format raw --nonblocking --pid <serve>` during a"
+        f" {run['n']}-job `/v1/generate` run at c=32, zero latency ({run['rps']:.0f} jobs/s,"
+        f" {run['cpu_ms_job']:.2f} ms CPU/job for serve + redis while sampled)."
+        f" {s['samples']} on-CPU samples of the serve process (idle threads excluded);"
+        " the folded stacks are in `overhead-serve.folded.gz` (feed them to any flamegraph"
+        " tool).",
+        "",
+        "Redis commands per job in that run (`INFO commandstats` delta ÷ jobs; only"
+        " commands with ≥ 0.1 per job): "
+        + ", ".join(
+            f"`{k}` {v}"
+            for k, v in sorted(run.get("redis_cmd_mix", {}).items(), key=lambda kv: -kv[1])
         )
-    )
-    print(f"wrote {path}")
+        + f" — {run.get('redis_cmds_job') or 0:.1f} in all.",
+        "",
+        "Self time by package (the leaf frame of each sample):",
+        "",
+        "| package | share of samples |",
+        "|---|---:|",
+        *[f"| {k} | {v:.1%} |" for k, v in s["buckets"][:14]],
+        "",
+        "Top functions by self time:",
+        "",
+        "| function | self |",
+        "|---|---:|",
+        *[f"| `{k}` | {v:.1%} |" for k, v in s["self"]],
+        "",
+        "reprompt functions by inclusive time (the sample has the function anywhere on its stack):",
+        "",
+        "| function | inclusive |",
+        "|---|---:|",
+        *[f"| `{k}` | {v:.1%} |" for k, v in s["inclusive_app"]],
+        "",
+    ]
 
 
 def derive(rows: list[dict[str, Any]]) -> None:
@@ -630,6 +647,25 @@ def plot(rows: list[dict[str, Any]]) -> None:
 
 def main() -> int:
     global OUT
+    ns = _arguments()
+    if ns.report_only:
+        _report_again()
+        return 0
+    raise_fd_limit()
+    OUT = Path(tempfile.gettempdir()) / "reprompt-bench" if ns.quick else DOCS
+    OUT.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    p = plan(ns.quick)
+    info = {**machine(), "client": ns.client}
+    rows: list[dict[str, Any]] = []
+    prof = None
+    for lat, jitter in p["latencies"]:
+        prof = _one_latency(p, lat, jitter, ns, rows) or prof
+    write_report(rows, prof, info, ns.quick, sys.argv, time.monotonic() - started)
+    return 0
+
+
+def _arguments() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="a smoke run (< 60 s)")
     parser.add_argument("--no-profile", action="store_true", help="skip the py-spy profile")
@@ -644,85 +680,93 @@ def main() -> int:
         default="lean",
         help="the load generator's HTTP client (default lean: bench/loadgen.py)",
     )
-    ns = parser.parse_args()
-    if ns.report_only:
-        global OUT
-        saved = json.loads((DOCS / "overhead.json").read_text())
-        prof = saved["profile"]
-        folded = DOCS / "overhead-serve.folded.gz"
-        if prof and folded.exists():
-            prof["summary"] = summarize_profile(folded)
-        write_report(saved["rows"], prof, saved["info"], False, sys.argv, saved["elapsed"])
-        return 0
-    raise_fd_limit()
-    OUT = Path(tempfile.gettempdir()) / "reprompt-bench" if ns.quick else DOCS
-    OUT.mkdir(parents=True, exist_ok=True)
-    started = time.monotonic()
-    p = plan(ns.quick)
-    info = {**machine(), "client": ns.client}
-    rows: list[dict[str, Any]] = []
+    return parser.parse_args()
+
+
+def _report_again() -> None:
+    """``--report-only``: the page rewritten from the saved run."""
+    saved = json.loads((DOCS / "overhead.json").read_text())
+    prof = saved["profile"]
+    folded = DOCS / "overhead-serve.folded.gz"
+    if prof and folded.exists():
+        prof["summary"] = summarize_profile(folded)
+    write_report(saved["rows"], prof, saved["info"], False, sys.argv, saved["elapsed"])
+
+
+def _one_latency(
+    p: dict[str, Any], lat: int, jitter: int, ns: argparse.Namespace, rows: list[dict[str, Any]]
+) -> dict[str, Any] | None:
+    """Every deployment's cells against one simulator latency, appended to ``rows``.
+
+    Returns the serve process's profile when this run takes it.
+    """
+    label = f"{lat} ms ± {jitter}" if jitter else f"{lat} ms"
     prof = None
-    for lat, jitter in p["latencies"]:
-        label = f"{lat} ms ± {jitter}" if jitter else f"{lat} ms"
-        with Stack() as stack:
-            sim = stack.sim(latency_ms=lat, jitter_ms=jitter, seed=SEED)
-            messages: list[dict[str, str]] = []
-            for dep in p["deployments"]:
-                with Stack() as dstack:
-                    url, procs, parts, redis_url = deploy(dstack, dep, sim.url)
-                    if not messages:
-                        messages = capture_messages(url)
-                    if dep == p["deployments"][0]:
-                        for c in p["concurrency"]:
-                            r = measure(
-                                "direct",
-                                sim.url,
-                                messages,
-                                p["n"](c, lat),
-                                c,
-                                {},
-                                sim.pid,
-                                client=ns.client,
-                            )
-                            rows.append(
-                                {"latency": label, "deployment": "–", "path": "direct", "c": c, **r}
-                            )
-                            print(rows[-1])
-                    for c in p["concurrency"]:
-                        for path in ("generate", "jobs"):
-                            r = measure(
-                                path,
-                                url,
-                                messages,
-                                p["n"](c, lat),
-                                c,
-                                parts,
-                                sim.pid,
-                                redis_url,
-                                ns.client,
-                            )
-                            rows.append(
-                                {"latency": label, "deployment": dep, "path": path, "c": c, **r}
-                            )
-                            print(
-                                {
-                                    k: (round(v, 2) if isinstance(v, float) else v)
-                                    for k, v in rows[-1].items()
-                                }
-                            )
-                    if dep == "serve" and lat == 0 and not ns.quick and not ns.no_profile:
-                        prof = profile_serve(
-                            procs[0].pid,
-                            url,
-                            messages,
-                            sim.pid,
-                            1500,
-                            DOCS / "overhead-serve.folded",
-                            redis_url,
-                            ns.client,
-                        )
-    write_report(rows, prof, info, ns.quick, sys.argv, time.monotonic() - started)
-    return 0
+    with Stack() as stack:
+        sim = stack.sim(latency_ms=lat, jitter_ms=jitter, seed=SEED)
+        cells: _Cells | None = None
+        for dep in p["deployments"]:
+            with Stack() as dstack:
+                url, procs, parts, redis_url = deploy(dstack, dep, sim.url)
+                if cells is None:
+                    cells = _Cells(p, lat, label, capture_messages(url), sim, ns.client, rows)
+                    cells.direct()
+                cells.service(dep, url, parts, redis_url)
+                if dep == "serve" and lat == 0 and not ns.quick and not ns.no_profile:
+                    prof = profile_serve(
+                        procs[0].pid,
+                        url,
+                        cells.messages,
+                        sim.pid,
+                        1500,
+                        DOCS / "overhead-serve.folded",
+                        redis_url,
+                        ns.client,
+                    )
+    return prof
+
+
+@dataclass
+class _Cells:
+    """The cells of one simulator latency, measured into ``rows``."""
+
+    plan: dict[str, Any]
+    lat: int
+    label: str
+    messages: list[dict[str, str]]
+    sim: Proc
+    client: str
+    rows: list[dict[str, Any]]
+
+    def direct(self) -> None:
+        """The simulator called directly, at each concurrency."""
+        for c in self.plan["concurrency"]:
+            n = self.plan["n"](c, self.lat)
+            r = measure(
+                "direct", self.sim.url, self.messages, n, c, {}, self.sim.pid, client=self.client
+            )
+            self.rows.append(
+                {"latency": self.label, "deployment": "–", "path": "direct", "c": c, **r}
+            )
+            print(self.rows[-1])
+
+    def service(self, dep: str, url: str, parts: dict[str, list[int]], redis_url: str) -> None:
+        """``/v1/generate`` and ``/v1/jobs`` through one deployment, at each concurrency."""
+        for c in self.plan["concurrency"]:
+            n = self.plan["n"](c, self.lat)
+            for path in ("generate", "jobs"):
+                r = measure(
+                    path, url, self.messages, n, c, parts, self.sim.pid, redis_url, self.client
+                )
+                self.rows.append(
+                    {"latency": self.label, "deployment": dep, "path": path, "c": c, **r}
+                )
+                print(
+                    {
+                        k: (round(v, 2) if isinstance(v, float) else v)
+                        for k, v in self.rows[-1].items()
+                    }
+                )
 
 
 if __name__ == "__main__":

@@ -41,6 +41,7 @@ import threading
 import time
 import urllib.parse
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -161,10 +162,12 @@ class Sampler(threading.Thread):
                 self.halt.wait(self.period)
 
     def wait_finished(self, n: int, timeout: float, stall_s: float | None = None) -> float:
-        """Until every job has finished: ``reprompt_jobs_finished_total`` reaches ``n``, or
-        (it can undercount, see the report) every job has made its one model call and no
-        job is in progress any more. With ``stall_s``: also when nothing has moved (jobs
-        held, finished, model calls) for that long; ``stalled`` then says so."""
+        """Wait until every job has finished; the time of the sample that showed it.
+
+        Finished: ``reprompt_jobs_finished_total`` reaches ``n``, or (it can undercount, see
+        the report) every job has made its one model call and none is in progress. With
+        ``stall_s``, also when nothing has moved for that long; ``stalled`` then says so.
+        """
         deadline = time.monotonic() + timeout
         moved, seen = time.monotonic(), None
         self.stalled = False
@@ -329,99 +332,155 @@ def hold(
     model; the services run from the tree at ``code``."""
     name = key(jobs, latency_ms) + ("-before" if tag else "")
     with Stack(code) as stack:
-        sim = stack.sim(latency_ms=latency_ms, seed=SEED)
-        redis_url, redis_pid = stack.redis()
-        env = stack.env(
-            sim.url,
-            redis_url,
-            timeout_s=max(60.0, 3 * latency_ms / 1000),
-            REPROMPT_WORKER_CONCURRENCY=jobs,
-            REPROMPT_LEASE_MS=HOLD_LEASE_MS,
-            REPROMPT_HEARTBEAT_MS=HOLD_HEARTBEAT_MS,
-        )
-        api = stack.service("api", env)
-        worker = stack.service("worker", env, name="worker")
-        time.sleep(1.0)
-        base = {
-            "rss_mb": rss_mb(worker.pid),
-            "fds": open_fds(worker.pid),
-            "redis_rss_mb": rss_mb(redis_pid),
-        }
-        os.kill(worker.pid, signal.SIGSTOP)  # queue everything first, then let it claim
-        try:
-            submit_s, submit_fails = asyncio.run(submit(api.url, jobs))
-        finally:
-            monitor = Monitor(redis_url, code, stack.tmp / "monitor.txt")
-            pids = {"worker": worker.pid, "api": api.pid, "redis": redis_pid, "sim": sim.pid}
-            cpu0 = {k: cpu_seconds(pid) for k, pid in pids.items()}
-            os.kill(worker.pid, signal.SIGCONT)
-        redis_peak = rss_mb(redis_pid)
-        sampler = Sampler([worker])
-        sampler.start()
-        folded = OUT / f"scale-worker-{name}.folded"
-        spy = start_pyspy(worker.pid, folded, 20) if profile else None
-        done_t = sampler.wait_finished(jobs - submit_fails, timeout=1200, stall_s=STALL_S)
-        monitor.stop()
-        sampler.halt.set()
-        sampler.join()
-        cpu1 = {k: cpu_seconds(pid) for k, pid in pids.items()}
-        left = census(redis_url)
-        log = worker.log.read_text(errors="replace") if worker.log else ""
-        logs = Path(tempfile.gettempdir()) / "reprompt-bench"
-        logs.mkdir(exist_ok=True)
-        (logs / f"scale-worker-{name}.log").write_text(log)
-        commands = monitor.count()
+        run = _hold_run(stack, name, jobs, latency_ms, profile=profile, code=code)
     prof = None
-    if spy is not None:
-        spy.wait(timeout=60)
-        if folded.exists():
+    if run.spy is not None:
+        run.spy.wait(timeout=60)
+        if run.folded.exists():
             from bench.overhead import compress, summarize_profile
 
-            prof = summarize_profile(compress(folded))
-    s = sampler.samples
+            prof = summarize_profile(compress(run.folded))
+    return _hold_record(run, jobs, latency_ms, tag, prof)
+
+
+@dataclass
+class _HoldRun:
+    """What one hold measured, before it is summed up."""
+
+    sampler: Sampler
+    monitor: Monitor
+    commands: dict[str, dict[str, int]]
+    submit_s: float
+    submit_fails: int
+    done_t: float
+    base: dict[str, float]
+    redis_peak: float
+    cpu0: dict[str, float]
+    cpu1: dict[str, float]
+    census: dict[str, Any]
+    log: str
+    spy: subprocess.Popen[bytes] | None
+    folded: Path
+
+
+def _hold_run(
+    stack: Stack, name: str, jobs: int, latency_ms: int, *, profile: bool, code: Path
+) -> _HoldRun:
+    """Start the services, queue the jobs while the worker is frozen, thaw it, watch."""
+    sim = stack.sim(latency_ms=latency_ms, seed=SEED)
+    redis_url, redis_pid = stack.redis()
+    env = stack.env(
+        sim.url,
+        redis_url,
+        timeout_s=max(60.0, 3 * latency_ms / 1000),
+        REPROMPT_WORKER_CONCURRENCY=jobs,
+        REPROMPT_LEASE_MS=HOLD_LEASE_MS,
+        REPROMPT_HEARTBEAT_MS=HOLD_HEARTBEAT_MS,
+    )
+    api = stack.service("api", env)
+    worker = stack.service("worker", env, name="worker")
+    time.sleep(1.0)
+    base = {
+        "rss_mb": rss_mb(worker.pid),
+        "fds": open_fds(worker.pid),
+        "redis_rss_mb": rss_mb(redis_pid),
+    }
+    os.kill(worker.pid, signal.SIGSTOP)  # queue everything first, then let it claim
+    try:
+        submit_s, submit_fails = asyncio.run(submit(api.url, jobs))
+    finally:
+        monitor = Monitor(redis_url, code, stack.tmp / "monitor.txt")
+        pids = {"worker": worker.pid, "api": api.pid, "redis": redis_pid, "sim": sim.pid}
+        cpu0 = {k: cpu_seconds(pid) for k, pid in pids.items()}
+        os.kill(worker.pid, signal.SIGCONT)
+    redis_peak = rss_mb(redis_pid)
+    sampler = Sampler([worker])
+    sampler.start()
+    folded = OUT / f"scale-worker-{name}.folded"
+    spy = start_pyspy(worker.pid, folded, 20) if profile else None
+    done_t = sampler.wait_finished(jobs - submit_fails, timeout=1200, stall_s=STALL_S)
+    monitor.stop()
+    sampler.halt.set()
+    sampler.join()
+    cpu1 = {k: cpu_seconds(pid) for k, pid in pids.items()}
+    left = census(redis_url)
+    log = _kept_log(worker, name)
+    return _HoldRun(
+        sampler=sampler,
+        monitor=monitor,
+        commands=monitor.count(),
+        submit_s=submit_s,
+        submit_fails=submit_fails,
+        done_t=done_t,
+        base=base,
+        redis_peak=redis_peak,
+        cpu0=cpu0,
+        cpu1=cpu1,
+        census=left,
+        log=log,
+        spy=spy,
+        folded=folded,
+    )
+
+
+def _kept_log(worker: Proc, name: str) -> str:
+    """The worker's log, kept in the scratch directory for a look after the run."""
+    log = worker.log.read_text(errors="replace") if worker.log else ""
+    logs = Path(tempfile.gettempdir()) / "reprompt-bench"
+    logs.mkdir(exist_ok=True)
+    (logs / f"scale-worker-{name}.log").write_text(log)
+    return log
+
+
+def _hold_record(
+    run: _HoldRun, jobs: int, latency_ms: int, tag: str, prof: dict[str, Any] | None
+) -> dict[str, Any]:
+    """A hold's record, as the report and ``scale.json`` keep it."""
+    s = run.sampler.samples
+    done_t, cpu0, cpu1, base = run.done_t, run.cpu0, run.cpu1, run.base
     peak = max(x["in_progress"] for x in s)
-    t_peak = next(x["t"] for x in s if x["in_progress"] == peak)
     peak_rss = max(x["rss_mb"] for x in s)
-    beats = [commands[b] for b in HEARTBEAT_SCRIPTS if b in commands]
+    beats = [run.commands[b] for b in HEARTBEAT_SCRIPTS if b in run.commands]
     held_s = sum(
         (b["t"] - a["t"]) * (a["in_progress"] + b["in_progress"]) / 2
         for a, b in itertools.pairwise(s)
     )
+    monitor_s = run.monitor.seconds
     return {
         "code": tag.removeprefix("-") or "this tree",
-        "stalled": sampler.stalled,
+        "stalled": run.sampler.stalled,
         "jobs": jobs,
         "concurrency": jobs,
         "latency_ms": latency_ms,
         "lease_ms": HOLD_LEASE_MS,
         "heartbeat_ms": HOLD_HEARTBEAT_MS,
-        "submit_s": submit_s,
-        "submit_rps": jobs / submit_s,
-        "submit_fails": submit_fails,
-        "census": left,
-        "finished_undercount": jobs - submit_fails - s[-1]["finished"],
+        "submit_s": run.submit_s,
+        "submit_rps": jobs / run.submit_s,
+        "submit_fails": run.submit_fails,
+        "census": run.census,
+        "finished_undercount": jobs - run.submit_fails - s[-1]["finished"],
         "leases_expired": s[-1]["leases_expired"],
         "total_s": done_t,
         "throughput": s[-1]["finished"] / done_t if done_t else 0.0,
         "mean_call_s": s[-1]["call_s"] / s[-1]["calls"] if s[-1]["calls"] else 0.0,
         "mean_held": held_s / done_t if done_t else 0.0,
         "peak_in_progress": peak,
-        "t_peak": t_peak,
+        "t_peak": next(x["t"] for x in s if x["in_progress"] == peak),
         "base_rss_mb": base["rss_mb"],
         "peak_rss_mb": peak_rss,
         "kb_per_job": (peak_rss - base["rss_mb"]) * 1024 / peak if peak else 0.0,
         "base_fds": base["fds"],
         "peak_fds": max(x["fds"] for x in s),
-        "redis_rss_mb": (base["redis_rss_mb"], redis_peak),
+        "redis_rss_mb": (base["redis_rss_mb"], run.redis_peak),
         "cpu_s": {k: cpu1[k] - cpu0[k] for k in cpu0},
         "cpu_ms_job": {k: (cpu1[k] - cpu0[k]) / jobs * 1000 for k in cpu0},
         "worker_cpu_util": (cpu1["worker"] - cpu0["worker"]) / done_t if done_t else 0.0,
-        "monitor_s": monitor.seconds,
-        "heartbeat_calls_per_s": sum(b["calls"] for b in beats) / monitor.seconds,
-        "heartbeat_commands_per_s": sum(b["calls"] + b["inner"] for b in beats) / monitor.seconds,
-        "leases_renewed_per_s": sum(b["ids"] for b in beats) / monitor.seconds,
-        "redis_commands": commands,
-        "log_signs": {k: len(re.findall(v, log)) for k, v in LOG_SIGNS.items()},
+        "monitor_s": monitor_s,
+        "heartbeat_calls_per_s": sum(b["calls"] for b in beats) / monitor_s,
+        "heartbeat_commands_per_s": sum(b["calls"] + b["inner"] for b in beats) / monitor_s,
+        "leases_renewed_per_s": sum(b["ids"] for b in beats) / monitor_s,
+        "redis_commands": run.commands,
+        "log_signs": {k: len(re.findall(v, run.log)) for k, v in LOG_SIGNS.items()},
         "samples": s,
         "profile": prof,
     }
@@ -537,81 +596,84 @@ def saved_before() -> dict[str, Any]:
     return json.loads(BEFORE.read_text()) if BEFORE.exists() else {"holds": {}}
 
 
+def _top(x: dict[str, Any]) -> str:
+    prof = x.get("profile")
+    if not prof:
+        return "–"
+    name, share = prof["self"][0]
+    return f"`{name.split(' (')[0]}` {share:.0%}"
+
+
+def _ended(x: dict[str, Any]) -> str:
+    if x.get("stalled"):
+        return f"**stalled**: nothing moved for {STALL_S:.0f} s"
+    return "every job finished"
+
+
+def _statuses(x: dict[str, Any]) -> str:
+    c = x.get("census")
+    if not c:
+        return "–"
+    counts = ", ".join(f"{v} {k}" for k, v in sorted(c["status"].items()))
+    return f"{counts}; {c['leases']} leases, {c['queued']} queued"
+
+
+def _signs(x: dict[str, Any]) -> str:
+    found = {k: v for k, v in x.get("log_signs", {}).items() if v}
+    return ", ".join(f"{v} {k}" for k, v in found.items()) or "none"
+
+
+# A hold's table: each measure's label and how to show it from the hold's record.
+HOLD_ROWS: list[tuple[str, Callable[[dict[str, Any]], str]]] = [
+    (
+        "**peak jobs held** (`reprompt_jobs_in_progress`)",
+        lambda x: f"**{x['peak_in_progress']:.0f}**",
+    ),
+    ("time to the peak after the thaw", lambda x: f"{x['t_peak']:.1f} s"),
+    ("mean jobs held, thaw → end", lambda x: f"{x['mean_held']:.0f}"),
+    ("how the run ended", _ended),
+    ("thaw → end", lambda x: f"{x['total_s']:.0f} s ({x['throughput']:.0f} jobs/s)"),
+    ("mean model call as the worker timed it", lambda x: f"{x['mean_call_s']:.1f} s"),
+    ("worker RSS idle → peak", lambda x: f"{x['base_rss_mb']:.0f} → {x['peak_rss_mb']:.0f} MB"),
+    (
+        "**RSS per held job** ((peak − idle) ÷ peak held)",
+        lambda x: f"**{x['kb_per_job']:.0f} KB**",
+    ),
+    ("worker open fds idle → peak", lambda x: f"{x['base_fds']} → {x['peak_fds']}"),
+    (
+        "**worker CPU**, thaw → end (100 % = one core)",
+        lambda x: f"**{x['worker_cpu_util']:.0%}**",
+    ),
+    (
+        "CPU per job, thaw → end: worker / redis / sim (ms)",
+        lambda x: " / ".join(f"{x['cpu_ms_job'][k]:.1f}" for k in ("worker", "redis", "sim")),
+    ),
+    (
+        "**heartbeat round trips / s** (EVALSHA)",
+        lambda x: f"**{x['heartbeat_calls_per_s']:.1f}**",
+    ),
+    (
+        "heartbeat Redis commands / s (with those the scripts ran)",
+        lambda x: f"{x['heartbeat_commands_per_s']:.0f}",
+    ),
+    ("leases renewed / s", lambda x: f"{x['leases_renewed_per_s']:.0f}"),
+    (
+        "**leases expired** (`reprompt_leases_expired_total`)",
+        lambda x: f"**{x['leases_expired']:.0f}**",
+    ),
+    ("jobs in Redis at the end", _statuses),
+    ("worker log: trouble", _signs),
+    ("top function by self time (py-spy, first 20 s)", _top),
+]
+
+
 def hold_table(h: dict[str, Any], b: dict[str, Any] | None) -> list[str]:
     """One hold as a Markdown table, beside its saved 'before' when there is one."""
-
-    def top(x: dict[str, Any]) -> str:
-        prof = x.get("profile")
-        if not prof:
-            return "–"
-        name, share = prof["self"][0]
-        return f"`{name.split(' (')[0]}` {share:.0%}"
-
-    def ended(x: dict[str, Any]) -> str:
-        if x.get("stalled"):
-            return f"**stalled**: nothing moved for {STALL_S:.0f} s"
-        return "every job finished"
-
-    def statuses(x: dict[str, Any]) -> str:
-        c = x.get("census")
-        if not c:
-            return "–"
-        counts = ", ".join(f"{v} {k}" for k, v in sorted(c["status"].items()))
-        return f"{counts}; {c['leases']} leases, {c['queued']} queued"
-
-    def signs(x: dict[str, Any]) -> str:
-        found = {k: v for k, v in x.get("log_signs", {}).items() if v}
-        return ", ".join(f"{v} {k}" for k, v in found.items()) or "none"
-
-    def pct(v: float) -> str:
-        return f"{v:.0%}"
-
-    rows: list[tuple[str, Callable[[dict[str, Any]], str]]] = [
-        (
-            "**peak jobs held** (`reprompt_jobs_in_progress`)",
-            lambda x: f"**{x['peak_in_progress']:.0f}**",
-        ),
-        ("time to the peak after the thaw", lambda x: f"{x['t_peak']:.1f} s"),
-        ("mean jobs held, thaw → end", lambda x: f"{x['mean_held']:.0f}"),
-        ("how the run ended", ended),
-        ("thaw → end", lambda x: f"{x['total_s']:.0f} s ({x['throughput']:.0f} jobs/s)"),
-        ("mean model call as the worker timed it", lambda x: f"{x['mean_call_s']:.1f} s"),
-        ("worker RSS idle → peak", lambda x: f"{x['base_rss_mb']:.0f} → {x['peak_rss_mb']:.0f} MB"),
-        (
-            "**RSS per held job** ((peak − idle) ÷ peak held)",
-            lambda x: f"**{x['kb_per_job']:.0f} KB**",
-        ),
-        ("worker open fds idle → peak", lambda x: f"{x['base_fds']} → {x['peak_fds']}"),
-        (
-            "**worker CPU**, thaw → end (100 % = one core)",
-            lambda x: f"**{pct(x['worker_cpu_util'])}**",
-        ),
-        (
-            "CPU per job, thaw → end: worker / redis / sim (ms)",
-            lambda x: " / ".join(f"{x['cpu_ms_job'][k]:.1f}" for k in ("worker", "redis", "sim")),
-        ),
-        (
-            "**heartbeat round trips / s** (EVALSHA)",
-            lambda x: f"**{x['heartbeat_calls_per_s']:.1f}**",
-        ),
-        (
-            "heartbeat Redis commands / s (with those the scripts ran)",
-            lambda x: f"{x['heartbeat_commands_per_s']:.0f}",
-        ),
-        ("leases renewed / s", lambda x: f"{x['leases_renewed_per_s']:.0f}"),
-        (
-            "**leases expired** (`reprompt_leases_expired_total`)",
-            lambda x: f"**{x['leases_expired']:.0f}**",
-        ),
-        ("jobs in Redis at the end", statuses),
-        ("worker log: trouble", signs),
-        ("top function by self time (py-spy, first 20 s)", top),
-    ]
     if b is None:
         out = ["| measure | value |", "|---|---:|"]
-        return out + [f"| {label} | {fmt(h)} |" for label, fmt in rows]
+        return out + [f"| {label} | {fmt(h)} |" for label, fmt in HOLD_ROWS]
     out = [f"| measure | before: {b['code']} | after: {h['code']} |", "|---|---:|---:|"]
-    return out + [f"| {label} | {fmt(b)} | {fmt(h)} |" for label, fmt in rows]
+    return out + [f"| {label} | {fmt(b)} | {fmt(h)} |" for label, fmt in HOLD_ROWS]
 
 
 def write_report(
@@ -624,6 +686,31 @@ def write_report(
     plot(holds, drains)
     cmd = "python bench/scale.py" + (" --quick" if quick else "")
     before = saved_before()
+    out = _holds_section(holds, before, cmd, elapsed)
+    out += _profiles_section(holds, before)
+    out += _drain_section(drains)
+    out += page_end(
+        info,
+        f"Seeds: simulator `--seed {SEED}`. Submission concurrency {SUBMIT_CONCURRENCY}.",
+        "",
+    )
+    notes = Path(__file__).with_name("scale_notes.md")
+    text = with_notes("\n".join(out), notes, quick=quick)
+    (OUT / "scale.md").write_text(text)
+    (OUT / "scale.json").write_text(
+        json.dumps(
+            {"holds": holds, "drain": drains, "info": info, "elapsed": elapsed},
+            indent=1,
+            default=str,
+        )
+    )
+    print(f"wrote {OUT / 'scale.md'}")
+
+
+def _holds_section(
+    holds: list[dict[str, Any]], before: dict[str, Any], cmd: str, elapsed: float
+) -> list[str]:
+    """The page's title and how it measures, then each hold's table."""
     out = [
         "# Scale: jobs in flight on one worker, and queue drain",
         "",
@@ -654,7 +741,12 @@ def write_report(
             *hold_table(h, b),
             "",
         ]
-    out += ["### Where the worker's CPU goes (py-spy)", ""]
+    return out
+
+
+def _profiles_section(holds: list[dict[str, Any]], before: dict[str, Any]) -> list[str]:
+    """The worker's py-spy profiles, before and after, where the before was busy."""
+    out = ["### Where the worker's CPU goes (py-spy)", ""]
     for i, h in enumerate(holds):
         b = before["holds"].get(key(h["jobs"], h["latency_ms"]))
         what = f"{h['jobs']:,} jobs on a {h['latency_ms'] / 1000:g} s model"
@@ -663,7 +755,12 @@ def write_report(
             out += profile_md(b["profile"], f"Before ({b['code']}), {what}")
         if busy or i == 0:
             out += profile_md(h.get("profile"), f"After, {what}")
-    out += [
+    return out
+
+
+def _drain_section(drains: list[dict[str, Any]]) -> list[str]:
+    """The drains' table: 1, 2 and 4 workers against the floor."""
+    return [
         "Folded stacks: `scale-worker-<jobs>@<latency ms>[-before].folded.gz`"
         " (`zcat … | flamegraph.pl`).",
         "",
@@ -689,23 +786,7 @@ def write_report(
         "",
         "![scale](scale.png)",
         "",
-        *page_end(
-            info,
-            f"Seeds: simulator `--seed {SEED}`. Submission concurrency {SUBMIT_CONCURRENCY}.",
-            "",
-        ),
     ]
-    notes = Path(__file__).with_name("scale_notes.md")
-    text = with_notes("\n".join(out), notes, quick=quick)
-    (OUT / "scale.md").write_text(text)
-    (OUT / "scale.json").write_text(
-        json.dumps(
-            {"holds": holds, "drain": drains, "info": info, "elapsed": elapsed},
-            indent=1,
-            default=str,
-        )
-    )
-    print(f"wrote {OUT / 'scale.md'}")
 
 
 def commit_of(ref: str) -> str:
@@ -729,6 +810,36 @@ def brief(h: dict[str, Any]) -> dict[str, Any]:
 
 def main() -> int:
     global OUT
+    ns = _arguments()
+    if ns.report_only:
+        saved = json.loads((DOCS / "scale.json").read_text())
+        write_report(saved["holds"], saved["drain"], saved["info"], False, saved["elapsed"])
+        return 0
+    print("fd limit", raise_fd_limit())
+    scratch = ns.quick or ns.hold_only or bool(ns.jobs and not ns.before)
+    OUT = Path(tempfile.gettempdir()) / "reprompt-bench" if scratch else DOCS
+    OUT.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    holds = QUICK_HOLDS if ns.quick else HOLDS
+    if ns.jobs:
+        holds = [{"jobs": ns.jobs, "latency_ms": ns.latency_ms}]
+    info = machine()
+    if ns.before:
+        _hold_before(ns.before, holds, info, save=not ns.quick)
+        return 0
+    results = _hold_all(holds, profile=not ns.quick)
+    if scratch and not ns.quick:
+        return 0
+    drain_plan = QUICK_DRAIN if ns.quick else DRAIN
+    drains = []
+    for w in drain_plan["workers"]:
+        drains.append(drain(drain_plan, w))
+        print(drains[-1])
+    write_report(results, drains, info, ns.quick, time.monotonic() - started)
+    return 0
+
+
+def _arguments() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="a smoke run (about a minute)")
     parser.add_argument(
@@ -750,35 +861,30 @@ def main() -> int:
     )
     parser.add_argument("--jobs", type=int, help="one hold of this many jobs (and slots)")
     parser.add_argument("--latency-ms", type=int, default=2000, help="with --jobs: the model")
-    ns = parser.parse_args()
-    if ns.report_only:
-        saved = json.loads((DOCS / "scale.json").read_text())
-        write_report(saved["holds"], saved["drain"], saved["info"], False, saved["elapsed"])
-        return 0
-    print("fd limit", raise_fd_limit())
-    scratch = ns.quick or ns.hold_only or bool(ns.jobs and not ns.before)
-    OUT = Path(tempfile.gettempdir()) / "reprompt-bench" if scratch else DOCS
-    OUT.mkdir(parents=True, exist_ok=True)
-    started = time.monotonic()
-    holds = QUICK_HOLDS if ns.quick else HOLDS
-    if ns.jobs:
-        holds = [{"jobs": ns.jobs, "latency_ms": ns.latency_ms}]
-    info = machine()
-    if ns.before:
-        code, tag = export(ns.before), f"-{ns.before} ({commit_of(ns.before)})"
-        saved = saved_before()
-        for plan in holds:
-            h = hold(plan["jobs"], plan["latency_ms"], profile=True, code=code, tag=tag)
-            print(brief(h))
-            saved["holds"][key(plan["jobs"], plan["latency_ms"])] = h
-        saved |= {"info": info, "date": info["date"]}
-        if not ns.quick:
-            BEFORE.write_text(json.dumps(saved, indent=1, default=str))
-            print(f"wrote {BEFORE}")
-        return 0
+    return parser.parse_args()
+
+
+def _hold_before(
+    ref: str, holds: list[dict[str, Any]], info: dict[str, str], *, save: bool
+) -> None:
+    """``--before REF``: the holds run with REF's services, saved as the report's before."""
+    code, tag = export(ref), f"-{ref} ({commit_of(ref)})"
+    saved = saved_before()
+    for plan in holds:
+        h = hold(plan["jobs"], plan["latency_ms"], profile=True, code=code, tag=tag)
+        print(brief(h))
+        saved["holds"][key(plan["jobs"], plan["latency_ms"])] = h
+    saved |= {"info": info, "date": info["date"]}
+    if save:
+        BEFORE.write_text(json.dumps(saved, indent=1, default=str))
+        print(f"wrote {BEFORE}")
+
+
+def _hold_all(holds: list[dict[str, Any]], *, profile: bool) -> list[dict[str, Any]]:
+    """Every hold with this tree's services, each printed beside its saved before."""
     results = []
     for plan in holds:
-        h = hold(plan["jobs"], plan["latency_ms"], profile=not ns.quick)
+        h = hold(plan["jobs"], plan["latency_ms"], profile=profile)
         print(brief(h))
         b = saved_before()["holds"].get(key(plan["jobs"], plan["latency_ms"]))
         print("\n".join(hold_table(h, b)))
@@ -787,15 +893,7 @@ def main() -> int:
         kept = Path(tempfile.gettempdir()) / "reprompt-bench" / "scale-holds.json"
         kept.parent.mkdir(exist_ok=True)
         kept.write_text(json.dumps(results, indent=1, default=str))
-    if scratch and not ns.quick:
-        return 0
-    drain_plan = QUICK_DRAIN if ns.quick else DRAIN
-    drains = []
-    for w in drain_plan["workers"]:
-        drains.append(drain(drain_plan, w))
-        print(drains[-1])
-    write_report(results, drains, info, ns.quick, time.monotonic() - started)
-    return 0
+    return results
 
 
 if __name__ == "__main__":

@@ -156,93 +156,158 @@ def memory_per_job(port: int, keys: list[bytes]) -> dict[str, float]:
 
 
 def run(p: dict[str, Any], layout: Layout) -> dict[str, Any]:
-    n, workers, concurrency = p["jobs"], p["workers"], p["concurrency"]
+    """One layout: the jobs queued while the workers are frozen, then drained."""
     with Stack() as stack:
-        sim = stack.sim(latency_ms=0, seed=SEED)
-        if layout.masters:
-            cluster = LocalCluster(stack.tmp / "cluster", masters=layout.masters).start()
-            stack.callback(cluster.stop)
-            ports, url = list(cluster.ports), cluster.url
-        else:
-            ports = [plain_node(stack)]
-            url = f"redis://127.0.0.1:{ports[0]}/0"
-        pids = {port: node_pid(port) for port in ports}
-        env = stack.env(
-            sim.url,
-            url,
-            REPROMPT_REDIS_CLUSTER="true" if layout.masters else "false",
-            REPROMPT_SHARDS=layout.shards,
-            REPROMPT_KEY_PREFIX=PREFIX,
-            REPROMPT_WORKER_CONCURRENCY=concurrency,
-            REPROMPT_RATE_PER_TENANT=0,  # one tenant submits everything, as fast as it can
-        )
-        api = stack.service("api", env)
-        procs = [stack.service("worker", env, name=f"worker{i}") for i in range(workers)]
-        time.sleep(0.5)
-        memory0 = used_memory(ports)
-        for w in procs:
-            os.kill(w.pid, signal.SIGSTOP)
-        redis_cpu0 = {port: cpu_seconds(pid) for port, pid in pids.items()}
-        api_cpu0 = cpu_seconds(api.pid)
-        try:
-            submit_s, submit_fails = asyncio.run(submit(api.url, n))
-        finally:
-            for w in procs:
-                os.kill(w.pid, signal.SIGCONT)
-        redis_cpu1 = {port: cpu_seconds(pid) for port, pid in pids.items()}
-        api_cpu1 = cpu_seconds(api.pid)
-        worker_cpu0 = sum(cpu_seconds(w.pid) for w in procs)
-        sim_cpu0 = cpu_seconds(sim.pid)
-        sampler = Sampler(procs, period=0.2)
-        busy0 = machine_busy_s()
-        sampler.start()
-        drain_s = sampler.wait_finished(n - submit_fails, timeout=900)
-        busy1 = machine_busy_s()
-        sampler.halt.set()
-        sampler.join()
-        redis_cpu2 = {port: cpu_seconds(pid) for port, pid in pids.items()}
-        worker_cpu1 = sum(cpu_seconds(w.pid) for w in procs)
-        sim_cpu1 = cpu_seconds(sim.pid)
-        failed = failed_jobs(api.url)
-        keys = {port: job_keys(port) for port in ports}
-        memory1 = used_memory(ports)
-        fullest = max(ports, key=lambda port: len(keys[port]))
-        memory = memory_per_job(fullest, keys[fullest])
-    drain_redis = {port: redis_cpu2[port] - redis_cpu1[port] for port in ports}
-    drain_total_cpu = (
-        sum(drain_redis.values()) + (worker_cpu1 - worker_cpu0) + (sim_cpu1 - sim_cpu0)
+        d = _drain(stack, p, layout)
+    return _record(d, p, layout)
+
+
+@dataclass
+class _Drained:
+    """What one layout's run measured: CPU seconds at the submit's start (0), its end (1)
+    and the drain's end (2), by node port or process."""
+
+    ports: list[int]
+    submit_s: float
+    submit_fails: int
+    drain_s: float
+    failed: int
+    redis_cpu: tuple[dict[int, float], dict[int, float], dict[int, float]]
+    api_cpu: float
+    worker_cpu: float
+    sim_cpu: float
+    machine_busy_s: float
+    memory: tuple[dict[str, int], dict[str, int]]
+    keys: dict[int, list[bytes]]
+    job_hash: dict[str, float]
+
+
+def _drain(stack: Stack, p: dict[str, Any], layout: Layout) -> _Drained:
+    n, workers = p["jobs"], p["workers"]
+    sim = stack.sim(latency_ms=0, seed=SEED)
+    ports, url = _redis_for(stack, layout)
+    pids = {port: node_pid(port) for port in ports}
+    env = stack.env(
+        sim.url,
+        url,
+        REPROMPT_REDIS_CLUSTER="true" if layout.masters else "false",
+        REPROMPT_SHARDS=layout.shards,
+        REPROMPT_KEY_PREFIX=PREFIX,
+        REPROMPT_WORKER_CONCURRENCY=p["concurrency"],
+        REPROMPT_RATE_PER_TENANT=0,  # one tenant submits everything, as fast as it can
     )
+    api = stack.service("api", env)
+    procs = [stack.service("worker", env, name=f"worker{i}") for i in range(workers)]
+    time.sleep(0.5)
+    memory0 = used_memory(ports)
+    for w in procs:
+        os.kill(w.pid, signal.SIGSTOP)
+    redis_cpu0 = {port: cpu_seconds(pid) for port, pid in pids.items()}
+    api_cpu0 = cpu_seconds(api.pid)
+    try:
+        submit_s, submit_fails = asyncio.run(submit(api.url, n))
+    finally:
+        for w in procs:
+            os.kill(w.pid, signal.SIGCONT)
+    redis_cpu1 = {port: cpu_seconds(pid) for port, pid in pids.items()}
+    api_cpu1 = cpu_seconds(api.pid)
+    worker_cpu0 = sum(cpu_seconds(w.pid) for w in procs)
+    sim_cpu0 = cpu_seconds(sim.pid)
+    sampler = Sampler(procs, period=0.2)
+    busy0 = machine_busy_s()
+    sampler.start()
+    drain_s = sampler.wait_finished(n - submit_fails, timeout=900)
+    busy1 = machine_busy_s()
+    sampler.halt.set()
+    sampler.join()
+    redis_cpu2 = {port: cpu_seconds(pid) for port, pid in pids.items()}
+    worker_cpu1 = sum(cpu_seconds(w.pid) for w in procs)
+    sim_cpu1 = cpu_seconds(sim.pid)
+    failed = failed_jobs(api.url)
+    keys = {port: job_keys(port) for port in ports}
+    memory1 = used_memory(ports)
+    fullest = max(ports, key=lambda port: len(keys[port]))
+    return _Drained(
+        ports=ports,
+        submit_s=submit_s,
+        submit_fails=submit_fails,
+        drain_s=drain_s,
+        failed=failed,
+        redis_cpu=(redis_cpu0, redis_cpu1, redis_cpu2),
+        api_cpu=api_cpu1 - api_cpu0,
+        worker_cpu=worker_cpu1 - worker_cpu0,
+        sim_cpu=sim_cpu1 - sim_cpu0,
+        machine_busy_s=busy1 - busy0,
+        memory=(memory0, memory1),
+        keys=keys,
+        job_hash=memory_per_job(fullest, keys[fullest]),
+    )
+
+
+def _redis_for(stack: Stack, layout: Layout) -> tuple[list[int], str]:
+    """The layout's Redis: a 3-master cluster, or one plain node; its ports and URL."""
+    if layout.masters:
+        cluster = LocalCluster(stack.tmp / "cluster", masters=layout.masters).start()
+        stack.callback(cluster.stop)
+        return list(cluster.ports), cluster.url
+    port = plain_node(stack)
+    return [port], f"redis://127.0.0.1:{port}/0"
+
+
+def _record(d: _Drained, p: dict[str, Any], layout: Layout) -> dict[str, Any]:
+    """A layout's figures, as the page and ``shards.json`` keep them."""
+    n, ports = p["jobs"], d.ports
+    redis_cpu0, redis_cpu1, redis_cpu2 = d.redis_cpu
+    memory0, memory1 = d.memory
+    drain_redis = {port: redis_cpu2[port] - redis_cpu1[port] for port in ports}
+    drain_total_cpu = sum(drain_redis.values()) + d.worker_cpu + d.sim_cpu
     return {
         "layout": layout.name,
         "masters": layout.masters,
         "shards": layout.shards,
         "jobs": n,
-        "workers": workers,
-        "concurrency": concurrency,
-        "submit_fails": submit_fails,
-        "failed_jobs": failed,
-        "submit_s": submit_s,
-        "submit_rps": n / submit_s,
-        "drain_s": drain_s,
-        "throughput": n / drain_s,
-        "jobs_per_node": [len(keys[port]) for port in ports],
+        "workers": p["workers"],
+        "concurrency": p["concurrency"],
+        "submit_fails": d.submit_fails,
+        "failed_jobs": d.failed,
+        "submit_s": d.submit_s,
+        "submit_rps": n / d.submit_s,
+        "drain_s": d.drain_s,
+        "throughput": n / d.drain_s,
+        "jobs_per_node": [len(d.keys[port]) for port in ports],
         "redis_cpu_ms_job_submit": sum(redis_cpu1[q] - redis_cpu0[q] for q in ports) / n * 1000,
         "redis_cpu_ms_job_drain": sum(drain_redis.values()) / n * 1000,
         "redis_cpu_drain_per_node_s": [drain_redis[port] for port in ports],
-        "api_cpu_ms_job_submit": (api_cpu1 - api_cpu0) / n * 1000,
-        "worker_cpu_ms_job": (worker_cpu1 - worker_cpu0) / n * 1000,
-        "sim_cpu_ms_job": (sim_cpu1 - sim_cpu0) / n * 1000,
-        "busiest_node_util": max(drain_redis.values()) / drain_s,
-        "cores_busy": drain_total_cpu / drain_s,
-        "machine_busy": (busy1 - busy0) / drain_s,
+        "api_cpu_ms_job_submit": d.api_cpu / n * 1000,
+        "worker_cpu_ms_job": d.worker_cpu / n * 1000,
+        "sim_cpu_ms_job": d.sim_cpu / n * 1000,
+        "busiest_node_util": max(drain_redis.values()) / d.drain_s,
+        "cores_busy": drain_total_cpu / d.drain_s,
+        "machine_busy": d.machine_busy_s / d.drain_s,
         "memory_per_job_b": (memory1["used_memory"] - memory0["used_memory"]) / n,
         "dataset_per_job_b": (memory1["used_memory_dataset"] - memory0["used_memory_dataset"]) / n,
-        "job_hash": memory,
+        "job_hash": d.job_hash,
     }
 
 
 def report(results: list[dict[str, Any]], info: dict[str, str], quick: bool, elapsed: float) -> str:
     cmd = "python bench/shards.py" + (" --quick" if quick else "")
+    out = [
+        "# Shards: queue drain on one Redis node vs a 3-master Redis Cluster",
+        "",
+        f"Produced by `{cmd}` (took {elapsed:.0f} s) on a shared, noisy 2-core machine;"
+        " every number comes from that one run, one run per layout.",
+        "",
+        *_drain_section(results),
+        *_memory_section(results),
+        *page_end(info),
+    ]
+    notes = Path(__file__).with_name("shards_notes.md")
+    return with_notes("\n".join(out), notes, quick=quick)
+
+
+def _drain_section(results: list[dict[str, Any]]) -> list[str]:
+    """How a layout is run, and the drain's table."""
     r0 = results[0]
     rows = [
         f"| {r['layout']} | {r['drain_s']:.1f} | **{r['throughput']:.0f}** |"
@@ -255,32 +320,7 @@ def report(results: list[dict[str, Any]], info: dict[str, str], quick: bool, ela
         f" {r['failed_jobs'] + r['submit_fails']} |"
         for r in results
     ]
-    memory = [
-        "## Memory per finished job",
-        "",
-        "Growth of `INFO memory` over the run (all nodes) ÷ jobs, once every job has"
-        " finished: `used_memory`, and `used_memory_dataset` (without the server's own"
-        " overhead). Then `MEMORY USAGE <job hash> SAMPLES 0` (every field counted, not an"
-        f" estimate) of up to {MEMORY_SAMPLE} job hashes on the node holding the most.",
-        "",
-        "| layout | used_memory KiB/job | dataset KiB/job | job hash KiB: mean (min–max B) |"
-        " fields |",
-        "|---|---:|---:|---:|---:|",
-        *[
-            f"| {r['layout']} | {r['memory_per_job_b'] / 1024:.2f} |"
-            f" {r['dataset_per_job_b'] / 1024:.2f} | {r['job_hash']['mean_b'] / 1024:.2f}"
-            f" ({r['job_hash']['min_b']}–{r['job_hash']['max_b']}) |"
-            f" {r['job_hash']['fields']} |"
-            for r in results
-        ],
-        "",
-    ]
-    out = [
-        "# Shards: queue drain on one Redis node vs a 3-master Redis Cluster",
-        "",
-        f"Produced by `{cmd}` (took {elapsed:.0f} s) on a shared, noisy 2-core machine;"
-        " every number comes from that one run, one run per layout.",
-        "",
+    return [
         "## Setup",
         "",
         f"For each layout, fresh processes: its Redis (a plain `redis-server`, or three in"
@@ -306,11 +346,31 @@ def report(results: list[dict[str, Any]], info: dict[str, str], quick: bool, ela
         " and Redis nodes together over the drain (the API is idle then). *other work*: the"
         " whole machine's busy time (`/proc/stat`) less that: the box is shared, and has 2.",
         "",
-        *memory,
-        *page_end(info),
     ]
-    notes = Path(__file__).with_name("shards_notes.md")
-    return with_notes("\n".join(out), notes, quick=quick)
+
+
+def _memory_section(results: list[dict[str, Any]]) -> list[str]:
+    """Memory per finished job, by layout."""
+    return [
+        "## Memory per finished job",
+        "",
+        "Growth of `INFO memory` over the run (all nodes) ÷ jobs, once every job has"
+        " finished: `used_memory`, and `used_memory_dataset` (without the server's own"
+        " overhead). Then `MEMORY USAGE <job hash> SAMPLES 0` (every field counted, not an"
+        f" estimate) of up to {MEMORY_SAMPLE} job hashes on the node holding the most.",
+        "",
+        "| layout | used_memory KiB/job | dataset KiB/job | job hash KiB: mean (min–max B) |"
+        " fields |",
+        "|---|---:|---:|---:|---:|",
+        *[
+            f"| {r['layout']} | {r['memory_per_job_b'] / 1024:.2f} |"
+            f" {r['dataset_per_job_b'] / 1024:.2f} | {r['job_hash']['mean_b'] / 1024:.2f}"
+            f" ({r['job_hash']['min_b']}–{r['job_hash']['max_b']}) |"
+            f" {r['job_hash']['fields']} |"
+            for r in results
+        ],
+        "",
+    ]
 
 
 def main() -> int:

@@ -212,9 +212,11 @@ def sim_tasks(per_cell: int, seed: int = TASK_SEED) -> list[Task]:
 
 
 def real_tasks(n: int, easy: int = 0, seed: int = TASK_SEED) -> list[Task]:
-    """Short extraction tasks for the real model (no directive): ``n`` from the three
-    families, interleaved, then ``easy`` two-field ``person`` tasks (own seed stream, so
-    ``real_tasks(9)`` is the same nine tasks whatever ``easy`` is)."""
+    """Short extraction tasks for the real model (no directive).
+
+    ``n`` from the three families, interleaved, then ``easy`` two-field ``person`` tasks on
+    a seed stream of their own (``real_tasks(9)`` is the same nine whatever ``easy`` is).
+    """
     rnd = random.Random(seed + 1)
     tasks: list[Task] = []
     for i in range(n):

@@ -105,9 +105,11 @@ def render_reply(reply: Reply, scenario: Scenario) -> dict[str, Any]:
 
 
 def cached_usage(cache: PromptCache, body: dict[str, Any], usage: dict[str, Any]) -> dict[str, Any]:
-    """``usage`` as Anthropic reports it with its prompt cache: ``input_tokens`` leaves out
-    the tokens read from the cache (``cache_read_input_tokens``) and written to it
-    (``cache_creation_input_tokens``)."""
+    """``usage`` as Anthropic reports it with its prompt cache.
+
+    ``input_tokens`` leaves out the tokens read from the cache (``cache_read_input_tokens``)
+    and written to it (``cache_creation_input_tokens``).
+    """
     total = int(usage["input_tokens"])
     read, written = cache.anthropic(cache_units(body), total)
     return {
@@ -119,9 +121,11 @@ def cached_usage(cache: PromptCache, body: dict[str, Any], usage: dict[str, Any]
 
 
 def cache_units(body: dict[str, Any]) -> list[Unit]:
-    """The prompt's blocks in cache order: tools, system, messages. More than
-    ``ANTHROPIC_MAX_MARKS`` blocks with ``cache_control``, or a mark that is not
-    ``{"type": "ephemeral"}``, is a 400."""
+    """The prompt's blocks in cache order: tools, system, messages.
+
+    More than ``ANTHROPIC_MAX_MARKS`` blocks with ``cache_control``, or a mark that is not
+    ``{"type": "ephemeral"}``, is a 400.
+    """
     units = [
         _unit("tool", f"tools.{i}", tool, len(json.dumps(tool)))
         for i, tool in enumerate(_list(body.get("tools")))

@@ -58,10 +58,12 @@ class Fault:
 
 @dataclass(frozen=True, slots=True)
 class ToolUse:
-    """A tool call. ``arguments`` is the text OpenAI carries. ``input`` is what Anthropic's
-    ``tool_use`` block carries: for the output tool the JSON object when ``arguments`` holds
-    exactly one (else ``None``: the answer goes out as text); for a scripted call, the
-    arguments as the script gave them."""
+    """A tool call, as each wire carries it.
+
+    ``arguments`` is OpenAI's text. ``input`` is Anthropic's ``tool_use`` block: for the
+    output tool the JSON object when ``arguments`` holds exactly one (else ``None``: the
+    answer goes out as text); for a scripted call, the arguments as the script gave them.
+    """
 
     id: str
     name: str
@@ -71,8 +73,11 @@ class ToolUse:
 
 @dataclass(frozen=True, slots=True)
 class Reply:
-    """The model's answer in wire-neutral form; ``outcome`` is "ok", the defect it carries,
-    or "call" for scripted client tool ``calls`` (then ``tool_use``, the answer, is ``None``)."""
+    """The model's answer in wire-neutral form.
+
+    ``outcome`` is "ok", the defect it carries, or "call" for scripted client tool
+    ``calls`` (then ``tool_use``, the answer, is ``None``).
+    """
 
     outcome: str
     attempt: int
@@ -176,8 +181,10 @@ def expected_answer(config: SimConfig, scenario: Scenario) -> Any:
 
 
 def _pointed(expect: Any, schema: dict[str, Any] | None) -> Any:
-    """The expected answer, or, when the schema asks for parts of it by JSON Pointer (a
-    field-level re-ask: every property name starts with "/"), those parts."""
+    """The expected answer, or the parts of it a field-level re-ask asks for.
+
+    Such a schema's property names are JSON Pointers (they start with "/").
+    """
     properties = schema.get("properties") if isinstance(schema, dict) else None
     if not isinstance(properties, dict) or not properties:
         return expect

@@ -1,5 +1,4 @@
-"""The providers' prompt caches as the simulator keeps them: the prefixes it has seen, and
-the cached tokens a request that repeats one reports.
+"""The providers' prompt caches as the simulator keeps them.
 
 ::
 
@@ -8,17 +7,14 @@ the cached tokens a request that repeats one reports.
     cache.openai("job-7", segments, prompt_tokens=1500)     # 1408: 128-token steps
     cache.anthropic(units, prompt_tokens=1500)              # (read, written)
 
-OpenAI caches by itself: under a ``prompt_cache_key``, the longest prefix a request shares
-with an earlier one under the same key is read from the cache, once the prompt has
-``OPENAI_MINIMUM`` tokens, in steps of ``OPENAI_STEP`` tokens (a request without a key is
-not cached here, unless ``keyless``: then keyless requests share one namespace, as OpenAI
-caches them too, best effort). A
-prompt is remembered as a chained digest per step, so a long one costs little memory.
-Anthropic caches what it is told to: the prefix up to each block marked ``cache_control``
-is written when it has ``ANTHROPIC_MINIMUM`` tokens, and read back by a later request whose
-prefix up to one of its marked blocks, or up to one of the ``LOOKBACK`` blocks before it,
-was written. Tokens are counted as the simulator counts them everywhere: four characters
-a token. Nothing expires; the oldest entries are forgotten past a bound.
+OpenAI caches by itself: under a ``prompt_cache_key`` (or, with ``keyless``, in one
+shared namespace), the longest prefix shared with an earlier request is read from the
+cache once the prompt has ``OPENAI_MINIMUM`` tokens, in steps of ``OPENAI_STEP``.
+Anthropic caches what it is told to: the prefix up to each block marked
+``cache_control`` is written at ``ANTHROPIC_MINIMUM`` tokens, and read back by a later
+request marking the same prefix or one of the ``LOOKBACK`` blocks before it. Four
+characters count as a token; prompts are kept as chained digests, the oldest forgotten
+past a bound.
 """
 
 from __future__ import annotations

@@ -123,8 +123,11 @@ def _message(reply: Reply) -> dict[str, Any]:
 
 
 def cached_usage(cache: PromptCache, body: dict[str, Any], usage: dict[str, Any]) -> dict[str, Any]:
-    """``usage`` as OpenAI reports it with its prompt cache: ``prompt_tokens`` still counts
-    every prompt token, ``prompt_tokens_details.cached_tokens`` those read from the cache."""
+    """``usage`` as OpenAI reports it with its prompt cache.
+
+    ``prompt_tokens`` still counts every prompt token; ``prompt_tokens_details.cached_tokens``
+    those read from the cache.
+    """
     key = body.get("prompt_cache_key")
     cached = cache.openai(key, _segments(body), int(usage["prompt_tokens"]))
     return {**usage, "prompt_tokens_details": {"cached_tokens": cached}}

@@ -275,8 +275,10 @@ _FRESH_REASK = "The last answer was rejected:"
 
 
 def _stable_task(task: str) -> str:
-    """The task up to the end of its directive: clients append turn notes after it, and a
-    fresh re-ask puts the rejection before it (the same task all the same)."""
+    """The task up to the end of its directive: the same task across turns.
+
+    Clients append turn notes after it, and a fresh re-ask puts the rejection before it.
+    """
     if task.startswith(_FRESH_REASK) and "\n\n" in task:
         task = task.split("\n\n", 1)[1]
     start = task.find(OPENER)

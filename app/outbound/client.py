@@ -75,9 +75,11 @@ class OutboundResponse:
 
 
 class OutboundClient:
-    """One ``httpx.AsyncClient`` behind the guard: no proxies from the environment, no
-    redirects, no cookies kept, no keep-alive. ``verify`` is for tests with their own CA;
-    ``sleep`` and ``rng`` make the waits observable."""
+    """One ``httpx.AsyncClient`` behind the guard.
+
+    No proxies from the environment, no redirects, no cookies kept, no keep-alive.
+    ``verify`` is for tests with their own CA; ``sleep`` and ``rng`` make the waits observable.
+    """
 
     def __init__(
         self,
@@ -132,10 +134,9 @@ class OutboundClient:
     ) -> OutboundResponse:
         """POST ``body`` (JSON) to ``url`` through the guard; the 2xx answer, or raise.
 
-        ``timeout_s`` bounds the whole call, retries and waits included (at most the
-        policy's); ``max_bytes`` the answer (at most the policy's); ``retries`` the
-        transport retries (at most ``MAX_RETRIES``). ``redact`` names more strings
-        (secret values) to keep out of error text, besides the header values.
+        ``timeout_s`` bounds the whole call, retries and waits included, ``max_bytes`` the answer
+        (each at most the policy's); ``retries`` the transport retries (at most ``MAX_RETRIES``).
+        ``redact`` names more strings (secret values) to keep out of error text.
         """
         policy = self.guard.policy
         call = _Call(
@@ -314,8 +315,10 @@ def _redirected(response: httpx.Response, target: Target) -> OutboundFailed:
 async def _read(
     response: httpx.Response, limit: int, target: Target, *, cut: bool = False
 ) -> bytes:
-    """At most ``limit`` bytes of the body, raw (never decompressed): past that
-    ``too_large``, or with ``cut`` the first ``limit`` bytes. Nothing more is read."""
+    """At most ``limit`` bytes of the body, raw (never decompressed); nothing more is read.
+
+    Past ``limit``: ``too_large``, or with ``cut`` the first ``limit`` bytes.
+    """
     declared = response.headers.get("content-length", "").strip()
     if not cut and declared.isdigit() and int(declared) > limit:
         raise _too_large(target, limit, f"declared {int(declared)} bytes")
@@ -349,8 +352,10 @@ def _timed_out(target: Target, call: _Call) -> OutboundFailed:
 
 @contextmanager
 def _mapped_errors(target: Target, call: _Call) -> Iterator[None]:
-    """httpx and asyncio failures as ``OutboundFailed``, most specific first. The foreign
-    message is not kept: it may name the address we connected to."""
+    """httpx and asyncio failures as ``OutboundFailed``, most specific first.
+
+    The foreign message is not kept: it may name the address we connected to.
+    """
     try:
         yield
     except (httpx.TimeoutException, TimeoutError):
@@ -385,8 +390,11 @@ def _caused_by_tls(exc: BaseException) -> bool:
 
 
 def _headers(headers: Mapping[str, str], target: Target) -> httpx.Headers:
-    """The caller's headers with ours on top, case-insensitively: the body is JSON, its
-    length is what httpx counts, and ``Host`` names the host the tenant wrote."""
+    """The caller's headers with ours on top, case-insensitively.
+
+    The body is JSON, its length is what httpx counts, and ``Host`` names the host the
+    tenant wrote.
+    """
     merged = httpx.Headers(headers)
     for name in ("content-length", "transfer-encoding", "connection"):
         merged.pop(name, None)
@@ -414,9 +422,11 @@ def retry_after_s(headers: httpx.Headers, *, now: datetime | None = None) -> flo
 
 
 def _scrubber(headers: Iterable[str], secrets: Iterable[str]) -> Callable[[str], str]:
-    """A function that replaces each secret and each header value (longest first) with
-    ``[redacted]``. Header values under four characters are left: they would shred the text
-    and hide nothing (a known secret is replaced whatever its length)."""
+    """A function that replaces each secret and header value with ``[redacted]``.
+
+    Longest first. Header values under four characters are left: they would shred the text
+    and hide nothing (a known secret is replaced whatever its length).
+    """
     values = {v for v in headers if len(v) >= 4} | {v for v in secrets if v}
     ordered = sorted(values, key=len, reverse=True)
 

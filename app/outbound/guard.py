@@ -110,8 +110,10 @@ _LABEL: Final = re.compile(r"[a-z0-9_](?:[a-z0-9_-]*[a-z0-9_])?")
 
 @dataclass(frozen=True, slots=True)
 class Allowlist:
-    """Host names and networks the operator lets tenants reach though they are private
-    or loopback; the only hosts plain ``http`` may go to. Empty by default."""
+    """Private or loopback hosts and networks the operator lets tenants reach.
+
+    The only hosts plain ``http`` may go to. Empty by default.
+    """
 
     hosts: frozenset[str] = frozenset()
     networks: tuple[IPNetwork, ...] = ()
@@ -175,8 +177,11 @@ class OutboundPolicy:
 
 @dataclass(frozen=True, slots=True)
 class Target:
-    """A URL that passed the static checks. ``host`` is ASCII (IDNA), lower case, without
-    brackets; ``port`` is explicit; ``address`` is set when the host is an IP literal."""
+    """A URL that passed the static checks.
+
+    ``host`` is ASCII (IDNA), lower case, without brackets; ``port`` is explicit;
+    ``address`` is set when the host is an IP literal.
+    """
 
     url: httpx.URL
     host: str
@@ -243,10 +248,12 @@ class Guard:
     async def resolve(
         self, host: str, port: int, *, timeout_s: float = RESOLVE_TIMEOUT_S
     ) -> tuple[IPAddress, ...]:
-        """Every address ``host`` resolves to, each checked, resolved once: connect to one
-        of these and never resolve the name again (DNS rebinding). ``OutboundRefused``
-        when any address is refused (a name that mixes public and private addresses is
-        refused whole); ``OutboundFailed`` when the name does not resolve in time."""
+        """Every address ``host`` resolves to, each checked; connect to one of these.
+
+        Resolved once, never again (DNS rebinding). ``OutboundRefused`` when any address is
+        refused (a name that mixes public and private addresses is refused whole);
+        ``OutboundFailed`` when the name does not resolve in time.
+        """
         literal = _ip(host)
         if literal is not None:
             addresses: tuple[IPAddress, ...] = (literal,)
@@ -311,8 +318,10 @@ def refusal(ip: IPAddress) -> str | None:
 
 
 def embedded_v4(ip: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
-    """The IPv4 address an IPv6 one carries and reaches: mapped (``::ffff:a.b.c.d``),
-    NAT64 (``64:ff9b::/96``) or 6to4 (``2002::/16``)."""
+    """The IPv4 address an IPv6 one carries and reaches, if any.
+
+    Mapped (``::ffff:a.b.c.d``), NAT64 (``64:ff9b::/96``) or 6to4 (``2002::/16``).
+    """
     if ip.ipv4_mapped is not None:
         return ip.ipv4_mapped
     if ip in _NAT64:

@@ -44,8 +44,10 @@ class HttpToolOutcome:
 
 
 def message_id(job_id: str, call_id: str) -> str:
-    """The ``webhook-id`` of one tool call: the same for each retry of it, and for a rerun
-    of the job after a worker loss, so a receiver can tell a repeat."""
+    """The ``webhook-id`` of one tool call, so a receiver can tell a repeat.
+
+    The same for each retry of the call and for a rerun of the job after a worker loss.
+    """
     digest = hashlib.sha256(f"{job_id}\x00{call_id}".encode()).hexdigest()
     return f"msg_{digest[:32]}"
 
@@ -94,8 +96,11 @@ async def call_http_tool(
 
 
 def _failure(failed: OutboundFailed, host: str) -> tuple[Outcome, str]:
-    """The outcome and the model's text for a failed call: built from the reason and the
-    status, not from the error's detail (which may name an address)."""
+    """The outcome and the model's text for a failed call.
+
+    Built from the reason and the status, not from the error's detail (which may name an
+    address).
+    """
     tool = f"the tool at {host}"
     if failed.reason == "timeout":
         return "timeout", f"{tool} did not answer in time ({failed.attempts} attempt(s))"

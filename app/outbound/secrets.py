@@ -101,8 +101,10 @@ class ToolSecrets:
         return frozenset(self._current().get(tenant, {}))
 
     def check_headers(self, headers: Mapping[str, str] | None, tenant: str) -> str | None:
-        """Why ``headers`` may not be sent for ``tenant``, or ``None``: what the API checks
-        at submit time. Names the header and the secret, never a value."""
+        """Why ``headers`` may not be sent for ``tenant``, or ``None`` (checked at submit).
+
+        Names the header and the secret, never a value.
+        """
         if not headers:
             return None
         if len(headers) > MAX_HEADERS:
@@ -117,8 +119,10 @@ class ToolSecrets:
         return None
 
     def render_headers(self, headers: Mapping[str, str] | None, tenant: str) -> RenderedHeaders:
-        """``headers`` with each ``{{secret:NAME}}`` filled in; ``UnknownSecret`` naming
-        the first one ``tenant`` does not have."""
+        """``headers`` with each ``{{secret:NAME}}`` filled in.
+
+        ``UnknownSecret`` names the first one ``tenant`` does not have.
+        """
         values = self._current().get(tenant, {})
         used: list[str] = []
 

@@ -29,8 +29,11 @@ VERDICT_BYTES: Final = 64 * 1024
 
 
 def message_id(job_id: str, url: str, attempt: int) -> str:
-    """The ``webhook-id`` of one check: the same for the transport retries of it (and a
-    rerun of the same attempt after a worker loss), so a receiver can tell a repeat."""
+    """The ``webhook-id`` of one check, so a receiver can tell a repeat.
+
+    The same for the transport retries of it and a rerun of the same attempt after a
+    worker loss.
+    """
     digest = hashlib.sha256(f"{job_id}\x00{url}\x00{attempt}".encode()).hexdigest()
     return f"msg_{digest[:32]}"
 

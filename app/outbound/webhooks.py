@@ -51,8 +51,10 @@ class InvalidSignature(ValueError):
 
 
 def secret_key(secret: str) -> bytes:
-    """The HMAC key inside a ``whsec_…`` secret (the prefix, and base64 padding, may be
-    left out, as other Standard Webhooks libraries allow)."""
+    """The HMAC key inside a ``whsec_…`` secret.
+
+    The prefix and base64 padding may be left out, as other Standard Webhooks libraries allow.
+    """
     encoded = secret.removeprefix(SECRET_PREFIX)
     try:
         key = base64.b64decode(encoded + "=" * (-len(encoded) % 4), validate=True)
@@ -71,8 +73,7 @@ def signature(secret: str, msg_id: str, timestamp: int, body: bytes) -> str:
 
 
 def sign(secret: str | Sequence[str], msg_id: str, timestamp: int, body: bytes) -> dict[str, str]:
-    """The three headers for ``body``; with several secrets (a rotation), one signature
-    each, space-separated."""
+    """The three headers for ``body``; with several secrets (a rotation), one signature each."""
     keys = [secret] if isinstance(secret, str) else list(secret)
     return {
         ID_HEADER: msg_id,
@@ -89,9 +90,11 @@ def verify(
     tolerance_s: int = DEFAULT_TOLERANCE_S,
     now: float | None = None,
 ) -> None:
-    """Raise ``InvalidSignature`` unless ``headers`` sign ``body`` with (one of) ``secret``
-    and the timestamp is within ``tolerance_s`` of ``now`` (either way: replays are
-    refused, and so are clocks far ahead). Comparisons take constant time."""
+    """Raise ``InvalidSignature`` unless ``headers`` sign ``body`` with (one of) ``secret``.
+
+    The timestamp must be within ``tolerance_s`` of ``now`` either way: replays are refused,
+    and so are clocks far ahead. Comparisons take constant time.
+    """
     lower = {name.lower(): value for name, value in headers.items()}
     msg_id = lower.get(ID_HEADER, "")
     stamp = lower.get(TIMESTAMP_HEADER, "")
@@ -120,10 +123,12 @@ def verify(
 
 
 def parse_tenant_secrets(env: str | None, file: bytes | None) -> dict[str, tuple[str, ...]]:
-    """Secrets the operator set per tenant, current first, at most two (a rotation):
-    ``env`` is ``tenant=whsec_…`` entries, comma-separated (a tenant named twice: the second
-    is its previous secret); ``file`` is TOML, ``[tenants.<name>] secrets = ["whsec_…", …]``.
-    A malformed entry raises ``ValueError`` naming the tenant, never the secret."""
+    """Secrets the operator set per tenant, current first, at most two (a rotation).
+
+    ``env``: ``tenant=whsec_…`` entries, comma-separated (a tenant named twice: the second
+    is its previous secret). ``file``: TOML, ``[tenants.<name>] secrets = ["whsec_…", …]``.
+    A malformed entry raises ``ValueError`` naming the tenant, never the secret.
+    """
     found: dict[str, list[str]] = {}
     for entry in (env or "").split(","):
         if not entry.strip():
@@ -174,8 +179,10 @@ def tenant_secret(key: bytes, tenant: str) -> str:
 
 
 def load_signing_key(configured: str | None, data_dir: Path) -> bytes:
-    """The operator key: ``configured`` (the setting) if set, else the one in
-    ``data_dir/webhook-signing.key``, made (random, 0600) if there is none yet."""
+    """The operator key: the setting if set, else ``data_dir/webhook-signing.key``.
+
+    The file is made (random, 0600) if there is none yet.
+    """
     if configured:
         return configured.encode("utf-8")
     path = data_dir / KEY_FILE
@@ -213,11 +220,12 @@ def _create_key_file(path: Path) -> None:
 
 
 class Signer:
-    """Signs each tenant's messages with its secrets (the current key's, and during a
-    rotation the previous key's). Build once per process::
+    """Signs each tenant's messages with its secrets. Build once per process::
 
         signer = Signer(load_signing_key(None, data_dir))
         headers = signer.headers("acme", "msg_1", body)
+
+    During a rotation the previous key's secret signs too.
     """
 
     __slots__ = ("_clock", "_configured", "_keys")
@@ -240,13 +248,17 @@ class Signer:
         return f"Signer(keys={len(self._keys)}, configured tenants={len(self._configured)})"
 
     def secret_for(self, tenant: str) -> str:
-        """The secret the tenant's receivers verify with: the one the operator set for it,
-        else the one derived from the current key."""
+        """The secret the tenant's receivers verify with.
+
+        The one the operator set for it, else the one derived from the current key.
+        """
         return self.secrets_for(tenant)[0]
 
     def secrets_for(self, tenant: str) -> tuple[str, ...]:
-        """Every secret the tenant's messages are signed with, current first: its own
-        (one, or two during a rotation), else one derived from each operator key."""
+        """Every secret the tenant's messages are signed with, current first.
+
+        Its own (one, or two during a rotation), else one derived from each operator key.
+        """
         own = self._configured.get(tenant)
         if own:
             return own

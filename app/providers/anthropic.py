@@ -100,8 +100,7 @@ def cache_minimum(model: str) -> int:
 
 
 def _prefix_tokens(request: LLMRequest, tools: list[dict[str, Any]]) -> int:
-    """The cached prefix's size, estimated as the loop estimates prompts; the tools come
-    first in it."""
+    """The cached prefix's size (tools first), estimated as the loop estimates prompts."""
     messages = request.messages[: request.cache_prefix]
     tokens = sum(estimate_tokens(m.content) + 4 for m in messages)
     return tokens + (estimate_tokens(json.dumps(tools)) if tools else 0)
@@ -167,9 +166,11 @@ def parse_response(
 def _conversation(
     messages: tuple[Message, ...], cache_prefix: int = 0
 ) -> tuple[str | list[dict[str, Any]], list[dict[str, Any]]]:
-    """``(system, messages)``: system text split out, consecutive same-role turns merged.
+    """``(system, messages)``: the system text apart, consecutive same-role turns merged.
+
     The last block of the first ``cache_prefix`` messages carries ``cache_control`` (the
-    system becomes a list of one text block when the prefix ends there)."""
+    system becomes a list of one text block when the prefix ends there).
+    """
     system: list[str] = []
     out: list[dict[str, Any]] = []
     marked: dict[str, Any] | None = None
@@ -226,8 +227,11 @@ def _input(arguments: str) -> dict[str, Any]:
 
 
 def _usage(raw: Any) -> Usage | None:
-    """Anthropic's ``input_tokens`` leaves out the tokens read from and written to the
-    cache; ours counts every prompt token (as OpenAI's ``prompt_tokens`` does)."""
+    """Our usage from Anthropic's: ``input_tokens`` counts every prompt token, cached or not.
+
+    Anthropic's leaves out the tokens read from and written to the cache; ours counts them,
+    as OpenAI's ``prompt_tokens`` does.
+    """
     if not isinstance(raw, Mapping):
         return None
     read, written, plain = (

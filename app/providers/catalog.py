@@ -34,9 +34,10 @@ def catalog_source() -> str:
 
 @cache
 def catalog_price(kind: str, model: str) -> Price | None:
-    """The catalog's USD per million input and output tokens for ``model`` (and cached
-    input and cache writes where it has them), or None when it does not know the model
-    (or the provider kind)."""
+    """The catalog's price for ``model``, or None when it does not know the model or kind.
+
+    Cached-input and cache-write rates are filled in where the catalog has them.
+    """
     provider = _PROVIDERS.get(kind)
     if provider is None:
         return None

@@ -119,9 +119,12 @@ class ProviderConfig(_Strict):
 
 
 class ModelConfig(_Strict):
-    """One callable model. ``name`` is the upstream id (defaults to the table key);
-    ``structured`` the best structured-output mechanism it supports (defaults by kind:
-    ``json_schema`` for openai, ``tool`` for anthropic)."""
+    """One callable model.
+
+    ``name`` is the upstream id (defaults to the table key); ``structured`` the best
+    structured-output mechanism it supports (by kind: ``json_schema`` for openai, ``tool``
+    for anthropic).
+    """
 
     provider: str
     name: str | None = None
@@ -265,8 +268,10 @@ class ProvidersConfig(_Strict):
         *,
         default: bool = False,
     ) -> ProvidersConfig:
-        """A copy with one more provider and its models; they become the default when
-        ``default`` is true or nothing else is configured."""
+        """A copy with one more provider and its models.
+
+        They become the default when ``default`` is true or nothing else is configured.
+        """
         if name in self.providers:
             raise InvalidInput(f"providers.{name}: already configured", field=f"providers.{name}")
         for key in models:
@@ -286,17 +291,12 @@ def load_providers(
     env: Mapping[str, str], path: str | None = None, *, keys: bool = True
 ) -> ProvidersConfig:
     """Read the providers file ``path`` and the provider variables of ``env``.
-    ``keys=False`` leaves ``api_key_env``/``api_key_file`` unread (every ``api_key`` None):
-    for a process that never calls a model (an API without a worker), so the keys need
-    only be given to the workers.
-
-    ``app.assembly`` calls it once per process (``path`` from ``REPROMPT_PROVIDERS``);
-    ``env`` also resolves the file's ``api_key_env`` references.
 
     ``OPENAI_API_KEY`` (or ``OPENAI_BASE_URL``) adds provider ``openai`` with model
-    ``$OPENAI_MODEL`` (default gpt-4o-mini); ``ANTHROPIC_API_KEY`` (or ``ANTHROPIC_BASE_URL``)
-    adds ``anthropic`` with ``$ANTHROPIC_MODEL`` (default claude-haiku-4-5) — each only
-    when the file does not configure that provider already.
+    ``$OPENAI_MODEL`` (default gpt-4o-mini), ``ANTHROPIC_API_KEY`` (or ``ANTHROPIC_BASE_URL``)
+    adds ``anthropic`` with ``$ANTHROPIC_MODEL`` (default claude-haiku-4-5), unless the file
+    configures that provider. ``env`` also resolves the file's ``api_key_env`` references.
+    ``keys=False`` reads no key (every ``api_key`` None), for a process that calls no model.
     """
     raw = _read_file(path) if path else {}
     where = f"providers file {path}: " if path else "providers configuration: "

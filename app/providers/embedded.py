@@ -47,11 +47,9 @@ async def open_router(
 ) -> AsyncIterator[Router]:
     """A router over the configured providers, or over a managed local model.
 
-    ``on_retry(code, attempt, wait_s)`` observes every transport retry, e.g.
-    ``metrics.record_transport_retry``. The local model is self-tested before this yields
-    and supervised while it runs (``app.providers.supervisor``); ``router.problem()`` says
-    when it is down. ``local`` replaces the default supervised server (tests). With
-    ``tracing`` every model call is a span (``app.tracing``).
+    The local model is self-tested before this yields and supervised while it runs;
+    ``router.problem()`` says when it is down. ``local`` replaces the default supervised
+    server (tests); ``on_retry`` and ``tracing`` are ``build_router``'s.
     """
     supervisor: Supervisor | None = None
     adapters: dict[str, Adapter] = {}

@@ -68,8 +68,7 @@ def make_client(
     proxy: str | None = None,
     tracing: Tracing | None = None,
 ) -> httpx.AsyncClient:
-    """A client tuned for long model calls, at most ``max_connections`` connections per
-    proxy (requests beyond wait for one, within their timeout).
+    """A client tuned for long model calls, at most ``max_connections`` connections per proxy.
 
     ``proxy``: every request through it. Else with ``trust_env`` the environment's
     proxies (and ``SSL_CERT_FILE``/``SSL_CERT_DIR`` choose the CAs); ``trust_env=False``:
@@ -99,9 +98,11 @@ def make_client(
 
 
 class NoCookies(CookieJar):
-    """A cookie jar that keeps none: what a reply sets is not even parsed (the standard
-    library parses through an ``email`` message of every header, twice a reply: a good
-    part of a model call's CPU), and nothing is ever added to a request."""
+    """A cookie jar that keeps none and parses none.
+
+    The standard library parses a reply's cookies through an ``email`` message of every
+    header, twice a reply: a good part of a model call's CPU.
+    """
 
     def extract_cookies(self, response: object, request: object) -> None:
         return
@@ -134,10 +135,12 @@ def _transport(
 def _through(
     url: str, transport: Callable[[httpx.Proxy], httpx.AsyncBaseTransport]
 ) -> httpx.AsyncBaseTransport:
-    """A transport through the proxy at ``url``. Its credentials go as a
-    ``Proxy-Authorization`` header (aiohttp's way; its ``BasicAuth`` is deprecated): on
-    the ``CONNECT`` of an https request, and on an http request itself, which goes to the
-    proxy whole (aiohttp adds the proxy's headers only to a ``CONNECT``)."""
+    """A transport through the proxy at ``url``, its credentials sent as a header.
+
+    ``Proxy-Authorization`` is aiohttp's way (its ``BasicAuth`` is deprecated). aiohttp adds
+    the proxy's headers only to a ``CONNECT``, so a plain-http request, which goes to the
+    proxy whole, gets the header here.
+    """
     parsed = httpx.URL(url)
     if not parsed.username and not parsed.password:
         return transport(httpx.Proxy(parsed))
@@ -166,11 +169,11 @@ class _PlainRequestsAuthorized(httpx.AsyncBaseTransport):
 def environment_proxies(
     proxies: Mapping[str, str] | None = None,
 ) -> dict[str, str | None]:
-    """httpx's mount pattern for each proxy variable set, and for each ``NO_PROXY`` host
-    (mapped to None: no proxy); ``{}`` when none is set or ``NO_PROXY`` is ``*``.
+    """httpx's mount patterns for the environment's proxy variables.
 
-    ``proxies``: what ``urllib.request.getproxies()`` reads (the default), as httpx reads
-    it. A proxy that is not an http(s) URL is ``InvalidInput`` naming its variable.
+    Each ``NO_PROXY`` host maps to None (no proxy); ``{}`` when none is set or ``NO_PROXY``
+    is ``*``. ``proxies`` defaults to ``urllib.request.getproxies()``, which httpx reads too.
+    A proxy that is not an http(s) URL is ``InvalidInput`` naming its variable.
     """
     found = urllib.request.getproxies() if proxies is None else proxies
     patterns: dict[str, str | None] = {}
@@ -210,8 +213,7 @@ def _is_address(host: str, kind: type[IPv4Address] | type[IPv6Address]) -> bool:
 
 
 def proxy_problem(url: str) -> str | None:
-    """What is wrong with ``url`` as a proxy (None: an http(s) URL with a host); the text
-    never holds the URL's credentials."""
+    """What is wrong with ``url`` as a proxy, or None; the text never holds its credentials."""
     try:
         parts = urlsplit(url)
         scheme, host = parts.scheme, parts.hostname
@@ -234,8 +236,11 @@ def proxy_label(url: str) -> str:
 
 
 class ProviderClients:
-    """The client each provider's calls go through: ``default`` (the environment's
-    proxies), ``direct`` (none: the local model), one per provider ``proxy``."""
+    """The client each provider's calls go through.
+
+    ``default`` follows the environment's proxies, ``direct`` uses none (the local model),
+    and each provider ``proxy`` gets a client of its own.
+    """
 
     def __init__(
         self,

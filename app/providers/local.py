@@ -286,21 +286,12 @@ def build_info(python: str = sys.executable, timeout_s: float = 60.0) -> dict[st
 class LocalModelServer(ManagedServer):
     """``llama_cpp.server`` as a child process in its own process group.
 
-    ``start()`` returns once ``GET /v1/models`` answers (the model is loaded by then);
-    ``stop()`` sends SIGTERM, then SIGKILL after ``stop_grace_s``. An ``atexit`` hook
-    stops a server the caller forgot. The server's output goes to
-    ``<data_dir>/llama-server.log``, truncated at each start.
-
-    ``model_path`` defaults to ``gguf_path(data_dir / "models")``, assembled in ``start()``.
-    ``program`` is what runs the server (tests put a stand-in there); the llama.cpp
-    arguments follow it. A server that died can be started again: it tries its previous
-    port first, so ``base_url`` usually stays the same. Each launch bumps ``generation``;
-    ``exit_report()`` says how the current one ended, if it did.
-
-    The server requires ``api_key`` (random by default; ``None`` leaves it open), given to
-    it in its environment, never on its command line. Besides keeping other local users
-    out, it tells our server from a stranger that took the port: ours refuses a request
-    without the key.
+    ``start()`` returns once ``GET /v1/models`` answers (the model is loaded); ``stop()``
+    sends SIGTERM, then SIGKILL after ``stop_grace_s``; an ``atexit`` hook stops a forgotten
+    one. Output goes to ``<data_dir>/llama-server.log``. A dead server can be started again
+    on its previous port; ``generation`` counts launches and ``exit_report()`` says how the
+    current one ended. The server requires ``api_key`` (random by default), given in its
+    environment: it keeps other local users out and tells ours from a stranger on the port.
     """
 
     def __init__(

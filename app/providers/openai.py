@@ -129,8 +129,10 @@ def parse_response(
     mechanism: Capability,
     wrapped: bool = False,
 ) -> LLMResponse:
-    """Our response for a chat completion body; raises ``KeyError``/``TypeError`` on nonsense.
-    Several choices (a request with ``n``) come back as the first and its alternatives."""
+    """Our response for a chat completion body; ``KeyError``/``TypeError`` on nonsense.
+
+    Several choices (a request with ``n``) come back as the first and its alternatives.
+    """
     choices = body["choices"]
     first, *others = (_choice(c, mechanism=mechanism, wrapped=wrapped) for c in choices)
     return LLMResponse(
@@ -190,8 +192,7 @@ def _fold_system(messages: tuple[Message, ...], system_role: bool) -> tuple[Mess
 
 
 def _join_users(messages: tuple[Message, ...]) -> tuple[Message, ...]:
-    """Consecutive user messages as one (a turn note after the task): chat templates such
-    as Gemma's expect turns to alternate."""
+    """Consecutive user messages as one: chat templates such as Gemma's expect alternation."""
     out: list[Message] = []
     for m in messages:
         last = out[-1] if out else None

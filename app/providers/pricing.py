@@ -22,10 +22,12 @@ _PER_MTOK = 1_000_000
 
 @dataclass(frozen=True, slots=True)
 class Price:
-    """USD per million tokens. Cached input (read from the provider's prompt cache) and
-    cache writes (Anthropic) are billed at their own rates when known, else at the input
-    rate: an upper bound for reads, and for writes what a model without a known write
-    rate is assumed to charge."""
+    """USD per million tokens of each kind.
+
+    Cached input and cache writes (Anthropic) are billed at their own rates when known, else
+    at the input rate: an upper bound for reads, and what a model without a known write rate
+    is assumed to charge for writes.
+    """
 
     input_usd_per_mtok: float
     output_usd_per_mtok: float
@@ -51,8 +53,11 @@ class Price:
         ) / _PER_MTOK
 
     def estimate(self, input_tokens: int, output_tokens: int) -> float:
-        """The most a call of that size can cost: every input token at the dearest input
-        rate (a cache write can cost more than plain input), none read from the cache."""
+        """The most a call of that size can cost.
+
+        Every input token at the dearest input rate (a cache write can cost more than plain
+        input), none read from the cache.
+        """
         rate = max(self.input_usd_per_mtok, self.cache_write_usd_per_mtok or 0.0)
         return (input_tokens * rate + output_tokens * self.output_usd_per_mtok) / _PER_MTOK
 

@@ -30,7 +30,7 @@ import random
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Final, Literal, TypeVar
+from typing import Final, Generic, Literal, TypeVar
 
 import tenacity
 
@@ -141,9 +141,12 @@ class Retrier:
         timeout_s: float,
         on_retry: OnRetry | None = None,
     ) -> tuple[T, Tally]:
-        """Await ``call(per_attempt_timeout_s)`` until it succeeds, fails for good, runs out
-        of attempts, or the next wait would pass ``deadline``. ``on_retry`` observes this
-        call's retries (after the process-wide hook): the router's trace span."""
+        """Await ``call(per_attempt_timeout_s)``, retrying transient failures.
+
+        Stops when it succeeds, fails for good, runs out of attempts, or the next wait would
+        pass ``deadline``. ``on_retry`` observes this call's retries after the process-wide hook
+        (the router's trace span).
+        """
         # The first attempt outside tenacity: most calls succeed at once, and building the
         # retry machinery for them cost more than the rest of this function. A transient
         # failure is handed to tenacity as its own first attempt, so waits, counts, hooks
@@ -165,9 +168,11 @@ class Retrier:
         timeout_s: float,
         on_retry: OnRetry | None = None,
     ) -> tuple[T, Tally]:
-        """``run`` from its first attempt's failure on: a caller that made the first
-        attempt itself (``call(deadline.cap(timeout_s))``, one coroutine less on the way to
-        the model) hands its failure here. Raises ``failed`` when it is not transient."""
+        """``run`` from a first attempt's failure on; raises ``failed`` when it is not transient.
+
+        For a caller that made the first attempt itself (one coroutine less on the way to the
+        model).
+        """
         if not _is_transient(failed):
             failed.transport_retries = 0
             failed.transport_wait_ms = 0
@@ -184,68 +189,107 @@ class Retrier:
         on_retry: OnRetry | None,
     ) -> tuple[T, Tally]:
         """``run`` after a first attempt that ``failed`` for a transient reason."""
-        tally = Tally()
         hooks = self._hooks if on_retry is None else (*self._hooks, on_retry)
-        first: ProviderError | None = failed
+        retries = _Retries(
+            failed,
+            call,
+            policy=policy,
+            deadline=deadline,
+            timeout_s=timeout_s,
+            hooks=hooks,
+            sleep=self._sleep,
+            rng=self._rng,
+        )
+        return await retries.run()
 
-        def wait(state: tenacity.RetryCallState) -> float:
-            err = _error_of(state)
-            return policy.wait_s(err.code, state.attempt_number, err.retry_after_s, self._rng)
 
-        def stop(state: tenacity.RetryCallState) -> bool:
-            if state.attempt_number >= policy.max_attempts:
-                return True
-            remaining = deadline.remaining()
-            return remaining is not None and state.upcoming_sleep >= remaining
+class _Retries(Generic[T]):
+    """One call's transport retries: tenacity's callbacks around one ``Tally``.
 
-        def before_sleep(state: tenacity.RetryCallState) -> None:
-            err = _error_of(state)
-            wait_s = state.upcoming_sleep
-            tally.retries += 1
-            tally.wait_s += wait_s
-            logger.info(
-                "transport retry %d for %s/%s after %s: waiting %.3fs",
-                state.attempt_number,
-                err.provider,
-                err.model,
-                err.code,
-                wait_s,
-            )
-            for hook in hooks:
-                try:
-                    hook(err.code, state.attempt_number, wait_s)
-                except Exception:
-                    # An observer must never turn a recoverable call into a failure.
-                    logger.exception("on_retry hook failed")
+    The first attempt already failed (``failed``): tenacity gets it as its own first
+    attempt, so waits, counts, hooks and logs are what they would have been.
+    """
 
-        async def sleep(seconds: float) -> None:
-            if _testing:
-                deadline.skip(seconds)
-            else:
-                await self._sleep(seconds)
+    def __init__(
+        self,
+        failed: ProviderError,
+        call: Callable[[float], Awaitable[T]],
+        *,
+        policy: RetryPolicy,
+        deadline: Deadline,
+        timeout_s: float,
+        hooks: tuple[OnRetry, ...],
+        sleep: Sleep,
+        rng: random.Random,
+    ) -> None:
+        self._first: ProviderError | None = failed
+        self._call = call
+        self._policy = policy
+        self._deadline = deadline
+        self._timeout_s = timeout_s
+        self._hooks = hooks
+        self._sleep_for = sleep
+        self._rng = rng
+        self.tally = Tally()
 
-        async def attempt() -> T:
-            nonlocal first
-            if first is not None:
-                error, first = first, None
-                raise error
-            return await call(deadline.cap(timeout_s))
-
+    async def run(self) -> tuple[T, Tally]:
         retrying = tenacity.AsyncRetrying(
-            sleep=sleep,
-            stop=stop,
-            wait=wait,
+            sleep=self._sleep,
+            stop=self._stop,
+            wait=self._wait,
             retry=tenacity.retry_if_exception(_is_transient),
-            before_sleep=before_sleep,
+            before_sleep=self._before_sleep,
             reraise=True,
         )
         try:
-            value: T = await retrying(attempt)
+            value: T = await retrying(self._attempt)
         except ProviderError as err:
-            err.transport_retries = tally.retries
-            err.transport_wait_ms = tally.wait_ms
+            err.transport_retries = self.tally.retries
+            err.transport_wait_ms = self.tally.wait_ms
             raise
-        return value, tally
+        return value, self.tally
+
+    async def _attempt(self) -> T:
+        if self._first is not None:
+            error, self._first = self._first, None
+            raise error
+        return await self._call(self._deadline.cap(self._timeout_s))
+
+    def _wait(self, state: tenacity.RetryCallState) -> float:
+        err = _error_of(state)
+        return self._policy.wait_s(err.code, state.attempt_number, err.retry_after_s, self._rng)
+
+    def _stop(self, state: tenacity.RetryCallState) -> bool:
+        if state.attempt_number >= self._policy.max_attempts:
+            return True
+        remaining = self._deadline.remaining()
+        return remaining is not None and state.upcoming_sleep >= remaining
+
+    def _before_sleep(self, state: tenacity.RetryCallState) -> None:
+        err = _error_of(state)
+        wait_s = state.upcoming_sleep
+        self.tally.retries += 1
+        self.tally.wait_s += wait_s
+        logger.info(
+            "transport retry %d for %s/%s after %s: waiting %.3fs",
+            state.attempt_number,
+            err.provider,
+            err.model,
+            err.code,
+            wait_s,
+        )
+        for hook in self._hooks:
+            try:
+                hook(err.code, state.attempt_number, wait_s)
+            except Exception:
+                # An observer must never turn a recoverable call into a failure.
+                logger.exception("on_retry hook failed")
+
+    async def _sleep(self, seconds: float) -> None:
+        if _testing:  # the wait still counts against the deadline
+            self._deadline.skip(seconds)
+        else:
+            await self._sleep_for(seconds)
 
 
 def _is_transient(exc: BaseException) -> bool:

@@ -162,7 +162,9 @@ class Router:
 
     def structured_mode(self, model: str | None, requested: StructuredOutput) -> StructuredMode:
         """How ``model`` honours an output schema; a route reports its weakest model.
-        ``"native"`` raises ``InvalidInput`` unless every model can constrain decoding."""
+
+        ``"native"`` raises ``InvalidInput`` unless every model can constrain decoding.
+        """
         known = self._modes.get((model, requested))
         if known is not None:
             return known
@@ -180,9 +182,11 @@ class Router:
         return mode
 
     def prompt_style(self, model: str | None, requested: StructuredOutput) -> PromptStyle:
-        """How to prompt ``model`` (the providers file's ``prompt``). A route is compact only
-        if every model on it is, and its schema enforced only if every model enforces it:
-        the prompt is written once, whichever model answers."""
+        """How to prompt ``model`` (the providers file's ``prompt``).
+
+        The prompt is written once, whichever model of a route answers: a route is compact only
+        if every model on it is, and its schema enforced only if every model enforces it.
+        """
         known = self._styles.get((model, requested))
         if known is not None:
             return known
@@ -200,8 +204,10 @@ class Router:
     def estimate_cost(
         self, model: str | None, input_tokens: int, output_tokens: int
     ) -> float | None:
-        """Upper-bound USD for a call of that size: the dearest model of a route, ``None``
-        when any of them has no price."""
+        """Upper-bound USD for a call of that size; ``None`` when a model has no price.
+
+        A route is priced at its dearest model.
+        """
         costs = []
         for name in self.resolve(model):
             price = self._targets[name].price
@@ -310,9 +316,11 @@ class Router:
         *,
         on_retry: OnRetry | None = None,
     ) -> LLMResponse:
-        """Several answers from a wire without ``n``: that many calls at once, as one. The
-        calls that failed are left out (a half-open circuit lets one through) and a warning
-        says so; when all failed, the first failure is raised."""
+        """Several answers from a wire without ``n``: that many calls at once, as one.
+
+        Failed calls are left out (a half-open circuit lets one through) and a warning says
+        so; when all failed, the first failure is raised.
+        """
         # A seed each: the same seed would sample the same answer n times.
         singles = [
             replace(request, n=1, seed=None if request.seed is None else request.seed + k)
@@ -409,8 +417,7 @@ class Router:
 
 
 def _together(answers: list[LLMResponse]) -> LLMResponse:
-    """Several calls' answers as one response: every answer in order (each call's own
-    alternatives included), the usage and transport counts of them all."""
+    """Several calls' answers as one response, with the usage and transport counts of all."""
     first = answers[0]
     usages = [a.usage for a in answers]
     usage = (
@@ -448,48 +455,26 @@ def build_router(
     health: Mapping[str, Health] | None = None,
     tracing: Tracing | None = None,
 ) -> Router:
-    """A router over ``config``'s models, calling them through ``http`` (one client, or
-    each provider's from ``open_clients``: a provider ``proxy`` needs its own). ``clock``
-    drives deadlines and circuit cool-downs, ``sleep`` the retry waits,
-    ``on_retry(code, attempt, wait_s)`` observes every transport retry. ``adapters``
-    replaces the adapter of a provider (the supervised local model), ``health`` adds a
-    provider's readiness check to ``problem()``. With ``tracing`` each model called gets a
-    span (``app.tracing``)."""
+    """A router over ``config``'s models, calling them through ``http``.
+
+    ``http`` is one client, or each provider's from ``open_clients`` (a provider with a
+    ``proxy`` needs its own). ``clock`` drives deadlines and circuit cool-downs, ``sleep``
+    the retry waits; ``on_retry(code, attempt, wait_s)`` observes every transport retry.
+    ``adapters`` replaces a provider's adapter (the supervised local model), ``health``
+    adds a provider's readiness check to ``problem()``; with ``tracing`` every model
+    called gets a span.
+    """
     circuits = Circuits(
         failure_threshold=config.circuit.failure_threshold,
         cooldown_s=config.circuit.cooldown_s,
         clock=clock,
     )
     clients = http if isinstance(http, ProviderClients) else ProviderClients(http)
-    wire: dict[str, Adapter] = dict(adapters or {})
-    for name, provider in config.providers.items():
-        if name in wire:
-            continue
-        client = clients.of(provider)
-        if provider.kind == "anthropic":
-            wire[name] = AnthropicAdapter(client, provider=name, config=provider)
-        else:
-            wire[name] = OpenAIAdapter(client, provider=name, config=provider)
-    targets = {}
-    for name, spec in config.models.items():
-        provider = config.providers[spec.provider]
-        price, source = spec.price, "providers file"
-        if price is None:
-            price = catalog_price(provider.kind, spec.name or name)
-            source = catalog_source()
-        targets[name] = Target(
-            name=name,
-            provider=spec.provider,
-            spec=spec,
-            adapter=wire[spec.provider],
-            policy=RetryPolicy(max_attempts=provider.max_attempts),
-            timeout_s=provider.timeout_s,
-            breaker=circuits.breaker(spec.provider, name),
-            price=price,
-            price_source=None if price is None else source,
-            wire=provider.kind,
-            server=_server(provider.url),
-        )
+    wire = _adapters(config, clients, adapters or {})
+    targets = {
+        name: _target(config, name, spec, wire[spec.provider], circuits)
+        for name, spec in config.models.items()
+    }
     return Router(
         targets,
         {name: tuple(route.models) for name, route in config.routes.items()},
@@ -499,6 +484,46 @@ def build_router(
         clock=clock,
         health=health,
         tracing=tracing,
+    )
+
+
+def _adapters(
+    config: ProvidersConfig, clients: ProviderClients, given: Mapping[str, Adapter]
+) -> dict[str, Adapter]:
+    """Each provider's adapter: the one ``given`` for it, else one for its wire protocol."""
+    wire: dict[str, Adapter] = dict(given)
+    for name, provider in config.providers.items():
+        if name in wire:
+            continue
+        client = clients.of(provider)
+        if provider.kind == "anthropic":
+            wire[name] = AnthropicAdapter(client, provider=name, config=provider)
+        else:
+            wire[name] = OpenAIAdapter(client, provider=name, config=provider)
+    return wire
+
+
+def _target(
+    config: ProvidersConfig, name: str, spec: ModelConfig, adapter: Adapter, circuits: Circuits
+) -> Target:
+    """One configured model, priced by the providers file or else the catalog."""
+    provider = config.providers[spec.provider]
+    price, source = spec.price, "providers file"
+    if price is None:
+        price = catalog_price(provider.kind, spec.name or name)
+        source = catalog_source()
+    return Target(
+        name=name,
+        provider=spec.provider,
+        spec=spec,
+        adapter=adapter,
+        policy=RetryPolicy(max_attempts=provider.max_attempts),
+        timeout_s=provider.timeout_s,
+        breaker=circuits.breaker(spec.provider, name),
+        price=price,
+        price_source=None if price is None else source,
+        wire=provider.kind,
+        server=_server(provider.url),
     )
 
 

@@ -46,16 +46,21 @@ _STRENGTH: Final[dict[StructuredMode, int]] = {
 
 
 def seam_mode(capability: Capability) -> StructuredMode:
-    """The seam's name for a capability. llama.cpp's schema form is reported as "json_object",
-    the conservative reading (the loop keeps the schema in the prompt)."""
+    """The seam's name for a capability.
+
+    llama.cpp's schema form is reported as "json_object", the conservative reading (the
+    loop keeps the schema in the prompt).
+    """
     if capability == "json_object_schema":
         return "json_object"
     return capability
 
 
 def mode_for(capability: Capability, requested: StructuredOutput) -> StructuredMode:
-    """The mode a model honours ``output_schema`` with under ``requested`` ("native" may be
-    unmet: callers check ``is_native``)."""
+    """The mode a model honours ``output_schema`` with under ``requested``.
+
+    "native" may be unmet: callers check ``is_native``.
+    """
     if requested == "prompt":
         return "prompt"
     return seam_mode(capability)
@@ -75,8 +80,11 @@ def weakest(modes: list[StructuredMode]) -> StructuredMode:
 
 
 def mechanism(capability: Capability, request: LLMRequest) -> Capability:
-    """What to send for this call. Nothing when there is no schema, when the caller asked for
-    "prompt", or when work tools are offered (a constrained answer would forbid calling them)."""
+    """What to send for this call, if anything.
+
+    Nothing when there is no schema, when the caller asked for "prompt", or when work tools
+    are offered (a constrained answer would forbid calling them).
+    """
     if request.output_schema is None or request.structured_output == "prompt" or request.tools:
         return "prompt"
     return capability
@@ -103,10 +111,12 @@ _VALUE_KEYS = frozenset({"const", "enum", "default", "examples"})
 
 
 def bound_arrays(schema: Mapping[str, Any], max_items: int) -> dict[str, Any]:
-    """A copy of ``schema`` in which every array without a ``maxItems`` gets ``max_items``
-    (at least its ``minItems``): what a grammar-constrained request sends after an answer
-    ran away in a list. Only the grammar is bounded: the answer is still checked against
-    the job's own schema. Other keywords and nesting are kept as they are."""
+    """A copy of ``schema`` with ``max_items`` on every array that has no ``maxItems``.
+
+    What a grammar-constrained request sends after an answer ran away in a list. A bound
+    is at least the array's ``minItems``. Only the grammar is bounded: the answer is still
+    checked against the job's own schema.
+    """
 
     def walk(node: Any) -> Any:
         if isinstance(node, list):

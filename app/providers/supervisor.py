@@ -146,8 +146,7 @@ class Supervisor:
         await self.server.astop()
 
     async def wait_ready(self, timeout_s: float) -> bool:
-        """Wait until the server is ready; ``False`` if it is not within ``timeout_s`` or the
-        supervisor has given up."""
+        """Wait until the server is ready; ``False`` on timeout or when the supervisor gave up."""
         if self.state == "ready":
             return True
         if self.state in ("failed", "stopped") or timeout_s <= 0:
@@ -158,8 +157,10 @@ class Supervisor:
         return self._ready.is_set()
 
     async def exit_of(self, generation: int) -> str | None:
-        """How the server of ``generation`` ended, if it died (waits ``EXIT_GRACE_S`` for a
-        dying process to be reaped); ``None`` if it is still up."""
+        """How the server of ``generation`` ended, or ``None`` while it is up.
+
+        Waits ``EXIT_GRACE_S`` for a dying process to be reaped.
+        """
         deadline = time.monotonic() + EXIT_GRACE_S
         while True:
             if generation in self._exits:
@@ -280,8 +281,10 @@ async def self_test(server: LocalModelServer, timeout_s: float) -> None:
 
 
 class SupervisedAdapter(OpenAIAdapter):
-    """The OpenAI-compatible adapter, pointed at the supervised server wherever it runs,
-    that waits out restarts and names a crash instead of "connection refused"."""
+    """The OpenAI-compatible adapter for the supervised server, wherever it runs.
+
+    It waits out restarts and names a crash instead of "connection refused".
+    """
 
     supports_n = False  # llama.cpp's server answers one choice per request
 

@@ -185,8 +185,10 @@ async def post_json(
 
 
 async def _read(response: httpx.Response, limit: int, edge: Edge, *, cut: bool = False) -> bytes:
-    """The body, at most ``limit`` bytes of it: past that ``ProviderOversized``, or with
-    ``cut`` the first ``limit`` bytes. Either way nothing more is read."""
+    """The body, at most ``limit`` bytes of it; nothing more is read.
+
+    Past ``limit``: ``ProviderOversized``, or with ``cut`` the first ``limit`` bytes.
+    """
     declared = response.headers.get("content-length", "").strip()
     if not cut and declared.isdigit() and int(declared) > limit:
         raise _oversized(edge, limit, f"declared {int(declared)} bytes")
