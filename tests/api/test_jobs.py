@@ -9,7 +9,7 @@ from typing import Any
 
 import httpx
 
-from tests.api.conftest import (
+from tests.service import (
     KEYS,
     SLOW_MS,
     StartApi,

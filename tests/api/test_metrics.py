@@ -8,7 +8,7 @@ from typing import Any
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.api.conftest import StartApi, finished, scripted
+from tests.service import StartApi, finished, scripted
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 

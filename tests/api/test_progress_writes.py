@@ -20,9 +20,8 @@ from app.providers.config import ModelConfig, ProviderConfig, ProvidersConfig
 from app.store.scripts import script_source
 from app.worker import FLUSH_AFTER_S
 from reprompt_sim.server import SimConfig, serve_in_background
-from tests.api.conftest import KEYS, StartApi, scripted
 from tests.monitor import monitor, script_runs
-from tests.service import api_keys
+from tests.service import KEYS, StartApi, api_keys, scripted
 
 LATENCY_MS = 300  # every call: well past the old 0.1 s flush, well within FLUSH_AFTER_S
 SLOW_S = 3.0  # a scripted "slow" call: long enough to be seen while it runs

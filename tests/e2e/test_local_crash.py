@@ -19,7 +19,7 @@ from app.assembly import api_app as create_app
 from app.providers.local import local_available
 from app.redis_server import EmbeddedRedis
 from app.settings import Settings
-from tests.api.conftest import finished, serve
+from tests.service import finished, serve
 
 pytestmark = [
     pytest.mark.llama,
