@@ -73,3 +73,12 @@ def sync_until(
 async def forever() -> None:
     """A fake server's reply that never comes (until its task is cancelled)."""
     await asyncio.Event().wait()
+
+
+async def awaited(aw: Awaitable[T], *, what: str, patience: float = PATIENCE_S) -> T:
+    """``await aw``, the event it waits on named: a hang fails saying what never came."""
+    try:
+        async with asyncio.timeout(patience):
+            return await aw
+    except TimeoutError:
+        pytest.fail(f"still waiting for {what} after {patience:.0f}s")
