@@ -19,7 +19,7 @@ import asyncio
 import inspect
 import time
 from collections.abc import Awaitable, Callable
-from typing import Final, TypeVar
+from typing import Any, Final, TypeVar, overload
 
 import pytest
 
@@ -32,13 +32,33 @@ POLL_S: Final = 0.01
 PATIENCE_S: Final = 120.0
 
 
+@overload
 async def until(
-    check: Callable[[], T | Awaitable[T | None] | None],
+    check: Callable[[], Awaitable[T | None]],
     *,
     what: str,
     every: float = POLL_S,
     patience: float = PATIENCE_S,
-) -> T:
+) -> T: ...
+
+
+@overload
+async def until(
+    check: Callable[[], T | None],
+    *,
+    what: str,
+    every: float = POLL_S,
+    patience: float = PATIENCE_S,
+) -> T: ...
+
+
+async def until(
+    check: Callable[[], Any],
+    *,
+    what: str,
+    every: float = POLL_S,
+    patience: float = PATIENCE_S,
+) -> Any:
     """The first truthy value of ``check()`` (awaited when it is a coroutine function)."""
     gave_up = time.monotonic() + patience
     while True:

@@ -165,7 +165,7 @@ async def messages(redis: Redis, pubsub: Any, channel: str) -> list[str]:
     comes after them all (one server delivers a channel's messages in order)."""
     mark = "end of the test"
     await redis.publish(channel, mark)
-    got = []
+    got: list[str] = []
     while True:
         message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=None)
         if message is not None:
