@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ast
 from pathlib import Path
+from typing import TypeGuard
 
 TESTS = Path(__file__).parent
 CLOCKS = {"monotonic", "perf_counter", "thread_time", "process_time", "time"}
@@ -52,7 +53,7 @@ def _is_clock(node: ast.AST) -> bool:
     )
 
 
-def _is_sleep(node: ast.AST) -> bool:
+def _is_sleep(node: ast.AST) -> TypeGuard[ast.Call]:
     if not (
         isinstance(node, ast.Call)
         and isinstance(node.func, ast.Attribute)
