@@ -210,6 +210,10 @@ class Hub:
             if not watchers:
                 del self._watchers[entry]
 
+    def watching(self, channel: str, key: str = ANY) -> int:
+        """How many watchers wait on ``channel`` for ``key`` now (tests wait on this)."""
+        return len(self._watchers.get((channel, key), ()))
+
     def _dispatch(self, channel: str, data: bytes | str) -> None:
         if isinstance(data, str):
             data = data.encode()

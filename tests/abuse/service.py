@@ -7,7 +7,6 @@ the simulator as its one model, and the turn loop over a scripted in-process cli
 
 from __future__ import annotations
 
-import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -22,11 +21,6 @@ from app.providers.config import ModelConfig, ProviderConfig, ProvidersConfig
 from app.redis_server import EmbeddedRedis
 from app.settings import Settings
 from reprompt_sim.server import SimConfig, serve_in_background
-
-# What a hostile request may cost the API at most (generous for a busy 2-core machine).
-REQUEST_BOUND_S = 1.0
-# What checking a hostile answer may cost, in CPU of the checking thread.
-ANSWER_BOUND_S = 0.1
 
 
 def sim_providers(sim_url: str) -> ProvidersConfig:
@@ -65,13 +59,6 @@ def api(tmp: Path, **settings: Any) -> Iterator[str]:
             shutdown_timeout_s=60,
         ) as url:
             yield url
-
-
-def timed_post(http: httpx.Client, path: str, **kwargs: Any) -> tuple[httpx.Response, float]:
-    """The response and how long it took, in wall-clock seconds."""
-    began = time.perf_counter()
-    response = http.post(path, **kwargs)
-    return response, time.perf_counter() - began
 
 
 def problem_field(response: httpx.Response) -> str:

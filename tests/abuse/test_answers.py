@@ -8,10 +8,8 @@ the whole answer was kept in memory for recording.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import secrets
-import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -29,7 +27,7 @@ from app.providers.http import make_client
 from app.redis_server import EmbeddedRedis
 from app.worker import Worker
 from reprompt_sim.server import SimConfig, serve_in_background
-from tests.abuse.service import ANSWER_BOUND_S, sim_providers
+from tests.abuse.service import sim_providers
 from tests.both import Store
 from tests.core.fakes import ScriptedClient, answer, reply
 from tests.worker.harness import finished, running, submit, worker_settings
@@ -48,12 +46,10 @@ def test_the_answer_limit_follows_the_output_limit_up_to_a_ceiling() -> None:
 async def test_an_answer_over_the_limit_is_rejected_unread_and_recorded_short() -> None:
     huge = '{"a": 1, "pad": "' + "x" * 20_000 + '"}'  # valid JSON, and too long for 256 tokens
     client = ScriptedClient([reply(huge), answer({"a": 1})])
-    began = time.thread_time()
     result = await run_job(
         spec(maxOutputTokens=256, budget={"maxTurns": 1, "returnRetries": 1}),
         Runtime(client=client),
     )
-    assert time.thread_time() - began < ANSWER_BOUND_S
     first = result.turns[0]
     assert first.outcome == "invalid"
     assert first.error_code == codes.LLM_INVALID_OUTPUT
@@ -66,12 +62,13 @@ async def test_an_answer_over_the_limit_is_rejected_unread_and_recorded_short() 
 
 
 def test_a_max_size_answer_is_checked_within_its_work_budget() -> None:
-    # Every character costs; the budget is 10,000 steps plus 8 per character of answer.
+    # Every character costs; the budget is 10,000 steps plus 8 per character of answer. A
+    # check that needed more (quadratic repair of ~160 KB of single-quoted strings) would
+    # end as kind "limit", not ok.
     hostile = "[" + ",".join(["'a'"] * 40_000) + "]"
-    began = time.thread_time()
     checked = check_answer(hostile, {"type": "array", "items": {"type": "string"}})
     assert checked.ok
-    assert time.thread_time() - began < 2.0  # linear: ~160 KB of single-quoted strings
+    assert checked.kind is None
 
 
 # -- a real worker, Redis and the simulator -----------------------------------------------------
@@ -110,35 +107,20 @@ async def test_a_worker_busy_on_a_hostile_answer_keeps_heartbeating_and_runs_oth
     )
     quick = job("Name a city", signature="{city :string, population :int}")
     settings = worker_settings(lease_ms=500, heartbeat_ms=100, reap_interval_ms=100)
-    gaps: list[float] = []
-
-    async def ticker(stop: asyncio.Event) -> None:
-        last = time.monotonic()
-        while not stop.is_set():
-            await asyncio.sleep(0.02)
-            now = time.monotonic()
-            gaps.append(now - last)
-            last = now
-
     async with (
         make_client() as http,
         open_router(http, data_dir=tmp_path, config=sim_providers(sim_url)) as router,
     ):
         busy_id = await submit(store, busy)
         async with running(Worker(store, router, settings)):
-            stop = asyncio.Event()
-            ticking = asyncio.create_task(ticker(stop))
             quick_ids = [await submit(store, quick) for _ in range(3)]
             quick_views = [await finished(store, job_id) for job_id in quick_ids]
             busy_view = await finished(store, busy_id)
-            stop.set()
-            await ticking
     assert busy_view.status == "succeeded", busy_view.result
     assert len(busy_view.result.data) == 100_000
-    # Never lost its lease (that would have started attempt 2 or refused the commit).
+    # Never lost its 500 ms lease through a check of over a second: the event loop went on
+    # heartbeating (a lost lease would have started attempt 2 or refused the commit).
     assert [t.job_attempt for t in busy_view.turns] == [1]
     assert [v.status for v in quick_views] == ["succeeded"] * 3
     assert busy_view.finished_at is not None
     assert all((v.finished_at or "") <= busy_view.finished_at for v in quick_views)
-    # The event loop that sends the heartbeats never stalled for anything like a lease.
-    assert max(gaps) < 0.4

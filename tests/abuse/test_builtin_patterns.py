@@ -4,8 +4,13 @@ The audit of issue #10, kept as a test: each module-level ``re.Pattern`` in ``ap
 by importing every module, so a new one is covered the day it is added) is run over 100 KB
 inputs built to make a backtracking engine work hard: long runs of each character the
 pattern mentions, the same runs after an opener (quotes, fences, comments, escapes) and
-left unclosed, and two characters alternating. A quadratic pattern takes minutes on these;
-a linear one milliseconds. A run is cut off with an alarm after ``BOUND_S``.
+left unclosed, and two characters alternating. A quadratic pattern takes minutes on these,
+a linear one milliseconds: the test runs them all and has no clock of its own (a quadratic
+one is stopped by pytest-timeout); bench/hostile_inputs.py measures the slowest run of each.
+
+Why not ask RE2 instead (it accepts only what it runs in linear time)? These patterns run on
+Python's ``re``, which backtracks on patterns RE2 accepts (``(a+)+$``): RE2 accepting one
+would say nothing of how ``re`` runs it.
 
 Most patterns run with ``search``, ``match``, ``fullmatch`` and ``finditer``. A few are
 lexer pieces that the product only ever anchors (``match``/``fullmatch`` at a position it
@@ -19,18 +24,14 @@ from __future__ import annotations
 import importlib
 import pkgutil
 import re
-import signal
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from types import FrameType
 
 import pytest
 
 import app
 
 SIZE = 100_000
-BOUND_S = 0.5  # per run; linear runs take well under 10 ms
 OPENERS = ('"', "'", "“", "/*", "//", "#", "```", "{", "[", "\\", "\\u", "-", ".", ":")
 FILLERS = ("a", "0", " ", "\t", "\\", '"', ".", "\n")
 ANCHORED = {
@@ -80,14 +81,6 @@ def hostile_inputs(pattern: re.Pattern[str]) -> Iterator[str]:
                 yield (first + second) * (SIZE // 2)
 
 
-class _TooSlow(Exception):
-    pass
-
-
-def _alarm(signum: int, frame: FrameType | None) -> None:
-    raise _TooSlow
-
-
 PATTERNS = builtin_patterns()
 
 
@@ -114,25 +107,17 @@ def test_anchored_patterns_are_never_searched_with() -> None:
             assert attribute + call not in source, f"{name}{call} would be quadratic"
 
 
-@pytest.mark.parametrize(("name", "pattern"), PATTERNS, ids=[name for name, _ in PATTERNS])
-def test_a_builtin_pattern_is_linear_on_hostile_input(name: str, pattern: re.Pattern[str]) -> None:
+def runs_of(name: str, pattern: re.Pattern[str]) -> list[Callable[[str], object]]:
+    """The ways the product may run ``pattern``: anchored only when it is in ``ANCHORED``."""
     runs: list[Callable[[str], object]] = [pattern.match, pattern.fullmatch]
     if name not in ANCHORED:
         runs += [pattern.search, lambda t: sum(1 for _ in pattern.finditer(t))]
-    previous = signal.signal(signal.SIGALRM, _alarm)
-    slowest = 0.0
-    try:
-        for text in hostile_inputs(pattern):
-            for run in runs:
-                began = time.perf_counter()
-                signal.setitimer(signal.ITIMER_REAL, BOUND_S)
-                try:
-                    run(text)
-                except _TooSlow:
-                    pytest.fail(f"{name} took over {BOUND_S}s on {text[:12]!r}… ({len(text)})")
-                finally:
-                    signal.setitimer(signal.ITIMER_REAL, 0)
-                slowest = max(slowest, time.perf_counter() - began)
-    finally:
-        signal.signal(signal.SIGALRM, previous)
-    assert slowest < BOUND_S
+    return runs
+
+
+@pytest.mark.parametrize(("name", "pattern"), PATTERNS, ids=[name for name, _ in PATTERNS])
+def test_a_builtin_pattern_is_linear_on_hostile_input(name: str, pattern: re.Pattern[str]) -> None:
+    runs = runs_of(name, pattern)
+    for text in hostile_inputs(pattern):
+        for run in runs:
+            run(text)  # milliseconds when linear; minutes when quadratic (pytest-timeout)

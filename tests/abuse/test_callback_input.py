@@ -1,16 +1,14 @@
-"""Hostile callbacks at submit: every one a 422 naming the field, answered fast, nothing
+"""Hostile callbacks at submit: every one a 422 naming the field, nothing
 queued. A callback URL is held to the outbound guard exactly as an HTTP tool's is."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import pytest
 
-from tests.abuse.service import REQUEST_BOUND_S
 from tests.service import KEYS, StartApi, api_keys, assert_problem, client
 
 
@@ -26,9 +24,7 @@ def alice(start_api: StartApi) -> Iterator[httpx.Client]:
 
 
 def refused(http: httpx.Client, callback: Any, field: str) -> dict[str, Any]:
-    began = time.monotonic()
     response = http.post("/v1/jobs", json=job(callback))
-    assert time.monotonic() - began < REQUEST_BOUND_S
     body = assert_problem(response, 422, "invalid-input", field)
     assert http.get("/v1/jobs").json()["jobs"] == []  # nothing was queued
     return body

@@ -9,10 +9,7 @@ when a job is submitted without one.
 from __future__ import annotations
 
 import json
-import threading
-import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -31,51 +28,19 @@ from app.redis_server import EmbeddedRedis
 from app.settings import Settings
 from app.store.ids import shard_of
 from app.store.keys import Keys
+from tests.providers.silent import Silent
+from tests.waiting import sync_until
 
+# The job ends at this deadline as ``deadline-exceeded``, long before the provider's
+# timeout (60 s, 3 attempts) would end the call as a timeout of its own.
 DEADLINE_MS = 1500
-# The job ends at its deadline; the bound leaves room for a busy machine, and is far
-# below the minutes the call alone could take (a 60 s provider timeout, 3 attempts).
-BOUND_S = 15.0
 PREFIX = "deadlines"
-
-
-class Silent:
-    """A loopback provider that accepts every call and never answers (until closed)."""
-
-    def __init__(self) -> None:
-        self.release = threading.Event()
-        release = self.release
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def do_POST(self) -> None:
-                self.rfile.read(int(self.headers.get("content-length") or 0))
-                release.wait(120)
-
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-
-    @property
-    def url(self) -> str:
-        host, port = self.server.server_address[:2]
-        return f"http://{host!s}:{port}"
 
 
 @pytest.fixture
 def silent() -> Iterator[Silent]:
-    provider = Silent()
-    provider.thread.start()
-    try:
+    with Silent() as provider:
         yield provider
-    finally:
-        provider.release.set()
-        provider.server.shutdown()
-        provider.server.server_close()
 
 
 @pytest.fixture
@@ -123,18 +88,17 @@ def test_a_job_without_a_deadline_ends_at_the_default_one(
     service: tuple[str, Redis],
 ) -> None:
     url, redis = service
-    began = time.monotonic()
     with httpx.Client(base_url=url, timeout=30) as http:
         submitted = http.post("/v1/jobs", json=JOB)
         assert submitted.status_code == 202, submitted.text
         job_id = submitted.json()["id"]
         assert _stored_spec(redis, job_id)["budget"]["deadlineMs"] == DEADLINE_MS
-        job: dict[str, Any] = {}
-        while time.monotonic() - began < BOUND_S:
-            job = http.get(f"/v1/jobs/{job_id}", params={"waitMs": 2000}).json()
-            if job["status"] not in ("queued", "in_progress"):
-                break
-    assert time.monotonic() - began < BOUND_S, job
+
+        def ended() -> dict[str, Any] | None:
+            job: dict[str, Any] = http.get(f"/v1/jobs/{job_id}", params={"waitMs": 2000}).json()
+            return None if job["status"] in ("queued", "in_progress") else job
+
+        job = sync_until(ended, what="the job to end")
     assert job["status"] == "failed"
     assert job["result"]["error"] == codes.DEADLINE_EXCEEDED
 

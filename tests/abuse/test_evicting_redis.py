@@ -14,7 +14,6 @@ import logging
 import os
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -28,14 +27,13 @@ from app.providers.config import ModelConfig, ProviderConfig, ProvidersConfig
 from app.redis_server import find_redis_server
 from app.settings import Settings
 from app.store.eviction import EvictingRedis
+from tests.waiting import sync_until
 
 ROOT = Path(__file__).resolve().parents[2]
 NOWHERE = ProvidersConfig(
     providers={"p": ProviderConfig(kind="openai", base_url="http://127.0.0.1:9/v1")},
     models={"m": ModelConfig(provider="p")},
 )
-# Refusing happens at start-up, before any job: the bound is Python's import time.
-REFUSAL_S = 30.0
 
 StartRedis = Callable[..., str]
 
@@ -58,14 +56,14 @@ def redis_with(tmp_path: Path) -> Iterator[StartRedis]:
             )
         started.append(process)
         client = Redis(port=port)
-        deadline = time.monotonic() + 20
-        while True:
+
+        def answers() -> bool:
             assert process.poll() is None, (tmp_path / f"redis-{port}.log").read_text()
             with contextlib.suppress(Exception):
-                if client.ping():
-                    break
-            assert time.monotonic() < deadline, "redis-server did not start"
-            time.sleep(0.02)
+                return bool(client.ping())
+            return False
+
+        sync_until(answers, what="redis-server to answer")
         client.close()
         return f"redis://127.0.0.1:{port}/0"
 
@@ -150,7 +148,6 @@ def _run(command: str, url: str, tmp_path: Path) -> subprocess.CompletedProcess[
         env=env,
         capture_output=True,
         text=True,
-        timeout=REFUSAL_S * 2,
         check=False,
     )
 
@@ -160,9 +157,7 @@ def test_worker_and_api_processes_refuse_an_allkeys_redis(
     command: str, redis_with: StartRedis, tmp_path: Path
 ) -> None:
     url = redis_with("--maxmemory-policy", "allkeys-lru")
-    began = time.monotonic()
-    proc = _run(command, url, tmp_path)
-    assert time.monotonic() - began < REFUSAL_S
+    proc = _run(command, url, tmp_path)  # refused at start-up: it exits, serving nothing
     assert proc.returncode != 0
     assert "maxmemory-policy is allkeys-lru" in proc.stderr
     assert "maxmemory-policy noeviction" in proc.stderr

@@ -1,6 +1,9 @@
 """A grounded validator over a ~1 MB input and a hostile answer: the work is bounded, never
 quadratic in the input (app.core.answer.grounding: scans charged to the work budget, fuzzy search
-only in windows around exact hits of pieces, indexes built once per job)."""
+only in windows around exact hits of pieces, indexes built once per job).
+
+Each check ends with a verdict or ``TooMuchWork``; quadratic work would take minutes (and
+meet pytest-timeout). bench/hostile_inputs.py measures the CPU each case takes."""
 
 from __future__ import annotations
 
@@ -8,8 +11,6 @@ import asyncio
 import json
 import random
 import string
-import time
-from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -20,9 +21,6 @@ from app.core.turn.loop import Runtime, run_job
 from app.core.wire.spec import JobSpec, ValidatorSpec
 from tests.core.fakes import ScriptedClient, answer
 
-# CPU for one check of a hostile answer against a ~1 MB input (about 0.5 s on a busy 2-core
-# machine; quadratic work would take minutes).
-BOUND_S = 2.0
 INPUT_CHARS = 1_000_000
 
 
@@ -44,33 +42,23 @@ INPUTS: dict[str, Any] = {
 FABRICATED = ["".join(RND.choices(string.ascii_letters, k=8)) for _ in range(3000)]
 
 
-def _cpu(check: Callable[[], Any]) -> tuple[Any, float]:
-    began = time.thread_time()
-    try:
-        result = check()
-    except TooMuchWork as exc:
-        result = exc
-    return result, time.thread_time() - began
-
-
-def _checked(job_input: Any, value: Any, **fields: Any) -> tuple[Any, float]:
+def checked(job_input: Any, value: Any, **fields: Any) -> Any:
+    """The grounded check's verdict on ``value``, or the ``TooMuchWork`` that stopped it."""
     spec = ValidatorSpec.model_validate({"kind": "grounded", "paths": ["$"], **fields})
     check = build(spec, "validators[0]", job_input)
-
-    def run() -> Any:
+    try:
         # The budget the verdict gives validators (app.core.answer.verdict._validated).
         with work_budget(steps_for(len(json.dumps(value)))):
             return check.check(value)
-
-    return _cpu(run)
+    except TooMuchWork as exc:
+        return exc
 
 
 @pytest.mark.parametrize("mode", ["exact", "normalized", "fuzzy"])
 @pytest.mark.parametrize("name", list(INPUTS))
 def test_thousands_of_fabricated_values_over_a_megabyte_are_bounded(name: str, mode: str) -> None:
-    result, took = _checked(INPUTS[name], FABRICATED, mode=mode)
+    result = checked(INPUTS[name], FABRICATED, mode=mode)
     assert isinstance(result, TooMuchWork) or result[0] is False
-    assert took < BOUND_S, f"{name}/{mode}: {took:.2f} s"
 
 
 @pytest.mark.parametrize(
@@ -88,8 +76,9 @@ def test_thousands_of_fabricated_values_over_a_megabyte_are_bounded(name: str, m
     ids=["misaligned", "long-fuzzy", "fuzzy-windows", "crossing", "numbers"],
 )
 def test_pathological_values_are_bounded(name: str, value: Any, fields: dict[str, Any]) -> None:
-    _, took = _checked(INPUTS[name], value, **fields)  # found or not: either is right here
-    assert took < BOUND_S, f"{name}: {took:.2f} s"
+    result = checked(INPUTS[name], value, **fields)
+    # Found or not, or stopped by the budget: any ending is right here, it has to end.
+    assert isinstance(result, TooMuchWork) or result[0] in (True, False)
 
 
 def test_a_hostile_answer_over_a_megabyte_input_ends_as_a_rejected_turn() -> None:
@@ -104,10 +93,7 @@ def test_a_hostile_answer_over_a_megabyte_input_ends_as_a_rejected_turn() -> Non
         }
     )
     client = ScriptedClient([answer({"names": FABRICATED})])
-    began = time.process_time()  # the check runs in a worker thread: count the process
     result = asyncio.run(run_job(spec, Runtime(client=client)))
-    took = time.process_time() - began
     (turn,) = result.turns
     assert turn.outcome in ("invalid", "rejected")
     assert result.envelope.error == "budget-exhausted"
-    assert took < BOUND_S * 2

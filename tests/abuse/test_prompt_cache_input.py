@@ -9,7 +9,6 @@ bounded; one that sends text where a count belongs is a malformed reply, not a c
 
 from __future__ import annotations
 
-import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -47,11 +46,9 @@ def test_a_hostile_cache_setting_stops_start_up_naming_the_field(
         '[providers.p]\nkind = "openai"\n[models.m]\nprovider = "p"\n'
         f"{prices}output_usd_per_mtok = 2\n{line}\n"
     )
-    started = time.monotonic()
     with pytest.raises(InvalidInput) as caught:
         load_providers({}, path=str(path))
     assert caught.value.field == field
-    assert time.monotonic() - started < 1.0
 
 
 @pytest.fixture
@@ -140,7 +137,6 @@ def sim() -> Iterator[httpx.Client]:
 
 def test_the_simulator_bounds_what_it_remembers_of_huge_keyed_prompts(sim: httpx.Client) -> None:
     big = "x" * 2_000_000
-    started = time.monotonic()
     for i in range(3):
         body = {
             "model": "m",
@@ -150,7 +146,6 @@ def test_the_simulator_bounds_what_it_remembers_of_huge_keyed_prompts(sim: httpx
         r = sim.post("/v1/chat/completions", json=body, timeout=30)
         assert r.status_code == 200
     assert r.json()["usage"]["prompt_tokens_details"]["cached_tokens"] >= 499_968
-    assert time.monotonic() - started < 10.0
 
 
 @pytest.mark.parametrize(
@@ -177,8 +172,6 @@ def test_the_simulator_refuses_a_flood_of_cache_marks(sim: httpx.Client) -> None
     mark = {"type": "ephemeral"}
     blocks = [{"type": "text", "text": str(i), "cache_control": mark} for i in range(10_000)]
     body = {"model": "m", "max_tokens": 10, "messages": [{"role": "user", "content": blocks}]}
-    started = time.monotonic()
     r = sim.post("/v1/messages", json=body)
     assert r.status_code == 400
     assert "Found 10000" in r.json()["error"]["message"]
-    assert time.monotonic() - started < 5.0

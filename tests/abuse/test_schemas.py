@@ -2,12 +2,13 @@
 
 Before: ``{"$ref": "#"}`` and ``$defs`` cycles passed submit, made a paid call, then
 failed ``internal-error`` (RecursionError); ``input`` nested 300 deep was an HTTP 500.
+Exponential schemas are stopped by the work budget (``app.core.schema.steps``), which
+these tests check; how long the hostile cases take is bench/hostile_inputs.py's to say.
 """
 
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -16,8 +17,9 @@ import pytest
 
 from app.core.answer.check import check_answer
 from app.core.schema.example import example_for
+from app.core.schema.steps import steps_for
 from app.core.schema.validation import check_schema
-from tests.abuse.service import ANSWER_BOUND_S, REQUEST_BOUND_S, api, problem_field, timed_post
+from tests.abuse.service import api, problem_field
 
 MAX_INPUT_BYTES = 4096
 MAX_INPUT_DEPTH = 16
@@ -54,10 +56,9 @@ CYCLES: list[dict[str, Any]] = [
 
 @pytest.mark.parametrize("schema", CYCLES, ids=["self", "pair", "allOf", "not", "if"])
 def test_a_ref_cycle_is_a_422_naming_the_schema(http: httpx.Client, schema: dict[str, Any]) -> None:
-    response, took = timed_post(http, "/v1/jobs", json={"task": "x", "schema": schema})
+    response = http.post("/v1/jobs", json={"task": "x", "schema": schema})
     assert problem_field(response) == "schema"
     assert "$ref cycle" in response.json()["detail"]
-    assert took < REQUEST_BOUND_S
 
 
 def test_recursion_through_the_value_is_still_fine(http: httpx.Client) -> None:
@@ -70,7 +71,7 @@ def test_recursion_through_the_value_is_still_fine(http: httpx.Client) -> None:
         },
         "$ref": "#/$defs/node",
     }
-    response, _ = timed_post(http, "/v1/jobs", json={"task": "x", "schema": tree})
+    response = http.post("/v1/jobs", json={"task": "x", "schema": tree})
     assert response.status_code == 202, response.text
 
 
@@ -81,22 +82,21 @@ def test_data_nested_too_deep_is_a_422_naming_the_field(http: httpx.Client, fiel
         spec["input"] = nested(300)
     else:
         spec["fallback"] = {"data": {"a": nested(300)}}
-    response, took = timed_post(http, "/v1/jobs", json=spec)
+    response = http.post("/v1/jobs", json=spec)
     assert problem_field(response) == field
     assert "depth is 30" in response.json()["detail"]
     assert f"at most {MAX_INPUT_DEPTH}" in response.json()["detail"]
-    assert took < REQUEST_BOUND_S
 
 
 def test_input_at_the_depth_cap_is_fine(http: httpx.Client) -> None:
     spec = {"task": "x", "signature": "{a :any}", "input": nested(MAX_INPUT_DEPTH)}
-    response, _ = timed_post(http, "/v1/jobs", json=spec)
+    response = http.post("/v1/jobs", json=spec)
     assert response.status_code == 202, response.text
 
 
 def test_input_over_the_size_cap_is_a_422_naming_it(http: httpx.Client) -> None:
     spec = {"task": "x", "signature": "{a :any}", "input": {"text": "y" * MAX_INPUT_BYTES}}
-    response, _ = timed_post(http, "/v1/jobs", json=spec)
+    response = http.post("/v1/jobs", json=spec)
     assert problem_field(response) == "input"
     assert f"at most {MAX_INPUT_BYTES}" in response.json()["detail"]
 
@@ -130,29 +130,25 @@ DIAMOND = {
 
 def test_an_exponential_union_is_cut_off_by_the_work_budget() -> None:
     check_schema(UNION)
-    began = time.thread_time()
-    checked = check_answer("[" * 40 + "true" + "]" * 40, UNION)
-    took = time.thread_time() - began
+    answer = "[" * 40 + "true" + "]" * 40
+    checked = check_answer(answer, UNION)
     assert checked.kind == "limit"
-    assert "steps" in checked.errors[0]
-    assert took < ANSWER_BOUND_S
+    assert f"more than {steps_for(len(answer))} steps" in checked.errors[0]
 
 
 def test_an_allof_diamond_is_accepted_at_submit_and_checked_quickly(http: httpx.Client) -> None:
-    response, took = timed_post(http, "/v1/jobs", json={"task": "x", "schema": DIAMOND})
+    response = http.post("/v1/jobs", json={"task": "x", "schema": DIAMOND})
     assert response.status_code == 202, response.text
-    assert took < REQUEST_BOUND_S
-    began = time.thread_time()
-    checked = check_answer('"text"', DIAMOND)
-    assert time.thread_time() - began < ANSWER_BOUND_S
-    assert checked.kind in ("limit", None)
+    # Quickly: within the work budget of a 6-character answer, not along 2^20 paths.
+    answer = '"text"'
+    checked = check_answer(answer, DIAMOND)
+    assert checked.ok or f"more than {steps_for(len(answer))} steps" in checked.errors[0]
 
 
 def test_the_example_builder_gives_up_within_its_budget() -> None:
-    began = time.thread_time()
-    example_for(DIAMOND)
-    example_for(UNION)
-    assert time.thread_time() - began < ANSWER_BOUND_S * 3
+    # No valid example within the builder's steps: it says so (None), it does not search on.
+    assert example_for(DIAMOND) is None
+    assert example_for(UNION) is None
 
 
 def test_fallback_data_that_takes_too_much_work_to_check_is_a_422(http: httpx.Client) -> None:
@@ -161,6 +157,5 @@ def test_fallback_data_that_takes_too_much_work_to_check_is_a_422(http: httpx.Cl
         "schema": UNION,
         "fallback": {"data": json.loads("[" * 12 + "1" + "]" * 12)},
     }
-    response, took = timed_post(http, "/v1/jobs", json=spec)
+    response = http.post("/v1/jobs", json=spec)
     assert problem_field(response) == "fallback.data"
-    assert took < REQUEST_BOUND_S

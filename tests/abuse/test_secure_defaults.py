@@ -13,7 +13,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -22,11 +21,9 @@ import pytest
 
 from app.child import free_loopback_port
 from app.settings import Settings, is_loopback
+from tests.waiting import sync_until
 
 ROOT = Path(__file__).resolve().parents[2]
-# A refusal happens before anything starts: the bound is mostly Python's import time.
-REFUSAL_S = 20.0
-STARTUP_S = 60.0
 NOWHERE = "http://127.0.0.1:9/v1"  # a provider that is configured but never called here
 
 
@@ -51,7 +48,6 @@ def _reprompt(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[st
         env=env,
         capture_output=True,
         text=True,
-        timeout=REFUSAL_S * 3,
         check=False,
     )
 
@@ -60,11 +56,9 @@ def _reprompt(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[st
 def test_no_keys_on_a_public_address_refuses_to_start_and_says_what_to_set(
     command: str, tmp_path: Path
 ) -> None:
-    began = time.monotonic()
     proc = _reprompt(
         command, "--host", "0.0.0.0", "--port", str(free_loopback_port()), env=_env(tmp_path)
     )
-    assert time.monotonic() - began < REFUSAL_S
     assert proc.returncode == 2, proc.stderr
     said = proc.stderr
     assert "without authentication" in said
@@ -110,16 +104,16 @@ def start(tmp_path: Path) -> Iterator[Starter]:
             text=True,
         )
         started.append(proc)
-        deadline = time.monotonic() + STARTUP_S
-        while True:
+
+        def healthy() -> bool:
             assert proc.poll() is None, proc.communicate()[0]
             try:
-                if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=2).status_code == 200:
-                    return Running(proc, port)
+                return httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=2).status_code == 200
             except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline, "the API did not start"
-            time.sleep(0.1)
+                return False
+
+        sync_until(healthy, what="the API to start", every=0.1)
+        return Running(proc, port)
 
     try:
         yield run

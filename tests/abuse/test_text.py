@@ -23,7 +23,7 @@ from app.providers.embedded import open_router
 from app.providers.http import make_client
 from app.redis_server import EmbeddedRedis
 from app.worker import Worker
-from tests.abuse.service import REQUEST_BOUND_S, api, problem_field, timed_post
+from tests.abuse.service import api, problem_field
 from tests.both import Store
 from tests.core.fakes import ScriptedClient, reply
 from tests.providers.upstream import Reply, Upstream, one_model, recorded
@@ -41,10 +41,9 @@ def http(tmp_path_factory: pytest.TempPathFactory) -> Iterator[httpx.Client]:
         yield client
 
 
-def post_raw(http: httpx.Client, body: str | bytes) -> tuple[httpx.Response, float]:
+def post_raw(http: httpx.Client, body: str | bytes) -> httpx.Response:
     content = body.encode() if isinstance(body, str) else body
-    headers = {"content-type": "application/json"}
-    return timed_post(http, "/v1/jobs", content=content, headers=headers)
+    return http.post("/v1/jobs", content=content, headers={"content-type": "application/json"})
 
 
 @pytest.mark.parametrize(
@@ -88,12 +87,11 @@ def post_raw(http: httpx.Client, body: str | bytes) -> tuple[httpx.Response, flo
 def test_a_lone_surrogate_in_a_request_is_a_422_naming_the_field(
     http: httpx.Client, body: str, field: str, where: str
 ) -> None:
-    response, took = post_raw(http, body)
+    response = post_raw(http, body)
     assert problem_field(response) == field
     detail = response.json()["detail"]
     assert "unpaired UTF-16 surrogate" in detail
     assert where in detail
-    assert took < REQUEST_BOUND_S
 
 
 @pytest.mark.parametrize(
@@ -106,14 +104,13 @@ def test_a_lone_surrogate_in_a_request_is_a_422_naming_the_field(
     ids=["latin-1", "encoded-surrogate", "stray-byte"],
 )
 def test_a_body_that_is_not_utf8_is_a_422_naming_the_body(http: httpx.Client, raw: bytes) -> None:
-    response, took = post_raw(http, raw)
+    response = post_raw(http, raw)
     assert problem_field(response) == "body"
     assert "UTF-8" in response.json()["detail"]
-    assert took < REQUEST_BOUND_S
 
 
 def test_a_valid_pair_is_fine(http: httpx.Client) -> None:
-    response, _ = post_raw(http, '{"task": "smile \\ud83d\\ude00", "signature": "{a :int}"}')
+    response = post_raw(http, '{"task": "smile \\ud83d\\ude00", "signature": "{a :int}"}')
     assert response.status_code == 202, response.text
 
 

@@ -1,8 +1,7 @@
-"""Hostile tool declarations and tool outputs: each a 4xx naming the field, fast."""
+"""Hostile tool declarations and tool outputs: each a 4xx naming the field."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -10,7 +9,6 @@ import httpx
 import pytest
 
 from app.providers.config import ModelConfig, ProviderConfig, ProvidersConfig
-from tests.abuse.service import REQUEST_BOUND_S
 from tests.service import KEYS, StartApi, api_keys, assert_problem, client
 
 PARAMS: dict[str, Any] = {"type": "object", "properties": {"sku": {"type": "string"}}}
@@ -34,10 +32,7 @@ def alice(start_api: StartApi) -> Iterator[httpx.Client]:
 
 
 def post(http: httpx.Client, body: dict[str, Any]) -> httpx.Response:
-    began = time.monotonic()
-    response = http.post("/v1/jobs", json=body)
-    assert time.monotonic() - began < REQUEST_BOUND_S
-    return response
+    return http.post("/v1/jobs", json=body)
 
 
 def test_a_tool_with_a_catastrophic_pattern_is_refused_at_submit(alice: httpx.Client) -> None:
@@ -110,9 +105,7 @@ def test_tool_outputs_are_bounded_and_checked(alice: httpx.Client) -> None:
         ({"outputs": [{"toolCallId": "c1", "oops": 1}]}, "outputs.0.oops"),
     ]
     for body, field in cases:
-        began = time.monotonic()
         response = alice.post(url, json=body)
-        assert time.monotonic() - began < REQUEST_BOUND_S
         assert response.status_code == 422, (body, response.text)
         fields = [e["field"] for e in response.json().get("errors", [])]
         assert any(f.startswith(field) for f in fields), (field, fields)

@@ -1,10 +1,9 @@
 """Hostile trace context on POST /v1/jobs: oversized, malformed, repeated or binary
 ``traceparent`` / ``tracestate`` headers are ignored (W3C: no parent, no state), never a
-4xx or a 500; the job runs, answered fast, and its span starts a trace of its own."""
+4xx or a 500; the job runs and its span starts a trace of its own."""
 
 from __future__ import annotations
 
-import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -17,8 +16,8 @@ pytest.importorskip("opentelemetry.sdk")
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from app.tracing import JOB_SPAN, Tracing
-from tests.abuse.service import REQUEST_BOUND_S
 from tests.service import StartApi, client
+from tests.waiting import sync_until
 
 TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
 PARENT = "00f067aa0ba902b7"
@@ -39,29 +38,27 @@ def http(start_api: StartApi, exporter: InMemorySpanExporter) -> Iterator[httpx.
 
 
 def submit(http: httpx.Client, headers: Headers) -> str:
-    """Submit a job with ``headers``: accepted at once; its id."""
+    """Submit a job with ``headers``: accepted; its id."""
     spec = {
         "task": f"Name a colour ({uuid.uuid4().hex[:8]})",
         "signature": "{colour :string}",
         "budget": {"maxTurns": 1, "returnRetries": 0},
     }
-    began = time.monotonic()
     raw = [(k.encode(), v if isinstance(v, bytes) else v.encode()) for k, v in headers]
     response = http.post("/v1/jobs", json=spec, headers=raw)
-    assert time.monotonic() - began < REQUEST_BOUND_S
     assert response.status_code == 202, response.text
     job_id: str = response.json()["id"]
     return job_id
 
 
-def job_span(exporter: InMemorySpanExporter, job_id: str, timeout_s: float = 20.0) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        for span in exporter.get_finished_spans():
-            if span.name == JOB_SPAN and (span.attributes or {}).get("reprompt.job.id") == job_id:
-                return span
-        time.sleep(0.05)
-    raise AssertionError(f"job {job_id} did not run in {timeout_s}s")
+def job_span(exporter: InMemorySpanExporter, job_id: str) -> Any:
+    def span() -> Any:
+        for each in exporter.get_finished_spans():
+            if each.name == JOB_SPAN and (each.attributes or {}).get("reprompt.job.id") == job_id:
+                return each
+        return None
+
+    return sync_until(span, what=f"job {job_id}'s span")
 
 
 @pytest.mark.parametrize(

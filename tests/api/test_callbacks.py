@@ -28,8 +28,8 @@ from tests.api.test_tools import answer, calls, tool_job, waiting
 from tests.api.test_wire import conforms
 from tests.outbound.receiver import Receiver, Reply, Seen
 from tests.service import KEYS, StartApi, api_keys, assert_problem, client, finished, scripted
+from tests.waiting import sync_until
 
-WAIT_S = 30.0
 # The tenants' signing secrets, as the operator set them (REPROMPT_WEBHOOK_SECRETS).
 ALICE_SECRET = "whsec_" + base64.b64encode(b"alice-callback-secret-32-bytes!!").decode()
 BOB_SECRET = "whsec_" + base64.b64encode(b"bob-callback-secret-32-bytes-!!!").decode()
@@ -65,8 +65,8 @@ def delivery(
 ) -> dict[str, Any]:
     """The job's delivery for ``event`` once it is in one of ``states`` (and has at least
     ``attempts`` attempts), polling; the job is in ``["job"]``."""
-    deadline = time.monotonic() + WAIT_S
-    while time.monotonic() < deadline:
+
+    def settled() -> dict[str, Any] | None:
         job = http.get(f"/v1/jobs/{job_id}").json()
         found = [
             d for d in (job.get("callback") or {}).get("deliveries", []) if d["event"] == event
@@ -74,8 +74,10 @@ def delivery(
         if found and found[0]["state"] in states and found[0]["attempts"] >= attempts:
             out: dict[str, Any] = found[0] | {"job": job}
             return out
-        time.sleep(0.05)
-    raise AssertionError(f"the {event} callback of {job_id} never became {'/'.join(states)}")
+        return None
+
+    what = f"the {event} callback of {job_id} to be {'/'.join(states)}"
+    return sync_until(settled, what=what, every=0.05)
 
 
 def with_callback(url: str, job: dict[str, Any] | None = None, **callback: Any) -> dict[str, Any]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import httpx
 
 from app.client import ApiClient, ServerEvent
-from tests.api.conftest import KEYS, assert_problem, scripted
+from tests.service import KEYS, assert_problem, scripted
 
 
 def names(events: list[ServerEvent]) -> list[str]:

@@ -33,13 +33,10 @@ def test_generate_at_the_cap_of_open_waits_gets_a_429_and_makes_no_job(
 def test_generate_without_a_worker_answers_202_after_its_wait(start_api: StartApi) -> None:
     url = start_api(api_keys=api_keys())  # no worker: the job stays queued
     with client(url, KEYS["alice"]) as alice:
-        started = time.monotonic()
         response = alice.post(
             "/v1/generate", params={"waitMs": 500}, json=scripted("queued", ["ok"])
         )
-        took = time.monotonic() - started
 
     assert response.status_code == 202
     assert response.json()["status"] == "queued"
     assert response.headers["location"].endswith(response.json()["id"])
-    assert 0.45 <= took < 5

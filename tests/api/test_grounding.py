@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.api.conftest import assert_problem, finished
+from tests.service import assert_problem, finished
 
 INVOICE = "Invoice 2291 from Zyxel Ltd (Leeds).\nItem QX-17, qty 3, total 1,234.50 EUR."
 EXPECTED = {"vendor": "Zyxel Ltd", "sku": "QX-17", "total": 1234.5}

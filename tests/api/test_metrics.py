@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.api.conftest import StartApi, finished, scripted
+from tests.service import StartApi, finished, scripted
+from tests.waiting import sync_until
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
@@ -32,15 +32,14 @@ def delta(before: Samples, after: Samples, name: str, **labels: str) -> float:
     return value(after, name, **labels) - value(before, name, **labels)
 
 
-def idle(http: httpx.Client, timeout_s: float = 15.0) -> Samples:
+def idle(http: httpx.Client) -> Samples:
     """Metrics once no job of an earlier test is still running on the worker."""
-    deadline = time.monotonic() + timeout_s
-    while True:
+
+    def settled() -> Samples | None:
         samples = scrape(http)
-        if value(samples, "reprompt_jobs_in_progress") == 0:
-            return samples
-        assert time.monotonic() < deadline, "jobs of earlier tests are still running"
-        time.sleep(0.05)
+        return samples if value(samples, "reprompt_jobs_in_progress") == 0 else None
+
+    return sync_until(settled, what="the jobs of earlier tests to end")
 
 
 def test_counters_match_the_jobs_that_ran(alice: httpx.Client) -> None:
@@ -109,8 +108,13 @@ def test_queue_depth_and_oldest_age_are_read_at_scrape_time(start_api: StartApi)
         assert value(scrape(http), "reprompt_queue_depth") == 0
         for i in range(3):
             http.post("/v1/jobs", json=scripted(f"Queued {i}", ["ok"]))
-        time.sleep(0.05)
-        samples = scrape(http)
+
+        # The oldest job's age, read at each scrape: above 0 once Redis's clock has moved.
+        def aged() -> Samples | None:
+            samples = scrape(http)
+            return samples if value(samples, "reprompt_queue_oldest_age_seconds") else None
+
+        samples = sync_until(aged, what="the oldest job to have an age")
     assert value(samples, "reprompt_queue_depth") == 3
     assert value(samples, "reprompt_queue_oldest_age_seconds") > 0
 

@@ -13,7 +13,7 @@ import pytest
 
 from app.providers.config import ModelConfig, ProviderConfig, ProvidersConfig
 from reprompt_sim.server import SimConfig, serve_in_background
-from tests.api.conftest import KEYS, StartApi, api_keys, client, finished
+from tests.service import KEYS, StartApi, api_keys, client, finished
 
 EXPECT = {"city": "Paris", "population": 2100000}
 

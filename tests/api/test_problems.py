@@ -9,7 +9,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.api.conftest import CAPS, assert_problem, scripted
+from tests.service import CAPS, assert_problem, scripted
 
 
 def job(**changes: Any) -> dict[str, Any]:

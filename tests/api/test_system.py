@@ -7,7 +7,7 @@ import pytest
 
 from app.providers import embedded
 from app.providers.config import ProvidersConfig
-from tests.api.conftest import StartApi, assert_problem, scripted
+from tests.service import StartApi, assert_problem, scripted
 
 
 def test_healthz_says_ok(api: str) -> None:

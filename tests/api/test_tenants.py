@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import httpx
 
-from tests.api.conftest import StartApi, assert_problem, finished, scripted
+from tests.service import StartApi, assert_problem, finished, scripted
 
 
 def test_another_tenant_gets_404_on_get_cancel_and_events(

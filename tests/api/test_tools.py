@@ -9,7 +9,6 @@ import json
 import subprocess
 import sys
 import threading
-import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -22,6 +21,7 @@ from app.store.ids import shard_of
 from app.store.keys import Keys
 from tests.api.test_metrics import delta, idle, scrape
 from tests.service import KEYS, assert_problem, client, finished
+from tests.waiting import sync_until
 
 PARAMS: dict[str, Any] = {
     "type": "object",
@@ -51,15 +51,15 @@ def calls(*names: str, **arguments: Any) -> dict[str, Any]:
     return {"call": [{"name": n, "arguments": arguments.get(n, {"sku": "A1"})} for n in names]}
 
 
-def waiting(http: httpx.Client, job_id: str, timeout_s: float = 30.0) -> dict[str, Any]:
+def waiting(http: httpx.Client, job_id: str) -> dict[str, Any]:
     """The job once it requires action (long-poll returns on it)."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
+
+    def paused() -> dict[str, Any] | None:
         job: dict[str, Any] = http.get(f"/v1/jobs/{job_id}", params={"waitMs": 5000}).json()
-        if job["status"] == "requires_action":
-            return job
-        assert job["status"] in ("queued", "in_progress"), job
-    raise AssertionError(f"job {job_id} never required action")
+        assert job["status"] in ("queued", "in_progress", "requires_action"), job
+        return job if job["status"] == "requires_action" else None
+
+    return sync_until(paused, what=f"job {job_id} to require action")
 
 
 def answer(http: httpx.Client, job: dict[str, Any], **outputs: Any) -> httpx.Response:

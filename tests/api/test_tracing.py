@@ -7,7 +7,6 @@ an in-process worker); its spans go to the SDK's in-memory exporter (``Tracing.t
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -24,6 +23,7 @@ from app.providers.retry import set_testing
 from app.tracing import JOB_SPAN, RETRY_EVENT, TURN_SPAN, Tracing
 from tests.api.test_tools import answer, calls, tool_job, waiting
 from tests.service import KEYS, StartApi, client, finished, scripted
+from tests.waiting import sync_until
 
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
 PARENT_ID = "00f067aa0ba902b7"
@@ -51,21 +51,22 @@ def traced_api(start_api: StartApi, exporter: InMemorySpanExporter) -> str:
     return start_api(embedded_worker=True, tracing=Tracing.to(exporter))
 
 
-def job_spans(exporter: InMemorySpanExporter, job_id: str, timeout_s: float = 10.0) -> list[Any]:
+def job_spans(exporter: InMemorySpanExporter, job_id: str) -> list[Any]:
     """The finished spans of the job (its span ends just after its commit): job first."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
+
+    def found() -> list[Any] | None:
         spans = exporter.get_finished_spans()
         jobs = [
             s
             for s in spans
             if s.name == JOB_SPAN and (s.attributes or {}).get("reprompt.job.id") == job_id
         ]
-        if jobs:
-            trace_id = jobs[0].context.trace_id
-            return [*jobs, *(s for s in spans if s.context.trace_id == trace_id and s not in jobs)]
-        time.sleep(0.05)
-    raise AssertionError(f"no span of job {job_id} in {timeout_s}s")
+        if not jobs:
+            return None
+        trace_id = jobs[0].context.trace_id
+        return [*jobs, *(s for s in spans if s.context.trace_id == trace_id and s not in jobs)]
+
+    return sync_until(found, what=f"a span of job {job_id}")
 
 
 def children(spans: list[ReadableSpan], parent: ReadableSpan, name: str) -> list[ReadableSpan]:
@@ -253,11 +254,14 @@ def test_a_job_that_waits_for_client_tools_has_a_span_per_claim_in_the_clients_t
         assert answer(http, paused).status_code == 200
         job = finished(http, paused["id"])
     assert job["status"] == "succeeded", job
-    deadline = time.monotonic() + 10
-    claims: list[ReadableSpan] = []
-    while len(claims) < 2 and time.monotonic() < deadline:
-        time.sleep(0.05)
-        claims = [s for s in job_spans(exporter, job["id"]) if s.name == JOB_SPAN]
+    claims: list[ReadableSpan] = sync_until(
+        lambda: (
+            spans
+            if len(spans := [s for s in job_spans(exporter, job["id"]) if s.name == JOB_SPAN]) >= 2
+            else None
+        ),
+        what="both claims' spans",
+    )
     first, second = sorted(claims, key=lambda s: attrs(s)["reprompt.job.attempt"])
     has(
         first.attributes,

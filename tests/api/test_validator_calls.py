@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import base64
 import json
-import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -112,8 +111,7 @@ def test_the_signature_fails_with_a_wrong_secret_or_a_stale_timestamp(
 def test_a_webhook_that_times_out_is_validator_unavailable_not_the_models_fault(
     alice: httpx.Client, receiver: Receiver
 ) -> None:
-    receiver.script(Reply(200, b'{"ok": true}', delay_s=3.0))
-    began = time.monotonic()
+    receiver.script(Reply(200, b'{"ok": true}', delay_s=3.0))  # past the 500 ms timeout
     validator = {"kind": "webhook", "url": receiver.url, "timeoutMs": 500}
     created = alice.post("/v1/jobs", json=job([validator]))
     done = finished(alice, created.json()["id"])
@@ -125,7 +123,6 @@ def test_a_webhook_that_times_out_is_validator_unavailable_not_the_models_fault(
     (turn,) = done["turns"]
     assert turn["outcome"] == "unchecked"
     assert "N'Djamena" in turn["answer"]
-    assert time.monotonic() - began < 20
 
 
 @pytest.mark.parametrize(

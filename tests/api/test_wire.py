@@ -22,7 +22,7 @@ from app.core.wire.record import Rejection
 from app.store import JobView, public_job, public_job_json
 from app.store.leases import _HISTORY, _TRANSCRIPT  # how a worker's commit writes them
 from app.store.records import LazyView, job_view
-from tests.api.conftest import finished, scripted
+from tests.service import finished, scripted
 
 DOCUMENT = json.loads(
     (Path(__file__).resolve().parents[2] / "openapi" / "openapi.json").read_text()

@@ -13,6 +13,7 @@ import pytest
 from bench import loadgen
 from bench.common import run_closed_loop
 from bench.loadgen import Answer, LeanClient, origins, run
+from tests.waiting import forever, until
 
 
 class Server:
@@ -68,7 +69,7 @@ class Server:
             await writer.drain()
             return False
         elif path == b"/stall":
-            await asyncio.sleep(30)
+            await forever()
         elif path == b"/garbage":
             writer.write(b"not http at all\r\n\r\n")
         elif path == b"/big":
@@ -115,7 +116,8 @@ async def test_a_connection_the_server_closes_is_replaced(server: Server) -> Non
     async with LeanClient(server.url) as http:
         assert (await http.get("/close")).body == b"ok"
         assert (await http.get("/hang-up")).body == b"ok"
-        await asyncio.sleep(0.05)  # the hang-up's EOF arrives while the connection is idle
+        # The hang-up's EOF arrives while the connection is idle: it is not reused.
+        await until(lambda: not any(conn.reusable for conn in http.idle), what="the hang-up's EOF")
         assert (await http.post("/echo", {"n": 3})).json() == {"got": {"n": 3}}
     assert server.connections == 3
 

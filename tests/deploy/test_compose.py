@@ -44,10 +44,7 @@ from tests.deploy.drift import (
     setting_default,
     setting_env_names,
 )
-from tests.service import KEYS, api, data_dir, finished, providers, redis_url, scripted, sim_url
-
-# The real service of tests/service.py: its fixtures, used by ``live_names``.
-__all__ = ["api", "data_dir", "providers", "redis_url", "sim_url"]
+from tests.service import KEYS, finished, scripted
 
 COMPOSE_DIR = ROOT / "deploy" / "compose"
 SCHEMA = Path(__file__).parent / "compose-spec" / "compose-spec.json"

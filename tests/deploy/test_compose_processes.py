@@ -20,7 +20,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass
@@ -43,12 +42,11 @@ from tests.deploy.drift import (
     load_compose,
     promql_metric_names,
 )
+from tests.waiting import sync_until
 
 pytestmark = pytest.mark.slow
 
 DEV_KEY = "reprompt-dev-key"  # docker-compose.yml's development key (docs/deploy.md)
-START_S = 90.0
-JOB_S = 60.0
 STOP_S = 40.0  # the worker's stop_grace_period
 
 
@@ -119,20 +117,17 @@ def _healthcheck(env: dict[str, str]) -> int:
     return done.returncode
 
 
-def _wait(what: str, check: Any, procs: list[Process], within: float = START_S) -> Any:
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
+def _wait(what: str, check: Any, procs: list[Process]) -> Any:
+    def looked() -> Any:
         for p in procs:
             if p.proc.poll() is not None:
                 pytest.fail(f"{p.name} exited {p.proc.returncode}:\n{p.text()[-3000:]}")
         try:
-            value = check()
+            return check()
         except (httpx.TransportError, redis.RedisError, OSError):
-            value = None
-        if value:
-            return value
-        time.sleep(0.1)
-    pytest.fail(f"timed out waiting for {what}")
+            return None
+
+    return sync_until(looked, what=what, every=0.1)
 
 
 @pytest.fixture
@@ -275,12 +270,12 @@ def test_one_job_runs_through_the_compose_services_as_processes(stack: dict[str,
         created = http.post("/v1/jobs", json=body)
         assert created.status_code == 202, created.text
         job_id = created.json()["id"]
-        deadline = time.monotonic() + JOB_S
-        job: dict[str, Any] = {}
-        while time.monotonic() < deadline:
-            job = http.get(f"/v1/jobs/{job_id}", params={"waitMs": 5000}).json()
-            if job["status"] in ("succeeded", "failed", "cancelled"):
-                break
+
+        def ended() -> dict[str, Any] | None:
+            job: dict[str, Any] = http.get(f"/v1/jobs/{job_id}", params={"waitMs": 5000}).json()
+            return job if job["status"] in ("succeeded", "failed", "cancelled") else None
+
+        job = _wait("the job to end", ended, [])
         assert job.get("status") == "succeeded", job
         result = job["result"]
         assert result["execution"]["provider"] == "sim"

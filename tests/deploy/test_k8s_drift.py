@@ -24,6 +24,7 @@ import time
 import tomllib
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -51,11 +52,10 @@ from tests.deploy.kube import (
     render,
     selectors,
 )
+from tests.waiting import sync_until
 
 OVERLAYS = [EXAMPLE]
 DRAIN_SLACK_S = 5  # beyond the drain and the callback sender's grace, before SIGKILL
-STARTUP_S = 60.0
-JOB_S = 60.0
 
 
 @pytest.fixture(scope="module", params=OVERLAYS, ids=lambda p: p.name)
@@ -307,22 +307,17 @@ class Process:
         return code, time.monotonic() - started
 
 
-def wait_for(url: str, process: Process, *, within: float = STARTUP_S) -> httpx.Response:
-    deadline = time.monotonic() + within
-    last = "no answer"
-    while time.monotonic() < deadline:
+def wait_for(url: str, process: Process) -> httpx.Response:
+    def answered() -> httpx.Response | None:
         if process.proc.poll() is not None:
             pytest.fail(f"exited ({process.proc.returncode}):\n{process.output()}")
         try:
             response = httpx.get(url, timeout=5)
-        except httpx.TransportError as exc:
-            last = repr(exc)
-        else:
-            if response.status_code == 200:
-                return response
-            last = f"{response.status_code} {response.text[:300]}"
-        time.sleep(0.2)
-    pytest.fail(f"{url} did not answer 200 within {within:.0f}s: {last}\n{process.output()}")
+        except httpx.TransportError:
+            return None
+        return response if response.status_code == 200 else None
+
+    return sync_until(answered, what=f"{url} to answer 200", every=0.2)
 
 
 @pytest.fixture(scope="module")
@@ -391,12 +386,15 @@ def test_the_service_started_as_the_manifests_say_exports_what_alerts_and_keda_r
                 created = http.post("/v1/jobs", json=job)
                 assert created.status_code == 202, created.text
                 job_id = created.json()["id"]
-                deadline = time.monotonic() + JOB_S
-                status = "queued"
-                while status not in ("succeeded", "failed") and time.monotonic() < deadline:
-                    view = http.get(f"/v1/jobs/{job_id}", params={"waitMs": 5000}).json()
-                    status = view["status"]
-                assert status == "succeeded", f"{view}\n{worker.output()}"
+
+                def ended() -> dict[str, Any] | None:
+                    view: dict[str, Any] = http.get(
+                        f"/v1/jobs/{job_id}", params={"waitMs": 5000}
+                    ).json()
+                    return view if view["status"] in ("succeeded", "failed") else None
+
+                view = sync_until(ended, what="the job to end")
+                assert view["status"] == "succeeded", f"{view}\n{worker.output()}"
 
             scraped = {"api": httpx.get(url + "/metrics", timeout=10).text}
 
@@ -404,12 +402,15 @@ def test_the_service_started_as_the_manifests_say_exports_what_alerts_and_keda_r
             def worker_scrape() -> str:
                 return httpx.get(worker_metrics + "/metrics", timeout=10).text
 
-            deadline = time.monotonic() + 30
-            scraped["worker"] = worker_scrape()
-            while 'reprompt_circuit_state{target="sim/sim-model"}' not in scraped["worker"]:
-                assert time.monotonic() < deadline, scraped["worker"][-3000:]
-                time.sleep(0.5)
-                scraped["worker"] = worker_scrape()
+            scraped["worker"] = sync_until(
+                lambda: (
+                    text
+                    if 'reprompt_circuit_state{target="sim/sim-model"}' in (text := worker_scrape())
+                    else None
+                ),
+                what="the worker's circuit gauge",
+                every=0.5,
+            )
         finally:
             worker_exit = worker.stop(grace)
             api_exit = api.stop(30)

@@ -70,6 +70,7 @@ class Receiver:
     def __init__(self, *, host: str = "127.0.0.1", tls: ssl.SSLContext | None = None) -> None:
         self._replies: deque[Script] = deque([Reply(200, b"{}")])
         self.seen: list[Seen] = []
+        self.streamed: list[int] = []  # bytes of each streamed reply sent before the hang-up
         self._lock = threading.Lock()
         self._server = _Server((host, 0), self._handler())
         self._server.tls = tls
@@ -138,9 +139,13 @@ class Receiver:
                 self.wfile.write(reply.body)
                 chunk = b"x" * 65536
                 left = reply.stream_bytes
-                while left > 0:
-                    self.wfile.write(chunk[:left])
-                    left -= len(chunk)
+                try:
+                    while left > 0:
+                        self.wfile.write(chunk[:left])
+                        left -= len(chunk)
+                finally:
+                    if reply.stream_bytes:  # how much went out before the client hung up
+                        receiver.streamed.append(reply.stream_bytes - max(left, 0))
 
             def log_message(self, format: str, *args: Any) -> None:
                 pass

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import socket
-import time
 from collections.abc import AsyncIterator
 
 import pytest
@@ -14,6 +13,7 @@ from app.outbound.errors import OutboundFailed, OutboundRefused
 from app.outbound.guard import Allowlist, Guard, OutboundPolicy
 from tests.outbound.conftest import Certificate, Resolutions, loopback_policy
 from tests.outbound.receiver import Receiver, Reply, Seen
+from tests.waiting import until
 
 BODY = b'{"hello":"world"}'
 
@@ -87,10 +87,8 @@ async def test_loopback_is_refused_unless_allowlisted_and_nothing_is_sent(
 )
 async def test_private_link_local_and_loopback_urls_are_refused_at_once(url: str) -> None:
     async with OutboundClient(Guard(OutboundPolicy())) as strict:
-        started = time.monotonic()
-        with pytest.raises(OutboundRefused):
+        with pytest.raises(OutboundRefused):  # refused, not a connect that timed out
             await strict.post_json(url, BODY)
-        assert time.monotonic() - started < 0.5  # refused, not a connect that timed out
 
 
 async def test_a_redirect_is_an_error_and_is_never_followed(
@@ -114,10 +112,8 @@ async def test_a_redirect_to_a_metadata_address_is_not_followed(
     client: OutboundClient, receiver: Receiver
 ) -> None:
     receiver.script(Reply(307, b"", {"location": "http://169.254.169.254/latest/meta-data/"}))
-    started = time.monotonic()
     with pytest.raises(OutboundFailed, match="redirects are not followed"):
         await client.post_json(receiver.url, BODY)
-    assert time.monotonic() - started < 1.0
     assert len(receiver.seen) == 1
 
 
@@ -136,11 +132,12 @@ async def test_a_streamed_answer_is_cut_at_the_cap_without_reading_it_all(
     client: OutboundClient, receiver: Receiver
 ) -> None:
     receiver.script(Reply(200, b"[", stream_bytes=64 << 20))  # 64 MiB, no Content-Length
-    started = time.monotonic()
     with pytest.raises(OutboundFailed, match="still sending") as info:
         await client.post_json(receiver.url, BODY, max_bytes=100_000)
     assert info.value.reason == "too_large"
-    assert time.monotonic() - started < 3.0
+    # The receiver stopped when the client hung up: the cap and socket buffers, not 64 MiB.
+    (sent,) = await until(lambda: receiver.streamed, what="the receiver to see the hang-up")
+    assert sent < 16 << 20
 
 
 async def test_the_policy_caps_what_a_caller_may_ask_for(receiver: Receiver) -> None:
@@ -159,12 +156,9 @@ async def test_a_slow_receiver_times_out_within_the_calls_time(
     client: OutboundClient, receiver: Receiver
 ) -> None:
     receiver.script(Reply(200, b"{}", delay_s=3.0))
-    started = time.monotonic()
     with pytest.raises(OutboundFailed) as info:
         await client.post_json(receiver.url, BODY, timeout_s=0.4)
-    elapsed = time.monotonic() - started
     assert (info.value.reason, info.value.retryable) == ("timeout", True)
-    assert 0.35 < elapsed < 1.5
     assert info.value.attempts == 1  # no time was left for another
 
 
@@ -217,23 +211,23 @@ async def test_4xx_is_final_and_not_retried(
 
 
 async def test_retry_after_is_honoured_when_it_fits_in_the_time_left(
-    client: OutboundClient, receiver: Receiver
+    quick: tuple[OutboundClient, Waits], receiver: Receiver
 ) -> None:
+    client, sleep = quick
     receiver.script(Reply(429, headers={"retry-after": "1"}), Reply(200, b"{}"))
-    started = time.monotonic()
     response = await client.post_json(receiver.url, BODY, timeout_s=4.0)
     assert response.attempts == 2
-    assert time.monotonic() - started >= 1.0
+    assert sleep.waits == [1.0]  # the wait it asked for: the server's, not its own backoff
 
 
 async def test_a_retry_after_past_the_time_left_gives_up_at_once(
-    client: OutboundClient, receiver: Receiver
+    quick: tuple[OutboundClient, Waits], receiver: Receiver
 ) -> None:
+    client, sleep = quick
     receiver.script(Reply(503, headers={"retry-after": "30"}), Reply(200, b"{}"))
-    started = time.monotonic()
     with pytest.raises(OutboundFailed) as info:
         await client.post_json(receiver.url, BODY, timeout_s=2.0)
-    assert time.monotonic() - started < 1.0
+    assert sleep.waits == []  # it did not wait for a retry it would have no time for
     assert (info.value.retryable, info.value.retry_after_s) == (True, 30.0)
     assert len(receiver.seen) == 1
 

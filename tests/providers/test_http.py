@@ -21,6 +21,7 @@ from app.providers.http import make_client
 from app.providers.transport import Edge, post_json
 from tests.providers.rawserver import OK_HEAD, RawServer, json_reply
 from tests.tls import make_certificate
+from tests.waiting import forever
 
 WAIT_S = 30.0
 
@@ -354,10 +355,7 @@ async def test_a_server_slow_to_send_its_head_times_out_and_is_hung_up_on(
     async def slow(writer: asyncio.StreamWriter, index: int, server: RawServer) -> bool:
         writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: appl")
         await writer.drain()
-        try:
-            await asyncio.sleep(30)
-        except asyncio.CancelledError:
-            raise
+        await forever()
         return False
 
     async with RawServer(slow) as server:
@@ -368,7 +366,7 @@ async def test_a_server_slow_to_send_its_head_times_out_and_is_hung_up_on(
 async def test_a_cancelled_call_gives_its_connection_back() -> None:
     async def slow_first(writer: asyncio.StreamWriter, index: int, server: RawServer) -> bool:
         if len(server.requests) == 1:
-            await asyncio.sleep(30)
+            await forever()
         return await answer(writer, json_reply())
 
     async with (

@@ -11,8 +11,6 @@ import logging
 import os
 import signal
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -25,6 +23,7 @@ from app.providers.embedded import open_router
 from app.providers.local import LocalModelServer
 from app.providers.router import Router
 from app.providers.supervisor import Sleep, Supervisor
+from tests.waiting import sync_until, until
 
 FAKE = Path(__file__).with_name("fake_llama.py")
 
@@ -54,13 +53,6 @@ def ask(text: str) -> LLMRequest:
     return LLMRequest(messages=(Message("user", text),), timeout_s=20)
 
 
-async def until(check: Callable[[], bool], timeout_s: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        await asyncio.sleep(0.05)
-
-
 async def test_a_crash_during_a_request_is_named_not_retried_and_the_server_comes_back(
     tmp_path: Path, http: httpx.AsyncClient, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -77,7 +69,7 @@ async def test_a_crash_during_a_request_is_named_not_retried_and_the_server_come
         assert "general protection fault" in err.detail  # the server's last words
         assert err.transport_retries == 0  # a request that crashed the server is not resent
 
-        await until(lambda: local.restarts == 1 and r.problem() is None)
+        await until(lambda: local.restarts == 1 and r.problem() is None, what="the restart")
         # One clear log line saying what happened and what to do.
         lines = [rec.getMessage() for rec in caplog.records if "SIGSEGV" in rec.getMessage()]
         assert len(lines) == 1
@@ -92,22 +84,24 @@ async def test_readiness_names_the_exit_while_the_server_restarts(
     tmp_path: Path, http: httpx.AsyncClient
 ) -> None:
     seen: list[str] = []
+    looked = asyncio.Event()
 
-    async def slow(_: float) -> None:
+    async def held(_: float) -> None:  # the restart's back-off lasts until the test has looked
         problem = local.problem()
         if problem:
             seen.append(problem)
-        await asyncio.sleep(0.3)
+        await looked.wait()
 
-    local = supervisor(tmp_path, "ok", sleep=slow)
+    local = supervisor(tmp_path, "ok", sleep=held)
     async with open_router(http, data_dir=tmp_path, config=ProvidersConfig(), local=local) as r:
         assert local.server.pid is not None
         os.kill(local.server.pid, signal.SIGKILL)
-        await until(lambda: r.problem() is not None)
+        await until(lambda: r.problem() is not None, what="readiness to name the exit")
         problem = r.problem() or ""
         assert "exited with signal 9 (SIGKILL)" in problem
         assert "restarting (restart 1 of at most 5)" in problem
-        await until(lambda: r.problem() is None)
+        looked.set()
+        await until(lambda: r.problem() is None, what="the server back")
         assert (await r.complete(ask("after the kill"))).content == '{"ok": true}'
     assert seen
     assert "SIGKILL" in seen[0]
@@ -132,7 +126,7 @@ async def test_restarts_are_bounded_then_readiness_says_it_gave_up(
 ) -> None:
     local = supervisor(tmp_path, "die-after-first", max_restarts=2)
     async with open_router(http, data_dir=tmp_path, config=ProvidersConfig(), local=local) as r:
-        await until(lambda: local.state == "failed", timeout_s=30)
+        await until(lambda: local.state == "failed", what="the supervisor to give up")
         assert local.restarts == 2
         problem = r.problem() or ""
         assert "gave up after 2 restarts" in problem
@@ -158,8 +152,7 @@ def test_a_restart_does_not_mistake_a_stranger_on_the_old_port_for_the_model(
         old_port = server.port
         assert server.pid is not None
         os.kill(server.pid, signal.SIGKILL)
-        while server.running:
-            time.sleep(0.01)
+        sync_until(lambda: not server.running, what="the server to be gone")
 
         class Anything(http.server.BaseHTTPRequestHandler):
             def do_GET(self) -> None:

@@ -7,13 +7,13 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 
 import httpx
 import pytest
 
 from reprompt_sim.__main__ import main
 from reprompt_sim.config import SimConfig, parse_rates
+from tests.waiting import sync_until
 
 FLAGS = (
     "--host", "--port", "--seed", "--fail", "--fix", "--blind-fix", "--rate-limit",
@@ -68,15 +68,15 @@ def test_module_serves_until_interrupted() -> None:
             "warning", "--fail", "prose=1"]  # fmt: skip
     proc = subprocess.Popen(argv, stderr=subprocess.PIPE, text=True, env={**os.environ})
     try:
-        deadline = time.monotonic() + 10
-        while True:
+
+        def answered() -> httpx.Response | None:
             try:
-                health = httpx.get(f"http://127.0.0.1:{port}/healthz")
-                break
+                return httpx.get(f"http://127.0.0.1:{port}/healthz")
             except httpx.TransportError:
                 assert proc.poll() is None
-                assert time.monotonic() < deadline
-                time.sleep(0.05)
+                return None
+
+        health = sync_until(answered, what="the simulator to answer")
         assert health.json() == {"status": "ok", "seed": 3}
     finally:
         proc.send_signal(signal.SIGINT)

@@ -19,7 +19,6 @@ import random
 import signal
 import socket
 import subprocess
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Final, Self
@@ -27,9 +26,9 @@ from typing import Final, Self
 from redis import Redis
 
 from app.redis_server import find_redis_server
+from tests.waiting import sync_until
 
 BUS_OFFSET: Final = 10_000  # a node's cluster bus listens on its port + 10000
-START_TIMEOUT_S: Final = 30.0
 # Long enough that a node frozen for a test (``frozen``) is not voted out meanwhile.
 NODE_TIMEOUT_MS: Final = 60_000
 
@@ -155,14 +154,13 @@ class LocalCluster:
         )
 
     def _wait(self, port: int, ready: Callable[[str], bool], *command: str) -> None:
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while not ready(self.cli(port, *command).strip()):
+        def answered() -> bool:
             for process in self._processes:
                 if process.poll() is not None:
                     raise ClusterError(f"a node exited ({process.returncode}):\n{self._logs()}")
-            if time.monotonic() > deadline:
-                raise ClusterError(f"node {port} not ready for {command}:\n{self._logs()}")
-            time.sleep(0.05)
+            return ready(self.cli(port, *command).strip())
+
+        sync_until(answered, what=f"node {port} ready for {command}", every=0.05)
 
     def _run(self, *args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(

@@ -1,9 +1,12 @@
-"""Small steps the store tests share."""
+"""Small steps the store tests share.
+
+A wait that only an event may end is given ``LONG_MS`` (``LONG_S``): when the event never comes the
+test hangs on it and pytest-timeout fails it, where a short wait would pass by its own end.
+"""
 
 from __future__ import annotations
 
-import asyncio
-from typing import Any
+from typing import Any, Final
 
 from redis.asyncio import Redis
 
@@ -11,9 +14,12 @@ from app.core.wire.envelope import Envelope, Progress
 from app.core.wire.record import TokenUsage, TurnRecord
 from app.store import Claim, Event, JobView
 from tests.both import Store
+from tests.waiting import until
 
 SPEC: dict[str, Any] = {"task": "Say hi", "signature": "greeting: str"}
 SUCCESS = Envelope.success({"greeting": "hi"})
+LONG_MS: Final = 600_000
+LONG_S: Final = LONG_MS / 1000
 
 
 def turn(index: int, **fields: Any) -> TurnRecord:
@@ -104,9 +110,39 @@ async def all_events(store: Store, job_id: str) -> list[Event]:
 
 async def subscribed(redis: Redis, channel: str) -> None:
     """Until someone listens on ``channel`` (pub/sub has no history to catch up on)."""
-    async with asyncio.timeout(5):
-        while True:
-            [(_, listeners)] = await redis.pubsub_numsub(channel)
-            if listeners:
-                return
-            await asyncio.sleep(0.01)
+
+    async def listeners() -> int:
+        [(_, count)] = await redis.pubsub_numsub(channel)
+        return int(count)
+
+    await until(listeners, what=f"a subscriber of {channel}")
+
+
+async def watched(store: Store, channel: str, key: str) -> None:
+    """Until ``store``'s hub is subscribed and someone here waits on ``channel`` for ``key``
+    (a long-poll of job ``key`` on ``"done"``, a stream on ``"events"``)."""
+    hub = store.hub
+    await until(
+        lambda: hub.live and hub.watching(store.channels[channel], key),
+        what=f"a waiter on {channel} for {key}",
+    )
+
+
+async def waiting_for_work(store: Store) -> None:
+    """Until ``store`` is subscribed to the ``work`` channel with its standing watch: a
+    wake-up published from now on reaches it."""
+    hub = store.hub
+    await until(
+        lambda: hub.live and hub.watching(store.channels["work"]),
+        what="the worker's subscription to work",
+    )
+
+
+async def clock_past(redis: Redis, ms: float) -> int:
+    """Until the server's clock reads past ``ms``; its reading then."""
+
+    async def now() -> int | None:
+        reading = await server_ms(redis)
+        return reading if reading > ms else None
+
+    return await until(now, what=f"the server's clock past {ms:.0f}")

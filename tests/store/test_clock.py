@@ -21,7 +21,8 @@ from app.store import jobs as jobs_module
 from app.store.clock import ServerClock
 from tests.both import Store
 from tests.store.conftest import StoreFactory
-from tests.store.helpers import server_ms, submit
+from tests.store.helpers import clock_past, server_ms, submit
+from tests.waiting import until
 
 LEASE_MS = 7000
 # How far a lease started on the estimate may end after TIME + lease_ms (ms): the TIME
@@ -43,11 +44,7 @@ async def listed(worker: Store) -> None:
 async def read(clock: ServerClock) -> None:
     """A good reading taken (on a loaded machine a round trip can take over 25 ms: the
     reading is then refused, and taken again)."""
-    for _ in range(100):
-        if await clock.refresh():
-            return
-        await asyncio.sleep(0.05)
-    raise AssertionError("no TIME round trip under 25 ms in 100 tries")
+    await until(clock.refresh, what="a TIME round trip under 25 ms", every=0.05)
 
 
 async def estimated(api: Store) -> None:
@@ -166,7 +163,7 @@ async def test_the_estimate_is_never_behind_redis_clock_and_ahead_by_the_round_t
         after = await server_ms(redis)
         assert estimate is not None
         assert before <= estimate <= after + AHEAD_MS
-        await asyncio.sleep(0.002)
+        await clock_past(redis, after)  # the next sample at a later ms
 
 
 async def test_a_reading_over_a_slow_round_trip_is_not_used(redis: Redis) -> None:

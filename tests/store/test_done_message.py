@@ -19,7 +19,8 @@ from app.store.connection import VIEW_FIELDS
 from app.store.jobs import carried_view
 from app.store.records import job_view, text
 from tests.both import Store
-from tests.store.helpers import SPEC, SUCCESS, claim, turn
+from tests.store.helpers import LONG_MS, SPEC, SUCCESS, claim, turn, watched
+from tests.waiting import until
 
 TRANSCRIPT = (
     TranscriptEntry(role="system", content='Answer with "JSON".\nOne object: {"a": 1}'),
@@ -119,16 +120,19 @@ async def test_a_message_it_cannot_read_makes_the_long_poll_read_the_job(
     await store.hub.start()  # live: the job is known here as made here (no first read)
     job, _ = await store.submit(tenant="acme", spec=SPEC)
     lease = await claim(store)
-    waiting = asyncio.ensure_future(store.wait(job.id, tenant="acme", wait_ms=5000))
-    await asyncio.sleep(0.1)
+    waiting = asyncio.ensure_future(store.wait(job.id, tenant="acme", wait_ms=LONG_MS))
+    await watched(store, "done", job.id)
+    heard: list[str] = []
+    store.hub.listen(store.channels["done"], lambda key, payload: heard.append(key))
     await redis.publish(store.channels["done"], f"{job.id}\nid\n{job.id}\nstatus")
-    await asyncio.sleep(0.1)
-    assert not waiting.done()  # read: still running, waits on
+    await until(lambda: heard, what="the unreadable message to be heard")
+    # Read: still running, it waits on (had it taken the message's word, or returned the
+    # running job, the view it ends with below would not be the finished one).
     # A long-poll that comes after such a message reads too (the job is not gone).
     now = await store.wait(job.id, tenant="acme", wait_ms=0)
     assert now is not None
     assert now.status == "in_progress"
     assert await store.complete(lease, envelope=SUCCESS, history=(), transcript=())
-    view = await asyncio.wait_for(waiting, 5)
+    view = await waiting
     assert view is not None
     assert view.status == "succeeded"

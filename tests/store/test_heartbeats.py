@@ -12,7 +12,8 @@ from app.redis_server import EmbeddedRedis
 from app.store import MAX_CLAIM, connect, shard_of
 from tests.both import Store
 from tests.store.conftest import StoreFactory
-from tests.store.helpers import after_lease, claim, leases_key, submit
+from tests.store.helpers import after_lease, claim, clock_past, leases_key, server_ms, submit
+from tests.waiting import until
 
 
 async def test_one_call_renews_every_held_lease_across_shards_and_batches(
@@ -25,7 +26,7 @@ async def test_one_call_renews_every_held_lease_across_shards_and_batches(
     assert len(claims) == 10
     assert len({shard_of(c.job_id) for c in claims}) > 1
     before = {c.job_id: await redis.zscore(leases_key(store, c.job_id), c.job_id) for c in claims}
-    await asyncio.sleep(0.05)
+    await clock_past(redis, await server_ms(redis))  # the renewals come a ms later at least
 
     lost = await store.heartbeats([(c.job_id, c.token) for c in claims], batch=3)
 
@@ -59,7 +60,7 @@ async def test_a_fenced_out_job_is_named_lost_and_its_lease_is_not_extended(
     assert kept.job_id == held.id
     leases = {c.job_id: await redis.zscore(leases_key(store, c.job_id), c.job_id) for c in owner}
     before = await redis.zscore(leases_key(store, held.id), held.id)
-    await asyncio.sleep(0.05)
+    await clock_past(redis, await server_ms(redis))
 
     lost = await store.heartbeats([(c.job_id, c.token) for c in [*zombie, kept]])
 
@@ -131,11 +132,11 @@ async def test_claims_and_heartbeats_go_through_while_every_pooled_connection_is
 
 async def blocked_clients(redis: Redis, n: int) -> None:
     """Until ``n`` clients of the server wait in a blocking command."""
-    async with asyncio.timeout(10):
-        while True:
-            if int((await redis.info("clients"))["blocked_clients"]) >= n:
-                return
-            await asyncio.sleep(0.01)
+
+    async def blocked() -> bool:
+        return int((await redis.info("clients"))["blocked_clients"]) >= n
+
+    await until(blocked, what=f"{n} clients blocked in Redis")
 
 
 async def test_lease_traffic_made_at_once_shares_one_pipeline_on_the_lanes_pool(

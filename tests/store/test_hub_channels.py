@@ -13,7 +13,8 @@ from app.core.wire.envelope import Progress
 from app.store import JobStore, Leases
 from app.store.connection import CHANNELS
 from tests.both import Store
-from tests.store.helpers import SPEC, SUCCESS, subscribed, turn
+from tests.store.helpers import LONG_MS, LONG_S, SPEC, SUCCESS, subscribed, turn
+from tests.waiting import PATIENCE_S, awaited, until
 
 
 async def listeners(redis: Redis, role: JobStore | Leases) -> dict[str, int]:
@@ -60,20 +61,20 @@ async def test_with_the_roles_apart_every_wait_wakes(redis: Redis, prefix: str) 
     try:
         # An idle worker wakes for a submit.
         assert await leases.wait_for_work(0.05) is None
-        idle = asyncio.ensure_future(leases.wait_for_work(10))
+        idle = asyncio.ensure_future(leases.wait_for_work(LONG_S))
         await subscribed(redis, leases.channels["work"])
         job, _ = await jobs.submit(tenant="acme", spec=SPEC)
-        assert await asyncio.wait_for(idle, 5) == 0
+        assert await awaited(idle, what="the worker's wake-up") == 0
         [lease] = await leases.claim("w1")
 
         # A long-poll wakes for an event (events stream) and for the end.
-        stream = asyncio.ensure_future(jobs.events(job.id, after="2", block_ms=10_000))
-        poll = asyncio.ensure_future(jobs.wait(job.id, tenant="acme", wait_ms=10_000))
+        stream = asyncio.ensure_future(jobs.events(job.id, after="2", block_ms=LONG_MS))
+        poll = asyncio.ensure_future(jobs.wait(job.id, tenant="acme", wait_ms=LONG_MS))
         await subscribed(redis, jobs.channels["events"])
         await leases.write(lease, progress=Progress(), events=[("turn_start", turn(1))])
-        assert [e.name for e in await asyncio.wait_for(stream, 5)] == ["turn_start"]
+        assert [e.name for e in await awaited(stream, what="the event")] == ["turn_start"]
         await leases.complete(lease, envelope=SUCCESS, history=(), transcript=())
-        view = await asyncio.wait_for(poll, 5)
+        view = await awaited(poll, what="the end")
         assert view is not None
         assert view.status == "succeeded"
 
@@ -84,7 +85,7 @@ async def test_with_the_roles_apart_every_wait_wakes(redis: Redis, prefix: str) 
         first = asyncio.ensure_future(anext(cancels))
         await subscribed(redis, leases.channels["cancel"])
         await jobs.cancel(other.id, tenant="acme")
-        assert await asyncio.wait_for(first, 5) == other.id
+        assert await awaited(first, what="the cancel") == other.id
         await cancels.aclose()
     finally:
         await jobs.aclose()
@@ -100,23 +101,21 @@ async def test_a_lost_subscription_wakes_every_waiter_and_comes_back(
         await jobs.hub.start()
         generation = jobs.hub.generation
         async with jobs.hub.watch(jobs.channels["done"], job.id) as watch:
-            waiting = asyncio.ensure_future(watch.wait(30))
-            await asyncio.sleep(0.05)
+            waiting = asyncio.ensure_future(watch.wait(LONG_S))
             await redis.client_kill_filter(_type="pubsub")  # every subscription drops
-            assert await asyncio.wait_for(waiting, 5) is True  # woken to re-read
-            for _ in range(100):  # back within its first backoff
-                if jobs.hub.live and jobs.hub.generation > generation:
-                    break
-                await asyncio.sleep(0.05)
-            assert jobs.hub.live
+            assert await awaited(waiting, what="the waiter woken to re-read") is True
+            await until(
+                lambda: jobs.hub.live and jobs.hub.generation > generation,
+                what="the subscription back",
+            )
             assert jobs.hub.generation >= generation + 2  # lost, then live again
             # Messages are heard again, with the view the end carries.
             [lease] = await leases.claim("w1")
             await leases.complete(lease, envelope=SUCCESS, history=(), transcript=())
             # (The watch may hear the resubscription's wake-up first: then the message.)
-            assert await watch.wait(5) is True
+            assert await watch.wait(PATIENCE_S) is True
             if watch.payload is None:
-                assert await watch.wait(5) is True
+                assert await watch.wait(PATIENCE_S) is True
             assert watch.payload is not None
             assert job.id in watch.payload
     finally:
@@ -138,10 +137,10 @@ async def test_a_listener_that_fails_costs_the_others_nothing(redis: Redis, pref
         async with jobs.hub.watch(channel, "job-1") as watch:
             generation = jobs.hub.generation
             await redis.publish(channel, "job-1")
-            assert await watch.wait(5) is True
+            assert await watch.wait(PATIENCE_S) is True
             await redis.publish(channel, "job-2")
             await redis.publish(channel, "job-1")
-            assert await watch.wait(5) is True
+            assert await watch.wait(PATIENCE_S) is True
         assert heard == ["job-1", "job-2", "job-1"]
         assert jobs.hub.live
         assert jobs.hub.generation == generation  # the subscription never dropped
@@ -159,15 +158,14 @@ async def test_a_subscription_that_stops_answering_is_dropped_and_made_again(
         generation = jobs.hub.generation
         async with jobs.hub.watch(jobs.channels["done"], "job-1") as watch:
             await redis.execute_command("CLIENT", "PAUSE", 1500, "ALL")  # type: ignore[no-untyped-call]  # no reply to PING
-            assert await watch.wait(5) is True  # woken when the hub gave it up
+            assert await watch.wait(LONG_S) is True  # woken when the hub gave it up
             assert jobs.hub.generation > generation
-            for _ in range(100):  # subscribed again once Redis answers
-                if jobs.hub.live and jobs.hub.generation >= generation + 2:
-                    break
-                await asyncio.sleep(0.05)
-            assert jobs.hub.live
+            await until(
+                lambda: jobs.hub.live and jobs.hub.generation >= generation + 2,
+                what="the subscription made again once Redis answers",
+            )
             watch.reset()
             await redis.publish(jobs.channels["done"], "job-1")
-            assert await watch.wait(5) is True
+            assert await watch.wait(PATIENCE_S) is True
     finally:
         await jobs.aclose()

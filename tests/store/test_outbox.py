@@ -19,6 +19,7 @@ from tests.store.conftest import StoreFactory
 from tests.store.helpers import after_lease, claim, complete, server_ms, submit
 from tests.store.test_requires_action import SPEC as TOOLS_SPEC
 from tests.store.test_requires_action import checkpoint
+from tests.waiting import until
 
 URL = "https://hooks.example.com/done"
 TERMINAL = ["succeeded", "failed", "cancelled"]
@@ -44,6 +45,17 @@ async def lease_one(store: Store, lease_ms: int = 10_000) -> Leased:
     leased, _ = await store.outbox.lease(10, lease_ms=lease_ms)
     assert len(leased) == 1, leased
     return leased[0]
+
+
+async def leased_again(store: Store) -> Leased:
+    """The shard's one delivery, leased as soon as it is due."""
+
+    async def leased() -> Leased | None:
+        taken, _ = await store.outbox.lease(10, lease_ms=10_000)
+        assert len(taken) <= 1, taken
+        return taken[0] if taken else None
+
+    return await until(leased, what="the delivery to be due")
 
 
 async def test_a_job_without_a_callback_leaves_nothing_in_the_outbox(
@@ -157,8 +169,7 @@ async def test_a_lost_senders_lease_ends_and_its_late_record_is_refused(
     job = await submit(store, **with_callback())
     await complete(store, await claim(store))
     lost = await lease_one(store, lease_ms=50)
-    await asyncio.sleep(0.1)  # the lease is 50 ms: it has ended
-    taken = await lease_one(store)
+    taken = await leased_again(store)  # once the 50 ms lease has ended
     assert taken.member == lost.member
     assert taken.token != lost.token
     assert await store.outbox.record(lost, "delivered", status=200) == "stale"
@@ -210,8 +221,7 @@ async def test_a_retry_past_the_window_fails_the_delivery(
     assert await store.outbox.record(first, "retry", status=429, wait_ms=3_600_000) == "pending"
     score = await due(redis, store, job.id)
     assert score <= await server_ms(redis) + 1_000
-    await asyncio.sleep(1.1)
-    last = await lease_one(store)
+    last = await leased_again(store)  # due at the window's end
     assert last.attempts == 1
     assert await store.outbox.record(last, "retry", status=500, error="HTTP 500: x") == "failed"
     view = await store.get(job.id, tenant="acme")

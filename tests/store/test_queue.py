@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import time
 
 import pytest
 from redis.asyncio import Redis
@@ -16,18 +15,22 @@ from app.store import QueueFull, TenantQuota, shard_of
 from tests.both import Store
 from tests.store.conftest import StoreFactory
 from tests.store.helpers import (
+    LONG_S,
     SPEC,
     SUCCESS,
     after_lease,
     all_events,
     claim,
+    clock_past,
     complete,
     leases_key,
     names,
     queue_key,
     record,
+    server_ms,
     submit,
     turn,
+    waiting_for_work,
 )
 
 
@@ -72,7 +75,8 @@ async def test_heartbeat_extends_the_lease(redis: Redis, make_store: StoreFactor
     job = await submit(store)
     lease = await claim(store)
     before = await redis.zscore(leases_key(store, job.id), job.id)
-    await asyncio.sleep(0.05)
+    assert before is not None
+    await clock_past(redis, before - store.options.lease_ms)  # a later renewal, by a ms
 
     assert await store.heartbeat(job.id, lease.token)
 
@@ -312,45 +316,48 @@ async def test_release_puts_the_job_back_at_the_front_without_counting_the_attem
 
 
 async def test_wait_for_work_wakes_on_submit(store: Store) -> None:
-    waiter = asyncio.ensure_future(store.wait_for_work(timeout_s=10))
-    await asyncio.sleep(0.1)
-    started = time.monotonic()
+    waiter = asyncio.ensure_future(store.wait_for_work(timeout_s=LONG_S))
+    await waiting_for_work(store)
 
     await submit(store)
-    await asyncio.wait_for(waiter, timeout=5)
+    await waiter
 
-    assert time.monotonic() - started < 2
+    assert store.woken  # by the submit's message, not at the end of the wait
 
 
 async def test_wait_for_work_wakes_on_requeue(redis: Redis, store: Store) -> None:
     await submit(store)
     await claim(store)
-    waiter = asyncio.ensure_future(store.wait_for_work(timeout_s=10))
-    await asyncio.sleep(0.1)
+    waiter = asyncio.ensure_future(store.wait_for_work(timeout_s=LONG_S))
+    await waiting_for_work(store)
 
     await store.reap(now_ms=await after_lease(redis, store))
 
-    await asyncio.wait_for(waiter, timeout=5)
+    await waiter
+    assert store.woken
 
 
 async def test_wait_for_work_returns_after_its_timeout(store: Store) -> None:
-    started = time.monotonic()
+    assert await store.wait_for_work(timeout_s=0.3) is None
 
-    await store.wait_for_work(timeout_s=0.3)
-
-    assert 0.25 <= time.monotonic() - started < 3
+    assert not store.woken  # the wait ran out: no message ended it
 
 
-async def test_queue_stats_reports_depth_and_the_oldest_jobs_age(store: Store) -> None:
+async def test_queue_stats_reports_depth_and_the_oldest_jobs_age(
+    redis: Redis, store: Store
+) -> None:
     assert await store.queue_stats() == (0, 0.0)
+    before = await server_ms(redis)
     await submit(store)
-    await asyncio.sleep(0.25)
+    made = await server_ms(redis)  # the first job was made between these readings
+    await clock_past(redis, made + 250)
     await submit(store)
 
     depth, age = await store.queue_stats()
+    after = await server_ms(redis)
 
     assert depth == 2
-    assert 0.2 <= age < 5
+    assert 0.25 <= age <= (after - before) / 1000  # the first job's age, not the second's
 
 
 # -- fairness, batches, caps, accounting ---------------------------------------------------

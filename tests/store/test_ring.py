@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import random
-import time
 from pathlib import Path
 from typing import Any, cast
 
@@ -22,7 +21,8 @@ from app.worker import Worker
 from reprompt_sim.server import SimConfig, serve_in_background
 from tests.both import Store
 from tests.store.conftest import StoreFactory
-from tests.store.helpers import SPEC, after_lease, claim, complete, submit
+from tests.store.helpers import LONG_S, SPEC, after_lease, claim, complete, submit
+from tests.waiting import until
 from tests.worker.harness import (
     TENANT,
     Gate,
@@ -148,7 +148,7 @@ async def test_a_submit_behind_queued_jobs_wakes_no_worker(redis: Redis, store: 
         await claim_all(store)
         await submit(store, tenant="a")  # the queue is empty again: a wake-up
 
-        wakes = await messages(pubsub)
+        wakes = await messages(redis, pubsub, store.channels["work"])
     finally:
         await cast(Any, pubsub).aclose()  # untyped in redis-py
 
@@ -160,31 +160,35 @@ async def claim_all(store: Store) -> None:
         pass
 
 
-async def messages(pubsub: Any) -> list[str]:
-    got = []
-    deadline = time.monotonic() + 1.0
-    while time.monotonic() < deadline:
-        message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=0.1)
+async def messages(redis: Redis, pubsub: Any, channel: str) -> list[str]:
+    """Every message published on ``channel`` so far: read up to a mark published now, which
+    comes after them all (one server delivers a channel's messages in order)."""
+    mark = "end of the test"
+    await redis.publish(channel, mark)
+    got: list[str] = []
+    while True:
+        message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=None)
         if message is not None:
+            if message["data"].decode() == mark:
+                return got
             got.append(message["data"].decode())
-    return got
 
 
 async def test_a_wake_up_between_an_empty_claim_and_the_wait_is_not_lost(store: Store) -> None:
     assert await store.wait_for_work(timeout_s=0.05) is None  # subscribed
+    heard: list[str] = []
+    store.hub.listen(store.channels["work"], lambda key, payload: heard.append(key))
     assert await store.claim("w1", n=4) == []
     await submit(store)  # published before the worker waits again
-    await asyncio.sleep(0.3)  # and heard
-    started = time.monotonic()
+    await until(lambda: heard, what="the wake-up to be heard")
 
-    shard = await store.wait_for_work(timeout_s=10)
+    shard = await store.wait_for_work(timeout_s=LONG_S)  # at once: waited out, it would hang
 
-    assert time.monotonic() - started < 1
+    assert store.woken
     assert shard == 0
     assert len(await store.claim("w1", n=4)) == 1
-    started = time.monotonic()
-    assert await store.wait_for_work(timeout_s=0.3) is None  # the claim took it: no wake
-    assert time.monotonic() - started >= 0.25
+    assert await store.wait_for_work(timeout_s=0.3) is None
+    assert not store.woken  # the claim took it: no wake, the wait ran out
 
 
 async def test_the_tenant_index_expiry_moves_once_per_window_not_per_submit(
@@ -211,10 +215,7 @@ async def test_the_tenant_index_expiry_moves_once_per_window_not_per_submit(
 
 async def test_submit_with_wait_ms_answers_the_finished_job(store: Store) -> None:
     async def work() -> None:
-        claims: list[Any] = []
-        while not claims:
-            claims = await store.claim("w1")
-            await asyncio.sleep(0.01)
+        claims = await until(lambda: store.claim("w1"), what="the job to be claimed")
         assert await complete(store, claims[0])
 
     worker = asyncio.create_task(work())

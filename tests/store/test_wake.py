@@ -29,7 +29,8 @@ from app.store.connection import WAKE_STALE_MS
 from app.tracecontext import TraceContext
 from tests.both import Store
 from tests.store.conftest import StoreFactory
-from tests.store.helpers import SPEC, SUCCESS, after_lease, complete, server_ms, submit
+from tests.store.helpers import SPEC, SUCCESS, after_lease, clock_past, complete, server_ms, submit
+from tests.waiting import PATIENCE_S, awaited
 
 
 @pytest.fixture(autouse=True)
@@ -53,8 +54,9 @@ async def tokens(redis: Redis, store: Store) -> list[str]:
     return [token(e) for e in await idle_list(redis, store)]
 
 
-async def woken(*stores: Store, within_s: float = 0.5) -> list[bool]:
-    """Which of ``stores`` a wake-up (not a hand-off) reached within ``within_s``."""
+async def woken(*stores: Store, within_s: float = PATIENCE_S) -> list[bool]:
+    """Which of ``stores`` a wake-up (not a hand-off) reached within ``within_s`` (a wake-up
+    that comes returns at once: the patience only bounds one that never does)."""
 
     async def wake_up(store: Store) -> bool:
         deadline = time.monotonic() + within_s
@@ -69,10 +71,9 @@ async def woken(*stores: Store, within_s: float = 0.5) -> list[bool]:
     return list(await asyncio.gather(*(wake_up(s) for s in stores)))
 
 
-async def handed(store: Store, within_s: float = 2.0) -> Claim:
+async def handed(store: Store) -> Claim:
     """The one job handed to ``store``."""
-    async with asyncio.timeout(within_s):
-        [claim] = await store.handed()
+    [claim] = await awaited(store.handed(), what="a job handed over")
     return claim
 
 
@@ -182,9 +183,8 @@ async def test_a_worker_is_listed_once_per_spare_slot_and_each_hand_off_takes_on
 
     jobs = [await submit(api) for _ in range(3)]
     claims: list[Claim] = []
-    async with asyncio.timeout(2.0):
-        while len(claims) < 3:
-            claims += await a.handed()
+    while len(claims) < 3:
+        claims += await awaited(a.handed(), what="the jobs handed over")
     assert [c.job_id for c in claims] == [j.id for j in jobs]
     assert await idle_list(redis, api) == []  # handed all it offered: a hung worker strands 3
 
@@ -251,7 +251,7 @@ async def test_a_renewal_lists_as_many_copies_as_the_worker_has_room_for_then(
     assert await idle_list(redis, api) == [before] * 3
 
     monkeypatch.setattr(leases_module, "WAKE_RENEW_S", 0.0)
-    await asyncio.sleep(0.01)
+    await clock_past(redis, int(before.split()[1]))  # a renewal stamps a later ms
     await idle(a, slots=2)  # room for two now
     [after] = set(await idle_list(redis, api))
     assert after != before
@@ -376,7 +376,7 @@ async def test_a_claim_without_room_for_every_queued_job_hands_the_wake_up_on(
     api._no_handoff[0] = time.monotonic() + 60  # the API tries no hand-off: jobs queue
     await submit(api, tenant="x")
     await submit(api, tenant="x")
-    await woken(a, b, within_s=0.05)
+    assert await woken(b) == [True]  # the first submit's, to the idle worker (drained)
 
     assert len(await a.claim("a", n=1, register=True)) == 1  # room for one only
     assert await woken(b) == [True]  # told in the same script: a left a job behind
@@ -499,7 +499,7 @@ async def test_a_registration_is_renewed_after_wake_renew_s_and_left_on_close(
     assert await idle_list(redis, store) == [before]  # fresh: no command spent on it
 
     monkeypatch.setattr(leases_module, "WAKE_RENEW_S", 0.0)
-    await asyncio.sleep(0.01)
+    await clock_past(redis, int(before.split()[1]))  # a renewal stamps a later ms
     await idle(store)
     [after] = await idle_list(redis, store)
     assert after != before

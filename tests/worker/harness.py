@@ -1,8 +1,8 @@
 """Helpers for the worker tests: jobs, polling, a gated model client, worker processes.
 
-Waits poll a condition with a generous deadline (``WAIT_S``), never sleep a fixed time, so
-the suite holds on a busy machine. Task texts carry a random tag, because the simulator
-keeps per-conversation counters for its scripts.
+Waits poll a condition (tests/waiting.py) with a generous deadline (``WAIT_S``), never sleep
+a fixed time, so the suite holds on a busy machine. Task texts carry a random tag, because
+the simulator keeps per-conversation counters for its scripts.
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ import secrets
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -40,6 +39,7 @@ from app.settings import Settings
 from app.store import JobView
 from app.worker import Worker
 from tests.both import Store
+from tests.waiting import PATIENCE_S, until
 
 ROOT = Path(__file__).resolve().parents[2]
 TENANT = "tests"
@@ -48,7 +48,7 @@ LEASE_MS = 1500
 HEARTBEAT_MS = 300
 REAP_INTERVAL_MS = 200
 SLOW_MS = 3000  # how long a scripted "slow" answer takes
-WAIT_S = 30.0
+WAIT_S = PATIENCE_S
 
 T = TypeVar("T")
 
@@ -74,14 +74,7 @@ async def eventually(
     check: Callable[[], Awaitable[T | None]], *, what: str, within: float = WAIT_S
 ) -> T:
     """Poll ``check`` until it returns something truthy; fail after ``within`` seconds."""
-    deadline = time.monotonic() + within
-    while True:
-        value = await check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {within:.0f}s waiting for {what}")
-        await asyncio.sleep(0.05)
+    return await until(check, what=what, patience=within, every=0.05)
 
 
 async def listed_workers(redis: Redis, store: Store, shard: int = 0) -> int:

@@ -38,12 +38,13 @@ Spawn = Callable[..., WorkerProcess]
 
 class Proxy:
     """Forwards TCP to ``target``; ``cut()`` resets every connection and refuses new ones
-    until ``restore()``."""
+    until ``restore()`` (counted in ``refused``)."""
 
     def __init__(self, target_port: int) -> None:
         self.target_port = target_port
         self.port = 0
         self.open = True
+        self.refused = 0
         self._pipes: set[asyncio.StreamWriter] = set()
         self._server: asyncio.Server | None = None
 
@@ -68,6 +69,7 @@ class Proxy:
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         if not self.open:
+            self.refused += 1
             writer.transport.abort()
             return
         try:
@@ -117,7 +119,11 @@ async def test_a_redis_blip_at_commit_time_does_not_lose_the_paid_answer(
             await eventually(held, what="the model call to be held")
             proxy.cut()  # Redis vanishes for the worker just as the answer comes back
             gate.open()
-            await asyncio.sleep(2.0)  # the commit fails and is retried meanwhile
+
+            async def retried() -> bool:  # the commit failed, and was tried again
+                return proxy.refused >= 2
+
+            await eventually(retried, what="the commit to fail and be retried")
             proxy.restore()
             view = await finished(store, job_id)
     await leases.aclose()

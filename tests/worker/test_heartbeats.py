@@ -8,17 +8,17 @@ periods during which a reaper looking at the server clock finds nothing to take 
 
 from __future__ import annotations
 
-import asyncio
-import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+from redis.asyncio import Redis
 
 from app.assembly import WORKER_REDIS_QUEUE_S
 from app.store import connect
 from app.worker import Worker
 from tests.both import Store
+from tests.store.helpers import server_ms
 from tests.worker.harness import (
     LEASE_MS,
     TENANT,
@@ -51,7 +51,7 @@ async def service_store(redis_url: str, prefix: str) -> AsyncIterator[Store]:
 
 
 async def test_a_worker_holding_hundreds_of_jobs_keeps_every_lease_past_several_lease_periods(
-    store: Store, service_store: Store, sim_url: str, tmp_path: Path
+    store: Store, service_store: Store, sim_url: str, redis_url: str, tmp_path: Path
 ) -> None:
     ids = [await submit(store, job(name=f"held{i}")) for i in range(HELD)]
     async with sim_router(sim_url, tmp_path) as router:
@@ -63,13 +63,19 @@ async def test_a_worker_holding_hundreds_of_jobs_keeps_every_lease_past_several_
                 return gate.waiting == HELD
 
             await eventually(all_held, what=f"{HELD} calls to be held")
-            # Three lease periods; a reaper on the server clock finds nothing expired.
+            # Until the server clock is three lease periods on (every lease taken before now
+            # would have run out twice over unless renewed), a reaper finds nothing expired.
             reaped: list[str] = []
-            until = time.monotonic() + 3 * LEASE_MS / 1000
-            while time.monotonic() < until:
+            clock = Redis.from_url(redis_url)
+            periods_on = await server_ms(clock) + 3 * LEASE_MS
+
+            async def reaped_past_three_periods() -> bool:
                 result = await store.reap()
-                reaped += result.requeued + result.failed
-                await asyncio.sleep(0.2)
+                reaped.extend(result.requeued + result.failed)
+                return await server_ms(clock) > periods_on
+
+            await eventually(reaped_past_three_periods, what="three lease periods of reaps")
+            await clock.aclose()
             assert reaped == []
             assert worker.running == HELD
             assert gate.aborted == 0

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -21,6 +20,7 @@ from app.child import free_loopback_port
 from app.core.turn.checkpoint import ToolOutput
 from app.core.wire import codes
 from tests.both import Store
+from tests.store.helpers import names
 from tests.worker.harness import (
     SLOW_MS,
     TENANT,
@@ -80,11 +80,15 @@ async def test_a_paused_worker_resumed_after_its_lease_expired_cannot_commit(
     # Its log line comes after the commit the store already shows: wait for it.
     await healthy.wait_log(rf"job {job_id} succeeded")
 
-    # Let the zombie's slow answer arrive, then wake it up: it finds the lease gone.
-    await asyncio.sleep(SLOW_MS / 1000)
+    # Wake the zombie up: it finds the lease gone (by a heartbeat, or a refused write).
     zombie.send(signal.SIGCONT)
     await zombie.wait_log(rf"job {job_id}: (lease lost|stale (write|commit) refused)")
-    await asyncio.sleep(0.5)  # room for anything the zombie might still try to write
+    # Whatever it might still try to write comes before it runs the next job to its end:
+    # the only worker left, it takes that one.
+    healthy.kill()
+    other = await submit(store, job(name="after-zombie"))
+    assert (await finished(store, other)).status == "succeeded"
+    await zombie.wait_log(rf"job {other} succeeded")
     view = await store.get(job_id, tenant=TENANT)
     assert view is not None
     assert (view.status, view.result, view.turns) == ("succeeded", won.result, won.turns)
@@ -92,8 +96,6 @@ async def test_a_paused_worker_resumed_after_its_lease_expired_cannot_commit(
     assert await job_ends(store, job_id) == 1
     assert not zombie.logged(rf"job {job_id} succeeded")
     assert zombie.proc.poll() is None  # the zombie lives on and takes other work
-    other = await submit(store, job(name="after-zombie"))
-    assert (await finished(store, other)).status == "succeeded"
 
 
 async def test_a_job_that_kills_its_worker_every_time_fails_after_max_attempts(
@@ -131,9 +133,7 @@ async def test_sigterm_lets_running_jobs_finish_then_exits_0(store: Store, spawn
     for job_id in running:
         await draining.wait_log(rf"job {job_id} started")
     draining.send(signal.SIGTERM)
-    began = time.monotonic()
-    assert await draining.exit_code() == 0
-    assert time.monotonic() - began < 30
+    assert await draining.exit_code() == 0  # after the running jobs, not the 30 s drain cap
     for job_id in running:
         view = await store.get(job_id, tenant=TENANT)
         assert view is not None
@@ -263,7 +263,11 @@ async def test_a_worker_killed_after_resuming_is_resumed_again_from_the_checkpoi
     # The resumed run waits on a slow answer: kill it there.
     await first.wait_log(rf"job {job_id} started: attempt 1\b.*", within=30)
     await status_of(store, job_id, "in_progress")
-    await asyncio.sleep(0.5)
+
+    async def resumed_turn_started() -> bool:  # the resumed turn's call: the slow answer
+        return (await names(store, job_id)).count("turn_start") >= 2
+
+    await eventually(resumed_turn_started, what="the resumed turn's call")
     first.send(signal.SIGKILL)
     spawn()
     done = await finished(store, job_id)

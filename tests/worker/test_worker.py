@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -21,6 +22,7 @@ from app.store import Written
 from app.worker import Worker
 from reprompt_sim.server import SimConfig, serve_in_background
 from tests.both import Store
+from tests.waiting import forever, until
 from tests.worker.harness import (
     TENANT,
     Gate,
@@ -315,8 +317,9 @@ async def test_a_zombie_worker_cannot_commit_over_the_new_owner(
 
 
 async def test_stop_lets_running_jobs_finish_within_the_drain_timeout(
-    store: Store, router: Router
+    store: Store, router: Router, caplog: pytest.LogCaptureFixture
 ) -> None:
+    caplog.set_level(logging.INFO)
     gate = Gate(router, hold=lambda n: True)
     worker = Worker(store, gate, worker_settings(drain_timeout_s=30))
     job_id = await submit(store, job(name="drain"))
@@ -325,7 +328,8 @@ async def test_stop_lets_running_jobs_finish_within_the_drain_timeout(
     await eventually(lambda: _true(gate.waiting == 1), what="the call to hang")
     stop.set()
     later = await submit(store, job(name="not-claimed"))
-    await asyncio.sleep(0.2)  # the worker is draining; the gate opens after the stop
+    # The worker is draining (it claims nothing more); the gate opens after the stop.
+    await until(lambda: "draining 1 running jobs" in caplog.text, what="the worker to drain")
     gate.open()
     await asyncio.wait_for(task, 30)
     view = await store.get(job_id, tenant=TENANT)
@@ -371,7 +375,7 @@ class Stubborn(Gate):
     async def complete(self, request: LLMRequest) -> LLMResponse:
         try:
             self.sleeping = True
-            await asyncio.sleep(3600)
+            await forever()
         except asyncio.CancelledError:
             self.swallowed += 1
         return await super().complete(request)
@@ -395,20 +399,23 @@ async def test_a_cancellation_swallowed_on_the_way_is_repeated_until_the_job_sto
 
 
 class SlowToReturnCommit:
-    """A store whose ``complete`` lands in Redis, then takes a while to come back: the
-    window in which a heartbeat sees the job finished (its lease gone) before the worker
-    knows its commit succeeded."""
+    """A store whose ``complete`` lands in Redis, then comes back only once a heartbeat has
+    found the job's lease gone: the window in which a heartbeat sees the job finished
+    before the worker knows its commit succeeded."""
 
-    def __init__(self, store: Store, hold_s: float) -> None:
+    def __init__(self, store: Store) -> None:
         self._store = store
-        self._hold_s = hold_s
+        self.lost_before = sample("reprompt_lease_renewals_total", {"outcome": "lost"})
 
     def __getattr__(self, name: str) -> object:
         return getattr(self._store, name)
 
     async def complete(self, *args: object, **kwargs: object) -> Written:
         committed = await self._store.complete(*args, **kwargs)  # type: ignore[arg-type]
-        await asyncio.sleep(self._hold_s)
+        await until(
+            lambda: sample("reprompt_lease_renewals_total", {"outcome": "lost"}) > self.lost_before,
+            what="a heartbeat to find the committed job's lease gone",
+        )
         return committed
 
 
@@ -416,7 +423,7 @@ async def test_a_heartbeat_racing_a_successful_commit_does_not_drop_the_job(
     store: Store, router: Router, caplog: pytest.LogCaptureFixture
 ) -> None:
     settings = worker_settings()
-    slow = SlowToReturnCommit(store, hold_s=3 * settings.heartbeat_ms / 1000)
+    slow = SlowToReturnCommit(store)
     finished_before = sample("reprompt_jobs_finished_total", {"status": "succeeded", "error": ""})
     job_id = await submit(store, job(name="race"))
     async with running(Worker(slow, router, settings)) as _:  # type: ignore[arg-type]
