@@ -12,9 +12,11 @@ $(BIN)/python:
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 
-## install: venv + editable install from the lock; llama-cpp-python built portably
-## (GGML_NATIVE=OFF, cached by build settings: scripts/llama_wheel.py) before pip sees it
+## install: the Debian packages in scripts/apt-packages.txt, then venv + editable install
+## from the lock; llama-cpp-python built portably (GGML_NATIVE=OFF, cached by build
+## settings: scripts/llama_wheel.py) before pip sees it
 install: $(BIN)/python
+	scripts/system_packages.sh
 ifneq (,$(findstring local,$(EXTRAS)))
 	$(BIN)/python scripts/llama_wheel.py --install
 endif
