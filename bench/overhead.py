@@ -333,7 +333,7 @@ BUCKETS = [
     ("reprompt app/providers", ("app/providers/",)),
     ("reprompt app/store/", ("app/store/",)),
     ("reprompt app/api", ("app/api/",)),
-    ("reprompt app/worker.py", ("app/worker.py",)),
+    ("reprompt app/worker/", ("app/worker/",)),
     ("reprompt app (other)", ("app/",)),
 ]
 

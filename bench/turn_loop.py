@@ -6,12 +6,13 @@
 
 One real answer of the simulator to bench/common.py's single-turn job is taken through
 the real router (the sim model of the split deployment, ``structured = "prompt"``); then
-``Worker._process`` runs N jobs on it, ``concurrency`` at a time, with a client that
-replays that answer and an in-memory store whose ``complete`` serialises what the real
-one sends to Redis. What is timed is the process's CPU (``time.process_time``) for the
-whole round: the claim's spec parsed, the prompts built, the answer checked, the events,
-the metrics, the log lines (to /dev/null, formatted as ``reprompt worker`` formats them)
-and the commit's payload. It prints the median µs/job over the rounds.
+``Runner.process`` (app/worker/running.py) runs N jobs on it, ``concurrency`` at a time,
+with a client that replays that answer and an in-memory store whose ``complete``
+serialises what the real one sends to Redis. What is timed is the process's CPU
+(``time.process_time``) for the whole round: the claim's spec parsed, the prompts built,
+the answer checked, the events, the metrics, the log lines (to /dev/null, formatted as
+``reprompt worker`` formats them) and the commit's payload. It prints the median µs/job
+over the rounds.
 
 A /tmp-style micro-timing: it ranks changes to that code path; bench/guard.py measures
 the deployment.
@@ -45,7 +46,8 @@ from app.providers.config import ProvidersConfig, load_providers
 from app.providers.router import Router, build_router
 from app.settings import Settings
 from app.store import Claim, Written
-from app.worker import Worker, _Job
+from app.worker import Worker
+from app.worker.job import Job
 from bench.common import Stack, job_body
 
 
@@ -77,6 +79,7 @@ class _Store:
         transcript: Sequence[Any],
         turn: Any = None,
         events: Sequence[tuple[str, Wire]] = (),
+        room: int = 0,
     ) -> Written:
         payload = [
             envelope.model_dump_json(),
@@ -137,7 +140,7 @@ async def _round(worker: Worker, claims: list[Claim], concurrency: int) -> float
 
     async def one(claim: Claim) -> None:
         async with slots:
-            await worker._process(_Job(claim))
+            await worker.runner.process(Job(claim))
 
     start = time.process_time()
     await asyncio.gather(*(one(c) for c in claims))

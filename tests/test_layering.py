@@ -128,8 +128,7 @@ def _layer(module: str) -> str:
         return "cli"
     if parts[1] in ("core", "providers", "store", "api", "outbound"):
         return parts[1]
-    # delivery.py, the callback sender the worker runs, sits beside it.
-    layers = {"worker": "worker", "delivery": "worker", "assembly": "assembly", "cli": "cli"}
+    layers = {"worker": "worker", "assembly": "assembly", "cli": "cli"}
     return layers.get(parts[1], "base")
 
 
@@ -165,4 +164,97 @@ def test_the_api_package_does_not_import_the_worker() -> None:
     api = [p for p in _modules() if p.parent.name == "api"]
     assert api
     for path in api:
-        assert all(name != "app.worker" for _, name in _app_imports(path)), path
+        assert all(_layer(name) != "worker" for _, name in _app_imports(path)), path
+
+
+# -- no import circle ------------------------------------------------------------------------
+
+
+def _module_name(path: Path) -> str:
+    return ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
+
+
+def _imported_at_load(path: Path, known: set[str]) -> set[str]:
+    """The app modules ``path`` imports as it loads: its module-level imports, not those
+    inside a function or under ``if TYPE_CHECKING:``. ``from a import b`` names ``a.b``
+    when that is a module, else ``a``."""
+    found: set[str] = set()
+
+    def visit(body: list[ast.stmt]) -> None:
+        for node in body:
+            if isinstance(node, ast.Import):
+                found.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                for alias in node.names:
+                    name = f"{node.module}.{alias.name}"
+                    found.add(name if name in known else node.module)
+            elif isinstance(node, ast.If) and ast.unparse(node.test) != "TYPE_CHECKING":
+                visit(node.body)
+                visit(node.orelse)
+            elif isinstance(node, ast.Try):
+                for block in (node.body, node.orelse, node.finalbody):
+                    visit(block)
+                for handler in node.handlers:
+                    visit(handler.body)
+            elif isinstance(node, ast.With):
+                visit(node.body)
+
+    visit(ast.parse(path.read_text(encoding="utf-8")).body)
+    return {name for name in found if name in known}
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (or a module importing
+    itself), each sorted (Tarjan's algorithm)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for after in sorted(graph[node]):
+            if after not in index:
+                visit(after)
+                low[node] = min(low[node], low[after])
+            elif after in on_stack:
+                low[node] = min(low[node], index[after])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1 or node in graph[node]:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_no_import_circle_in_the_product() -> None:
+    paths = {_module_name(path): path for path in _modules()}
+    known = set(paths)
+    graph = {name: _imported_at_load(path, known) for name, path in paths.items()}
+    circles = [
+        " -> ".join(component) + f"  ({'; '.join(_edges(graph, component))})"
+        for component in _cycles(graph)
+    ]
+    assert circles == []
+
+
+def _edges(graph: dict[str, set[str]], component: list[str]) -> list[str]:
+    members = set(component)
+    return [f"{a} imports {b}" for a in component for b in sorted(graph[a] & members)]
+
+
+def test_the_circle_finder_finds_a_circle() -> None:
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": {"e"}}
+    assert _cycles(graph) == [["a", "b", "c"], ["e"]]

@@ -1,7 +1,9 @@
 """The job store: jobs, the queue, leases and events, all in Redis — the service's only state.
 
 Two roles over one Redis client (injected: one pool per process role): ``JobStore`` is
-what the API uses (``jobs.py``), ``Leases`` what workers use (``leases.py``). This package
+what the API uses (``jobs.py``: ``submitting.py``, ``reading.py``, ``listing.py``),
+``Leases`` what workers use (``leases.py``: ``claiming.py``, ``idle.py``, ``writes.py``,
+``expiry.py``). Each Lua script's arguments are typed in ``protocol.py``. This package
 is the only one that speaks Redis; every key is built in ``keys.py``; every state change
 runs as one Lua script (``lua/``) on one shard, so a crash or a race between two steps can
 never lose or duplicate a job. Guarantees:

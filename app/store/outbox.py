@@ -29,6 +29,16 @@ from app.store.errors import NoDelivery, edge
 from app.store.hub import ANY, Hub, Watch
 from app.store.ids import is_job_id, shard_of
 from app.store.keys import Keys
+from app.store.protocol import (
+    DELIVERY_LEASE,
+    DELIVERY_RECORD,
+    DELIVERY_REDELIVER,
+    DeliveryLeaseArgs,
+    DeliveryRecordArgs,
+    OutboxKeys,
+    RedeliverArgs,
+    RedeliverKeys,
+)
 from app.store.records import text
 from app.store.scripts import Scripts
 
@@ -86,9 +96,14 @@ class Outbox:
                 break
             shard = self._keys.shard((start + step) % shards)
             flat, due_ms = await self._scripts.run(
-                "delivery_lease",
-                [shard.outbox],
-                [shard.job_prefix, n - len(leased), lease_ms, token],
+                DELIVERY_LEASE,
+                OutboxKeys(outbox=shard.outbox),
+                DeliveryLeaseArgs(
+                    job_prefix=shard.job_prefix,
+                    wanted=n - len(leased),
+                    lease_ms=lease_ms,
+                    token=token,
+                ),
             )
             for i in range(0, len(flat), 6):
                 job_id, event, tenant, callback, attempts, pause = flat[i : i + 6]
@@ -124,19 +139,19 @@ class Outbox:
         window it is ``failed``. ``released`` gives it back unsent: due now, no attempt."""
         shard = self._keys.shard(shard_of(leased.job_id))
         reply = await self._scripts.run(
-            "delivery_record",
-            [shard.outbox],
-            [
-                shard.job(leased.job_id),
-                leased.member,
-                leased.event,
-                leased.token,
-                outcome,
-                "" if status is None else status,
-                error,
-                max(0, wait_ms),
-                self._window_ms,
-            ],
+            DELIVERY_RECORD,
+            OutboxKeys(outbox=shard.outbox),
+            DeliveryRecordArgs(
+                job=shard.job(leased.job_id),
+                member=leased.member,
+                callback_event=leased.event,
+                token=leased.token,
+                outcome=outcome,
+                status="" if status is None else status,
+                error_text=error,
+                wait_ms=max(0, wait_ms),
+                window_ms=self._window_ms,
+            ),
         )
         return cast(Settled, text(reply))
 
@@ -148,9 +163,9 @@ class Outbox:
             return None
         shard = self._keys.shard(shard_of(job_id))
         reply = await self._scripts.run(
-            "delivery_redeliver",
-            [shard.job(job_id), shard.outbox],
-            [job_id, tenant, self._channel],
+            DELIVERY_REDELIVER,
+            RedeliverKeys(job=shard.job(job_id), outbox=shard.outbox),
+            RedeliverArgs(id=job_id, tenant=tenant, notify_channel=self._channel),
         )
         outcome = text(reply[0])
         if outcome == "missing":

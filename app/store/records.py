@@ -9,12 +9,13 @@ read back into those models here, so nothing above the store handles raw dicts.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import lru_cache
-from typing import Any, Final
+from typing import Any, Final, cast
 
 from pydantic import TypeAdapter
 from pydantic_core import from_json, to_json
@@ -120,6 +121,11 @@ class ReapResult:
     expired: list[str] = field(default_factory=list)  # requires_action past its expiry
 
 
+def event_json(name: str, data: str) -> str:
+    """An event as a job's ``events`` field holds it: ``{"name": …, "data": …}``."""
+    return '{"name":' + compact_json(name) + ',"data":' + data + "}"
+
+
 def text(value: object) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
@@ -163,31 +169,28 @@ def text_view(fields: Mapping[str, str]) -> JobView | None:
     history = None if history == "[]" else history
     transcript = None if transcript == "[]" else transcript
     action = get("action")
-    # LazyView(id=..., tenant=..., ...) in its fields' order (``lazy_view``).
     return lazy_view(
-        (
-            fields["id"],
-            fields["tenant"],
-            fields["status"],
-            iso(int(fields["created_ms"])),
-            iso(int(started)) if started else None,
-            iso(int(finished)) if finished else None,
-            int(get("attempts", "0")),
-            None,  # result: parsed from result_json when read
-            () if turns == "[]" else None,  # turns: likewise
-            None if history else (),  # history: likewise
-            None if transcript else (),  # transcript: likewise
-            {} if metadata is None or metadata == "{}" else from_json(metadata),
-            get("model"),
-            get("idem"),
-            RequiredAction.model_validate_json(action) if action else None,
-            int(get("pauses") or 0),
-            _callback(fields) if get("callback") else None,
-            result,
-            turns,
-            history or None,
-            transcript or None,
-        )
+        id=fields["id"],
+        tenant=fields["tenant"],
+        status=cast(JobStatus, fields["status"]),
+        created_at=iso(int(fields["created_ms"])),
+        started_at=iso(int(started)) if started else None,
+        finished_at=iso(int(finished)) if finished else None,
+        attempts=int(get("attempts", "0")),
+        result=None,  # parsed from result_json when read
+        turns=() if turns == "[]" else None,  # likewise
+        history=None if history else (),  # likewise
+        transcript=None if transcript else (),  # likewise
+        metadata={} if metadata is None or metadata == "{}" else from_json(metadata),
+        model=get("model"),
+        idempotency_key=get("idem"),
+        required_action=RequiredAction.model_validate_json(action) if action else None,
+        pauses=int(get("pauses") or 0),
+        callback=_callback(fields) if get("callback") else None,
+        result_json=result,
+        turns_json=turns,
+        history_json=history or None,
+        transcript_json=transcript or None,
     )
 
 
@@ -248,39 +251,67 @@ _COMPARED: Final = tuple(f.name for f in dataclasses.fields(JobView) if f.compar
 # Each field's slot, in the fields' order: ``lazy_view`` sets them as the dataclass's __init__
 # would, in half its time (no ``object.__setattr__`` per field, no property setter).
 _SLOTS: Final = tuple(JobView.__dict__[f.name].__set__ for f in dataclasses.fields(JobView))
-_FIELD_ORDER: Final = (
-    "id",
-    "tenant",
-    "status",
-    "created_at",
-    "started_at",
-    "finished_at",
-    "attempts",
-    "result",
-    "turns",
-    "history",
-    "transcript",
-    "metadata",
-    "model",
-    "idempotency_key",
-    "required_action",
-    "pauses",
-    "callback",
-    "result_json",
-    "turns_json",
-    "history_json",
-    "transcript_json",
-)
-if tuple(f.name for f in dataclasses.fields(JobView)) != _FIELD_ORDER:  # pragma: no cover
-    raise RuntimeError("job_view writes JobView's fields in the order of _FIELD_ORDER")
 
 
-def lazy_view(values: tuple[Any, ...]) -> LazyView:
-    """``LazyView(*values)``: the fields in their order."""
+def lazy_view(
+    *,
+    id: str,
+    tenant: str,
+    status: JobStatus,
+    created_at: str,
+    started_at: str | None,
+    finished_at: str | None,
+    attempts: int,
+    result: Envelope | None,
+    turns: tuple[TurnRecord, ...] | None,
+    history: tuple[Rejection, ...] | None,
+    transcript: tuple[TranscriptEntry, ...] | None,
+    metadata: dict[str, str],
+    model: str | None,
+    idempotency_key: str | None,
+    required_action: RequiredAction | None,
+    pauses: int,
+    callback: CallbackStatus | None,
+    result_json: str | None,
+    turns_json: str | None,
+    history_json: str | None,
+    transcript_json: str | None,
+) -> LazyView:
+    """A ``LazyView`` of these fields (None for a parsed one: parsed from its JSON)."""
     view = object.__new__(LazyView)
+    values = (
+        id,
+        tenant,
+        status,
+        created_at,
+        started_at,
+        finished_at,
+        attempts,
+        result,
+        turns,
+        history,
+        transcript,
+        metadata,
+        model,
+        idempotency_key,
+        required_action,
+        pauses,
+        callback,
+        result_json,
+        turns_json,
+        history_json,
+        transcript_json,
+    )
     for put, value in zip(_SLOTS, values, strict=True):
         put(view, value)
     return view
+
+
+# ``lazy_view`` sets the slots in JobView's field order: its parameters must be that order.
+if tuple(inspect.signature(lazy_view).parameters) != tuple(
+    f.name for f in dataclasses.fields(JobView)
+):  # pragma: no cover - a change to JobView
+    raise RuntimeError("lazy_view's parameters must be JobView's fields, in their order")
 
 
 def public_job(view: JobView) -> Job:
@@ -465,3 +496,21 @@ _JOB_FIELDS: Final = (
 )
 if tuple(Job.model_fields) != _JOB_FIELDS:  # pragma: no cover - a change to Job
     raise RuntimeError(f"public_job_json writes {_JOB_FIELDS}, Job has {tuple(Job.model_fields)}")
+
+
+def claim_of(values: Sequence[Any]) -> Claim:
+    """A claimed job from the 10 values a claim gives for it (``claim_reply``, lua/common.lua)."""
+    job_id, attempt, spec, tenant, created, model, earlier, state, answer, trace = values
+    return Claim(
+        job_id=text(job_id),
+        token=int(attempt),
+        attempt=int(attempt),
+        spec=json.loads(spec),
+        tenant=text(tenant),
+        created_at_ms=int(created),
+        model=text(model) or None,
+        earlier=spend(earlier),
+        checkpoint=checkpoint(state),
+        outputs=outputs(answer),
+        trace=TraceContext.loads(trace),
+    )

@@ -1,7 +1,7 @@
-"""The store's Lua scripts (``app/store/lua``) on one Redis client, run by name::
+"""The store's Lua scripts (``app/store/lua``) on one Redis client::
 
     scripts = Scripts(redis)
-    reply = await scripts.run("claim", [shard.queue], [worker_id, 8, ...])
+    reply = await scripts.run(STATS, StatsKeys(ring=...), StatsArgs(...))  # app.store.protocol
     view = await scripts.call("HMGET", key, *fields)   # a read on the same way
     await scripts.aclose()
 
@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from functools import cache
 from importlib import resources
-from typing import Any, Final
+from typing import Any, cast
 
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
@@ -23,25 +23,7 @@ from redis.commands.core import AsyncScript
 from redis.exceptions import NoScriptError
 
 from app.store.batching import Batcher
-
-SCRIPTS: Final = (
-    "submit",
-    "claim",
-    "write",
-    "complete",
-    "heartbeat",
-    "heartbeats",
-    "release",
-    "cancel",
-    "reap",
-    "stats",
-    "pause",
-    "outputs",
-    "expire",
-    "delivery_lease",
-    "delivery_record",
-    "delivery_redeliver",
-)
+from app.store.protocol import SCRIPTS, A, K, Script, Value
 
 
 class Scripts:
@@ -50,21 +32,24 @@ class Scripts:
     def __init__(self, redis: Redis | RedisCluster) -> None:
         self.redis = redis
         self._scripts: dict[str, AsyncScript] = {
-            name: redis.register_script(script_source(name)) for name in SCRIPTS
+            script.name: redis.register_script(script_source(script.name)) for script in SCRIPTS
         }
         self._batcher = Batcher(redis) if isinstance(redis, Redis) else None
 
-    async def run(self, name: str, keys: Sequence[str], args: Sequence[str | int | float]) -> Any:
-        """The reply of script ``name`` run on ``keys`` and ``args``."""
-        script = self._scripts[name]
+    async def run(self, script: Script[K, A], keys: K, args: A, tail: Sequence[Value] = ()) -> Any:
+        """The reply of ``script`` run on ``keys`` and ``args`` (then ``tail``: ``Script.tail``)."""
+        sent_keys, sent = keys.values(), args.values()
+        if tail:
+            sent += tuple(tail)
+        lua = self._scripts[script.name]
         batcher = self._batcher
         if batcher is None:
-            return await script(keys=keys, args=args)
-        command = ("EVALSHA", script.sha, len(keys), *keys, *args)
+            return await lua(keys=cast("tuple[str, ...]", sent_keys), args=sent)
+        command = ("EVALSHA", lua.sha, len(sent_keys), *sent_keys, *sent)
         try:
             return await batcher.call(*command)
         except NoScriptError:  # a new or restarted Redis: the script loads, then runs
-            await batcher.call("SCRIPT", "LOAD", script.script)
+            await batcher.call("SCRIPT", "LOAD", lua.script)
             return await batcher.call(*command)
 
     async def call(self, *args: Any) -> Any:

@@ -177,12 +177,18 @@ def _patch_leases(module: Any) -> None:
     _wrap_async(cls, "wait_for_work", "w.idle")
 
 
-def _patch_worker(module: Any) -> None:
-    cls = module.Worker
-    _wrap_sync(cls, "_start", "w.start", lambda a, k: a[1].job_id)
-    _wrap_async(cls, "_process", "w.process")
-    _wrap_async(cls, "_execute", "w.execute")
-    _wrap_async(cls, "_commit", "w.commit")
+def _patch_claims(module: Any) -> None:
+    _wrap_sync(module.Claims, "start", "w.start", lambda a, k: a[1].job_id)
+
+
+def _patch_commit(module: Any) -> None:
+    _wrap_async(module.Committer, "commit", "w.commit")
+
+
+def _patch_running(module: Any) -> None:
+    cls = module.Runner
+    _wrap_async(cls, "process", "w.process")
+    _wrap_async(cls, "execute", "w.execute")
     run_job = module.run_job
 
     async def traced(*args: Any, **kwargs: Any) -> Any:
@@ -232,7 +238,9 @@ PATCHES = {
     "app.store.hub": _patch_hub,
     "app.store.jobs": _patch_jobs,
     "app.store.leases": _patch_leases,
-    "app.worker": _patch_worker,
+    "app.worker.claims": _patch_claims,
+    "app.worker.running": _patch_running,
+    "app.worker.commit": _patch_commit,
     "httpx_aiohttp.transport": _patch_aiohttp_transport,
     "aiohttp.client_reqrep": _patch_aiohttp_request,
     "httpcore._backends.anyio": _patch_anyio_stream,

@@ -20,8 +20,8 @@ from app.core.wire.envelope import Envelope, Execution
 from app.core.wire.job import Job
 from app.core.wire.record import Rejection
 from app.store import JobView, public_job, public_job_json
-from app.store.leases import _HISTORY, _TRANSCRIPT  # how a worker's commit writes them
 from app.store.records import LazyView, job_view
+from app.store.writes import HISTORY_JSON, TRANSCRIPT_JSON  # how a worker's commit writes them
 from tests.service import finished, scripted
 
 DOCUMENT = json.loads(
@@ -227,8 +227,8 @@ def test_a_job_is_written_as_its_response_model_writes_it() -> None:
             "result": view.result.model_dump_json(),
             "turns": json.dumps(json.loads(expected)["turns"], separators=(",", ":")),
             # as a worker's commit writes them (app.store.leases)
-            "history": _HISTORY.dump_json(list(view.history)).decode(),
-            "transcript": _TRANSCRIPT.dump_json(list(view.transcript)).decode(),
+            "history": HISTORY_JSON.dump_json(list(view.history)).decode(),
+            "transcript": TRANSCRIPT_JSON.dump_json(list(view.transcript)).decode(),
             "metadata": json.dumps(view.metadata),
         }
         if view.idempotency_key is not None:

@@ -34,10 +34,10 @@ from app import metrics
 from app.api.system import router as system_router
 from app.child import free_loopback_port
 from app.cli import SERVICE, _parser
-from app.delivery import GRACE_S
 from app.providers.config import load_providers
 from app.redis_server import EmbeddedRedis
 from app.settings import Settings
+from app.worker.callbacks import GRACE_S
 from reprompt_sim.server import SimConfig, serve_in_background
 from tests.deploy.drift import live_metric_names, setting_env_names
 from tests.deploy.kube import (

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from redis.asyncio import Redis
 
-from app.store import jobs as jobs_module
+from app.store import submitting as submitting_module
 from app.store.clock import ServerClock
 from tests.both import Store
 from tests.store.conftest import StoreFactory
@@ -107,7 +107,7 @@ async def test_the_api_hosts_skewed_wall_clock_does_not_move_the_lease(
     skewed = types.SimpleNamespace(
         time=lambda: time.time() + skew_s, monotonic=time.monotonic, perf_counter=time.perf_counter
     )
-    monkeypatch.setattr(jobs_module, "time", skewed)
+    monkeypatch.setattr(submitting_module, "time", skewed)
     api, worker = make_store(), make_store(lease_ms=LEASE_MS)
     await estimated(api)
 

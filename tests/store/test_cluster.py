@@ -25,7 +25,6 @@ from redis.asyncio.cluster import RedisCluster
 from redis.crc import key_slot
 from redis.exceptions import MovedError
 
-from app import worker as worker_module
 from app.child import free_loopback_port
 from app.core.wire import codes
 from app.core.wire.envelope import Progress
@@ -46,6 +45,7 @@ from app.store.eviction import EvictingRedis, eviction_policy, judge
 from app.store.keys import Keys
 from app.store.packing import HiredisConnection
 from app.worker import Worker
+from app.worker import claims as claims_module
 from reprompt_sim.server import SimConfig, serve_in_background
 from tests.both import Store
 from tests.store.cluster import LocalCluster
@@ -385,7 +385,7 @@ async def test_a_worker_dead_while_idle_delays_a_job_on_a_cluster_by_one_idle_lo
         assert done.status == "succeeded"
         assert done.started_at is not None
     waited = [_seconds(v.started_at) - _seconds(v.created_at) for v in views if v and v.started_at]
-    assert waited[0] <= worker_module.IDLE_WAIT_S + 0.5, waited
+    assert waited[0] <= claims_module.IDLE_WAIT_S + 0.5, waited
     assert waited[1] < 0.5, waited
 
 

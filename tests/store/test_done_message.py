@@ -16,7 +16,7 @@ from redis.asyncio import Redis
 
 from app.core.turn.conversation import TranscriptEntry
 from app.store.connection import VIEW_FIELDS
-from app.store.jobs import carried_view
+from app.store.reading import carried_view
 from app.store.records import job_view, text
 from tests.both import Store
 from tests.store.helpers import LONG_MS, SPEC, SUCCESS, claim, turn, watched

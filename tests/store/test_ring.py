@@ -16,8 +16,8 @@ from typing import Any, cast
 import pytest
 from redis.asyncio import Redis
 
-from app import worker as worker_module
 from app.worker import Worker
+from app.worker import claims as claims_module
 from reprompt_sim.server import SimConfig, serve_in_background
 from tests.both import Store
 from tests.store.conftest import StoreFactory
@@ -247,7 +247,7 @@ async def test_jobs_queued_while_every_slot_is_busy_start_as_slots_free_without_
 ) -> None:
     # An idle worker looks at the queue only when woken (no once-a-second look here), so a
     # job stranded without a wake-up would never finish.
-    monkeypatch.setattr(worker_module, "IDLE_WAIT_S", 60.0)
+    monkeypatch.setattr(claims_module, "IDLE_WAIT_S", 60.0)
     with serve_in_background(SimConfig(seed=5)) as sim:
         async with sim_router(sim, tmp_path) as router:
             gate = Gate(router, hold=lambda n: n <= 2)

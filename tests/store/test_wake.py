@@ -23,8 +23,8 @@ import pytest
 from redis.asyncio import Redis
 
 from app.store import Claim
-from app.store import jobs as jobs_module
-from app.store import leases as leases_module
+from app.store import claiming as claiming_module
+from app.store import submitting as submitting_module
 from app.store.connection import WAKE_STALE_MS
 from app.tracecontext import TraceContext
 from tests.both import Store
@@ -37,7 +37,7 @@ from tests.waiting import PATIENCE_S, awaited
 def slow_to_look_again(monkeypatch: pytest.MonkeyPatch) -> None:
     """``WAKE_EMPTY_S`` is a few tens of ms: long enough here for a test's next steps to
     fall within it (the tests that need it over clear ``_no_handoff``)."""
-    monkeypatch.setattr(jobs_module, "WAKE_EMPTY_S", 60.0)
+    monkeypatch.setattr(submitting_module, "WAKE_EMPTY_S", 60.0)
 
 
 async def idle_list(redis: Redis, store: Store) -> list[str]:
@@ -250,7 +250,7 @@ async def test_a_renewal_lists_as_many_copies_as_the_worker_has_room_for_then(
     claim = await handed(a)
     assert await idle_list(redis, api) == [before] * 3
 
-    monkeypatch.setattr(leases_module, "WAKE_RENEW_S", 0.0)
+    monkeypatch.setattr(claiming_module, "WAKE_RENEW_S", 0.0)
     await clock_past(redis, int(before.split()[1]))  # a renewal stamps a later ms
     await idle(a, slots=2)  # room for two now
     [after] = set(await idle_list(redis, api))
@@ -498,7 +498,7 @@ async def test_a_registration_is_renewed_after_wake_renew_s_and_left_on_close(
     await idle(store)
     assert await idle_list(redis, store) == [before]  # fresh: no command spent on it
 
-    monkeypatch.setattr(leases_module, "WAKE_RENEW_S", 0.0)
+    monkeypatch.setattr(claiming_module, "WAKE_RENEW_S", 0.0)
     await clock_past(redis, int(before.split()[1]))  # a renewal stamps a later ms
     await idle(store)
     [after] = await idle_list(redis, store)
@@ -550,7 +550,7 @@ async def test_in_a_burst_of_submits_only_the_first_few_look_for_a_worker_to_han
     would each spend a command on the hand-off before any reply could say the workers are
     taken: only ``HANDOFFS_AT_ONCE`` try it (here one), the rest queue as before, the first
     of them waking one."""
-    monkeypatch.setattr(jobs_module, "HANDOFFS_AT_ONCE", 1)
+    monkeypatch.setattr(submitting_module, "HANDOFFS_AT_ONCE", 1)
     api, a, b = make_store(), make_store(), make_store()
     await listening(a, b)
     await idle(a)

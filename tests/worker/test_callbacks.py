@@ -1,5 +1,5 @@
 """The callback sender in-process: a real redis-server, a real receiver on loopback, the
-sender's own loop (``app/delivery.py``). Jobs are ended through the store directly: the
+sender's own loop (``app/worker/callbacks.py``). Jobs are ended through the store directly: the
 sender does not care who ended them.
 """
 
@@ -17,10 +17,10 @@ import pytest
 
 from app.assembly import open_outbound
 from app.core.wire.envelope import Envelope
-from app.delivery import Backoff, CallbackSender, judge
 from app.outbound import OutboundFailed, OutboundRefused
 from app.outbound.kit import Outbound
 from app.store import Leased
+from app.worker.callbacks import Backoff, CallbackSender, judge
 from tests.both import Store
 from tests.outbound.receiver import Receiver, Reply, Seen
 from tests.worker.harness import TENANT, eventually, worker_settings
@@ -103,7 +103,7 @@ async def test_the_sender_keeps_to_its_concurrency(
 async def test_a_stopped_sender_gives_back_what_it_could_not_finish(
     store: Store, outbound: Outbound, receiver: Receiver, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("app.delivery.GRACE_S", 0.1)
+    monkeypatch.setattr("app.worker.callbacks.GRACE_S", 0.1)
     receiver.script(Reply(200, delay_s=5), Reply(200))
     (job_id,) = await ended(store, receiver.url)
     sender = CallbackSender(store, outbound, worker_settings())

@@ -4,7 +4,7 @@
     message_id(job_id, "succeeded")         # the webhook-id, the same for every retry
 
 What the store keeps per delivery (``app/store/lua/outbox.lua``) is read into these models;
-the sender (``app/delivery.py``) signs each attempt with ``message_id``.
+the sender (``app/worker/callbacks.py``) signs each attempt with ``message_id``.
 """
 
 from __future__ import annotations

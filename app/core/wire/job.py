@@ -2,7 +2,7 @@
 
 One model for both, so a callback's body is byte for byte what the API answers. The store
 builds it from a stored job (``app.store.public_job(view)``); the API serialises it, and so
-does the callback sender (``app/delivery.py``), which must not import the API.
+does the callback sender (``app/worker/callbacks.py``), which must not import the API.
 """
 
 from __future__ import annotations

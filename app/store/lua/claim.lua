@@ -1,16 +1,9 @@
--- Lease up to n queued jobs of this shard to a worker, taking tenants in turn (round
+-- Lease up to ``wanted`` queued jobs of this shard to a worker, taking tenants in turn (round
 -- robin over the ring), so one tenant's backlog never starves another's jobs. With a cap
--- on a tenant's running jobs (ARGV[6] > 0), a tenant at its cap is passed over: its jobs
--- wait, the other tenants' go.
--- KEYS: 1 ring  2 leases  3 running counts (hash: tenant → running jobs)  4 idle workers
--- ARGV: 1 job key prefix  2 tenant queue prefix  3 worker id  4 lease ms  5 n
---       6 most running jobs per tenant (0: no cap)  7 what the claimer is listed as,
---       "<token>/<lease ms>/<cap>/<worker id>" ('': it is not to be listed; a registration
---       ARGV[8] is dropped)  8 its registration on the
---       idle list ('': none)  9 '1': renew the registration (it is getting old)
---       10 the work channel ('': no hand-on)  11 this shard's number  12 how old (ms) an
---       idle worker's registration may be  13 '1' when PUBLISH counts every subscriber
---       14 the most copies of its entry a registration lists
+-- on a tenant's running jobs (``max_in_flight`` > 0), a tenant at its cap is passed over:
+-- its jobs wait, the other tenants' go. Sent: app/store/protocol.py's ClaimKeys, ClaimArgs
+-- (``running``: tenant → running jobs; ``listed_as`` '': not to be listed, ``held_entry``
+-- dropped).
 -- Returns a flat list, 10 values per job:
 --   id, attempt, spec, tenant, created_ms, model or '', spent by earlier attempts or '',
 --   checkpoint or '' (a paused job resumes from it), outputs or '' (the client's answer,
@@ -19,10 +12,10 @@
 -- of it were listed, or one value, '' (it has none now).
 --
 -- The idle list: a claimer with a wake token whose claim comes back short (this shard's
--- queues ran dry before n jobs) has slots to spare and waits for work: it registers,
+-- queues ran dry before ``wanted`` jobs) has slots to spare and waits for work: it registers,
 -- "<token>/<lease ms>/<cap>/<worker id> <ms>" (the server's clock), so that a submit hands
 -- it the job, claimed for it in the submit's own script, or wakes it alone (lua/submit.lua).
--- It is listed once per slot it has to spare, up to ARGV[14] copies: each hand-off takes a
+-- It is listed once per slot it has to spare, up to ``max_copies`` copies: each hand-off takes a
 -- copy, and the job's commit puts it back (lua/complete.lua), so under load every job can
 -- be handed over, and a worker is never handed more jobs at once than it offered (one that
 -- hangs strands no more); a claim that takes jobs takes as many copies off. It stays
@@ -39,10 +32,11 @@
 -- tenants this one did not reach: one job per tenant per round, across claims too.
 -- A tenant found with an empty queue, or twice (a ring written before the invariant
 -- held), is dropped, so the ring heals.
-local ring = KEYS[1]
-local queues = ARGV[2]
-local left = tonumber(ARGV[5])
-local cap = tonumber(ARGV[6])
+local ring, leases, running, idle = unpack(KEYS)
+local job_prefix, queue_prefix, worker_id, lease_ms, wanted, max_in_flight, listed_as,
+  held_entry, renew, work_channel, shard, stale_ms, exact_publish, max_copies = unpack(ARGV)
+local left = tonumber(wanted)
+local cap = tonumber(max_in_flight)
 
 local order = {}   -- tenants popped off the ring, in ring order
 local seen = {}    -- tenant → {ids = taken, room = jobs it may still start or nil, open}
@@ -54,7 +48,7 @@ local function take(tenant, want)
   if t.room then
     want = math.min(want, t.room)
   end
-  local ids = redis.call('LPOP', queues .. tenant, want) or {}
+  local ids = redis.call('LPOP', queue_prefix .. tenant, want) or {}
   for _, id in ipairs(ids) do
     table.insert(t.ids, id)
   end
@@ -81,7 +75,7 @@ while left > 0 do
       if not seen[tenant] then
         local room = nil
         if cap > 0 then
-          room = cap - (tonumber(redis.call('HGET', KEYS[3], tenant)) or 0)
+          room = cap - (tonumber(redis.call('HGET', running, tenant)) or 0)
         end
         seen[tenant] = {ids = {}, room = room, open = true}
         table.insert(order, tenant)
@@ -143,7 +137,7 @@ end
 local back = {}
 for i, tenant in ipairs(order) do
   local t = seen[tenant]
-  if t.open and redis.call('LLEN', queues .. tenant) > 0 then
+  if t.open and redis.call('LLEN', queue_prefix .. tenant) > 0 then
     table.insert(back, {#t.ids, i, tenant})
   end
 end
@@ -175,29 +169,29 @@ until not any
 local now = nil
 local registered = nil  -- the claimer's new registration, when it changed
 local copies = 0
-if ARGV[7] ~= '' then
+if listed_as ~= '' then
   if left > 0 then
-    if ARGV[8] == '' or ARGV[9] == '1' then
-      if ARGV[8] ~= '' then
-        redis.call('LREM', KEYS[4], 0, ARGV[8])
+    if held_entry == '' or renew == '1' then
+      if held_entry ~= '' then
+        redis.call('LREM', idle, 0, held_entry)
       end
       now = now_ms()
-      registered = ARGV[7] .. ' ' .. string.format('%d', now)
-      copies = math.min(left, tonumber(ARGV[14]))
+      registered = listed_as .. ' ' .. string.format('%d', now)
+      copies = math.min(left, tonumber(max_copies))
       local entries = {}
       for i = 1, copies do
         entries[i] = registered
       end
-      redis.call('RPUSH', KEYS[4], unpack(entries))
-    elseif #picked > 0 and tonumber(ARGV[14]) > 1 then  -- as many copies off as slots
-      redis.call('LREM', KEYS[4], #picked, ARGV[8])   -- these jobs take (one: a cluster's)
+      redis.call('RPUSH', idle, unpack(entries))
+    elseif #picked > 0 and tonumber(max_copies) > 1 then  -- as many copies off as slots
+      redis.call('LREM', idle, #picked, held_entry)   -- these jobs take (one: a cluster's)
     end
-  elseif ARGV[8] ~= '' then
-    redis.call('LREM', KEYS[4], 0, ARGV[8])
+  elseif held_entry ~= '' then
+    redis.call('LREM', idle, 0, held_entry)
     registered = ''
   end
-elseif ARGV[8] ~= '' then  -- the claimer is not to be listed any more (it works alone)
-  redis.call('LREM', KEYS[4], 0, ARGV[8])
+elseif held_entry ~= '' then  -- the claimer is not to be listed any more (it works alone)
+  redis.call('LREM', idle, 0, held_entry)
   registered = ''
 end
 
@@ -218,15 +212,15 @@ end
 
 now = now or now_ms()
 -- As strings, formatted once: a Lua number is formatted (%.14g) for each command it is in.
-local lease_end = string.format('%d', now + tonumber(ARGV[4]))
+local lease_end = string.format('%d', now + tonumber(lease_ms))
 local started = string.format('%d', now)
 local out, leased = {}, {}
 for _, id in ipairs(picked) do
-  local job = ARGV[1] .. id
+  local job = job_prefix .. id
   local f = redis.call('HMGET', job, 'status', 'attempts', 'spec', 'tenant', 'created_ms',
     'model', 'spent', 'events', 'started_ms', 'checkpoint', 'outputs', 'trace')
   if f[1] == 'queued' then
-    local attempt, fields = claimed(f[2], f[8], f[9], ARGV[3], started, KEYS[3], f[4], cap)
+    local attempt, fields = claimed(f[2], f[8], f[9], worker_id, started, running, f[4], cap)
     redis.call('HSET', job, unpack(fields))
     table.insert(leased, lease_end)
     table.insert(leased, id)
@@ -237,13 +231,13 @@ for _, id in ipairs(picked) do
   end
 end
 if #leased > 0 then
-  redis.call('ZADD', KEYS[2], unpack(leased))
+  redis.call('ZADD', leases, unpack(leased))
 end
 -- Hand the wake-up on: this claim took all it asked for and left jobs queued. A submit
 -- wakes one worker, and a job queued behind another wakes nobody (lua/submit.lua), so the
 -- jobs this claim had no room for would wait for a slot to free here: one other idle
 -- worker is told (none when every worker is busy: a freed slot claims at once).
-if left == 0 and #back > 0 and ARGV[10] and ARGV[10] ~= '' then
-  wake_listed(KEYS[4], ARGV[10], ARGV[11], now, tonumber(ARGV[12]), ARGV[13] == '1')
+if left == 0 and #back > 0 and work_channel and work_channel ~= '' then
+  wake_listed(idle, work_channel, shard, now, tonumber(stale_ms), exact_publish == '1')
 end
 return registration(out)

@@ -1,13 +1,14 @@
 -- Send a job's latest callback delivery again (#13, operators): whatever its state, it is
 -- pending and due now, with a new retry window; attempts keep counting, the webhook-id
 -- stays (the same message). A sender holding it records nothing (its lease is gone).
--- KEYS: 1 job  2 outbox
--- ARGV: 1 id  2 tenant  3 outbox channel
+-- Sent: app/store/protocol.py's RedeliverKeys, RedeliverArgs.
 -- Returns {'missing'} | {'none', '1' if the job has a callback else '0'} | {'queued', event}
+local job, outbox = unpack(KEYS)
+local id, tenant, notify_channel = unpack(ARGV)
 local events = {'succeeded', 'failed', 'cancelled', 'requires_action'}
-local f = redis.call('HMGET', KEYS[1], 'tenant', 'cb:' .. events[1], 'cb:' .. events[2],
+local f = redis.call('HMGET', job, 'tenant', 'cb:' .. events[1], 'cb:' .. events[2],
   'cb:' .. events[3], 'cb:' .. events[4], 'callback')
-if not f[1] or f[1] ~= ARGV[2] then
+if not f[1] or f[1] ~= tenant then
   return {'missing'}
 end
 local latest, event = nil, nil
@@ -29,7 +30,7 @@ latest.since = now
 latest.due = now
 latest.delivered = nil
 latest.again = (latest.again or 0) + 1
-redis.call('HSET', KEYS[1], 'cb:' .. event, cjson.encode(latest))
-redis.call('ZADD', KEYS[2], now, ARGV[1] .. ' ' .. event)
-redis.call('PUBLISH', ARGV[3], ARGV[1])
+redis.call('HSET', job, 'cb:' .. event, cjson.encode(latest))
+redis.call('ZADD', outbox, now, id .. ' ' .. event)
+redis.call('PUBLISH', notify_channel, id)
 return {'queued', event}

@@ -1,7 +1,9 @@
--- Extend a lease, fenced. KEYS: 1 job  2 leases.  ARGV: 1 id  2 token  3 lease ms
-local f = redis.call('HMGET', KEYS[1], 'status', 'attempts')
-if not fenced(f, ARGV[2]) then
+-- Extend a lease, fenced. Sent: app/store/protocol.py's HeartbeatKeys, HeartbeatArgs.
+local job, leases = unpack(KEYS)
+local id, token, lease_ms = unpack(ARGV)
+local f = redis.call('HMGET', job, 'status', 'attempts')
+if not fenced(f, token) then
   return 0
 end
-redis.call('ZADD', KEYS[2], 'XX', now_ms() + tonumber(ARGV[3]), ARGV[1])
+redis.call('ZADD', leases, 'XX', now_ms() + tonumber(lease_ms), id)
 return 1

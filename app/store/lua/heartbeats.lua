@@ -1,14 +1,15 @@
 -- Extend the leases of many jobs of one shard at once, each fenced by its own token: a
 -- worker renews everything it holds in one round trip per heartbeat, not one per job.
--- KEYS: 1 leases.  ARGV: 1 job key prefix  2 lease ms  3.. job id, token, job id, token, …
+-- Sent: app/store/protocol.py's HeartbeatsKeys, HeartbeatsArgs, then job id, token pairs.
 -- Returns the ids whose lease is lost (not in_progress under that token any more): their
 -- leases are left as they are, whoever holds them now.
-local prefix = ARGV[1]
-local lease_end = now_ms() + tonumber(ARGV[2])
+local leases = unpack(KEYS)
+local job_prefix, lease_ms = unpack(ARGV, 1, 2)
+local lease_end = now_ms() + tonumber(lease_ms)
 local lost, renewed = {}, {}
 for i = 3, #ARGV, 2 do
   local id = ARGV[i]
-  if fenced(redis.call('HMGET', prefix .. id, 'status', 'attempts'), ARGV[i + 1]) then
+  if fenced(redis.call('HMGET', job_prefix .. id, 'status', 'attempts'), ARGV[i + 1]) then
     table.insert(renewed, lease_end)
     table.insert(renewed, id)
   else
@@ -18,6 +19,6 @@ end
 -- ZADD in slices: unpack() of a long table overflows Lua's C stack (about 8000 values).
 local step = 1000
 for i = 1, #renewed, step do
-  redis.call('ZADD', KEYS[1], 'XX', unpack(renewed, i, math.min(i + step - 1, #renewed)))
+  redis.call('ZADD', leases, 'XX', unpack(renewed, i, math.min(i + step - 1, #renewed)))
 end
 return lost

@@ -2,30 +2,31 @@
 -- goes back to the front of its tenant's queue, where a worker resumes it from its
 -- checkpoint. The same body again (a retried POST) answers 'existing'; another body, or a
 -- job that is not waiting for this pause's outputs, 'state'.
--- KEYS: 1 job  2 tenant queue  3 ring  4 actions
--- ARGV: 1 id  2 tenant  3 outputs json  4 body digest  5 the pause the outputs answer
---       6 event json  7 queued result json  8 work channel  9 shard  10 events channel
+-- Sent: app/store/protocol.py's OutputsKeys, OutputsArgs.
 -- Returns {'queued'} | {'existing'} | {'missing'} | {'state', status}
-local f = redis.call('HMGET', KEYS[1], 'status', 'tenant', 'events', 'answered', 'pauses')
-if not f[1] or f[2] ~= ARGV[2] then
+local job, tenant_queue, ring, actions = unpack(KEYS)
+local id, tenant, outputs, digest, pause, outputs_event, queued_result, work_channel, shard,
+  events_channel = unpack(ARGV)
+local f = redis.call('HMGET', job, 'status', 'tenant', 'events', 'answered', 'pauses')
+if not f[1] or f[2] ~= tenant then
   return {'missing'}
 end
 local answered = f[4] or ''
-if string.find(' ' .. answered .. ' ', ' ' .. ARGV[4] .. ' ', 1, true) then
+if string.find(' ' .. answered .. ' ', ' ' .. digest .. ' ', 1, true) then
   return {'existing'}
 end
-if f[1] ~= 'requires_action' or f[5] ~= ARGV[5] then
+if f[1] ~= 'requires_action' or f[5] ~= pause then
   return {'state', f[1]}
 end
 -- The digests of accepted bodies, one per pause (a job pauses at most once per work turn).
 if answered ~= '' then
   answered = answered .. ' '
 end
-redis.call('HSET', KEYS[1], 'status', 'queued', 'outputs', ARGV[3], 'result', ARGV[7],
-  'events', append(f[3], ARGV[6]), 'answered', answered .. ARGV[4])
-redis.call('HDEL', KEYS[1], 'action')
-redis.call('ZREM', KEYS[4], ARGV[1])
-requeue_front(KEYS[2], KEYS[3], ARGV[2], ARGV[1])
-redis.call('PUBLISH', ARGV[8], ARGV[9])
-redis.call('PUBLISH', ARGV[10], ARGV[1])
+redis.call('HSET', job, 'status', 'queued', 'outputs', outputs, 'result', queued_result,
+  'events', append(f[3], outputs_event), 'answered', answered .. digest)
+redis.call('HDEL', job, 'action')
+redis.call('ZREM', actions, id)
+requeue_front(tenant_queue, ring, tenant, id)
+redis.call('PUBLISH', work_channel, shard)
+redis.call('PUBLISH', events_channel, id)
 return {'queued'}

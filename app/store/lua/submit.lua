@@ -1,29 +1,17 @@
 -- Create a job: idempotency, the tenant's caps, record, index, then hand it to an idle
--- worker or queue it and wake one: atomically.
--- KEYS: 1 job  2 tenant queue  3 ring  4 tenant index  5 tenant bytes (this window)
---       6 idle workers (lua/claim.lua)  7 leases  8 running counts  [9 idempotency key]
--- ARGV: 1 id  2 tenant  3 body sha256 ('' without KEYS[9])  4 spec json  5 metadata json
---       6 model ('' = none)  7 idempotency key ('' = none)  8 queued result json
---       9 max queued (tenant, shard)  10 idempotency ttl s  11 job bytes
---       12 max bytes (tenant, shard, window; 0 = none)
---       13 window ttl s  14 work channel  15 shard  16 created ms  17 job key prefix
---       18 queued event json  19 when the tenant index expires (ms; covers a job created
---       in this index window)  20 the smallest id a job can have that is still stored
---       21 callback json ('' = none; lua/outbox.lua)  22 the client's trace context json
---       ('' = none; app/tracecontext.py)  23 this index window's mark (a member below every
---       id: app/store/jobs.py)  24 how old (ms) an idle worker's registration may be
---       25 '1' when PUBLISH counts every subscriber (one Redis), '' when it counts only this
---       node's (a cluster)  26 '1': no hand-off (this API process found it impossible a
---       moment ago, or another submit of it to this shard is in flight: a burst), wake one
---       as before  27 Redis-now as the API estimates it (ms; app/store/clock.py), the
---       hand-off's lease start ('' = none: read TIME)  28 the claimed job's values but the
---       spec, as the hand-off's message carries them: the JSON array of ``claim_reply``
---       (lua/common.lua) without its third value, attempt 1 ('' when ARGV[26] is '1')
+-- worker or queue it and wake one: atomically. Sent: app/store/protocol.py's SubmitKeys,
+-- SubmitArgs (``idempotency``: only with an Idempotency-Key).
 -- Returns {'created', id} | {'created', id, 'no-handoff'} (the hand-off or the wake-up
 --       found jobs queued or nobody listed: the API tries no hand-off for a while; the
 --       entries the hand-offs took come back with the jobs' commits)
 --       | {'created', id, '', 'handed'} (claimed for an idle worker, below)
 --       | {'existing', id} | {'conflict', id} | {'full', depth} | {'quota', bytes}
+local job, tenant_queue, ring, tenant_index, tenant_bytes, idle, leases, running,
+  idempotency = unpack(KEYS)
+local id, tenant, digest, spec, metadata, model, idempotency_key, queued_result, max_queued,
+  idempotency_ttl_s, job_bytes, max_tenant_bytes, window_ttl_s, work_channel, shard,
+  created_ms, job_prefix, queued_event, index_expires_ms, id_floor, callback, trace,
+  index_mark, stale_ms, exact_publish, no_handoff, server_ms, handoff_head = unpack(ARGV)
 
 -- Wake one idle worker on its own channel (``wake_listed``, lua/common.lua). Nobody to
 -- wake (or ``skip``: known to be empty): every worker is told on the shared channel, as a
@@ -52,7 +40,7 @@ end
 -- than ``stale`` ms, or one whose PUBLISH reaches nobody (the worker died: its subscription
 -- went with it), is dropped, every copy of it, and the next tried; nothing is written
 -- before a worker heard the job, so a job nobody took goes the queue's way below.
--- ``now`` is Redis-now as the API estimated it (ARGV[27], app/store/clock.py: never behind
+-- ``now`` is Redis-now as the API estimated it (``server_ms``, app/store/clock.py: never behind
 -- TIME, ahead by its reading's round trip at most; the worker's first heartbeat puts the
 -- lease on TIME), or nil: TIME is read.
 -- Returns {owner, lease, cap, now} for the worker that took it, or nil and why not when
@@ -94,15 +82,14 @@ local function hand_off(idle, ring, running, channel, shard, stale, tenant, head
   return nil, nil
 end
 
-local idem = KEYS[9]
-if idem then
-  local held = redis.call('GET', idem)
+if idempotency then
+  local held = redis.call('GET', idempotency)
   if held then
     local sep = string.find(held, ' ', 1, true)
     local id, body = string.sub(held, 1, sep - 1), string.sub(held, sep + 1)
     -- A job that already expired frees its key: the request creates a new job below.
-    if redis.call('EXISTS', ARGV[17] .. id) == 1 then
-      if body == ARGV[3] then
+    if redis.call('EXISTS', job_prefix .. id) == 1 then
+      if body == digest then
         return {'existing', id}
       end
       return {'conflict', id}
@@ -112,50 +99,47 @@ end
 
 -- Numbers go to Redis as the strings they came in (a Lua number is formatted with %.14g
 -- for each command: a cost per argument), and are parsed once.
-local size = ARGV[11]
-local byte_cap = tonumber(ARGV[12]) > 0
+local byte_cap = tonumber(max_tenant_bytes) > 0
 if byte_cap then
-  local used = redis.call('INCRBY', KEYS[5], size)
-  local bytes = tonumber(size)
+  local used = redis.call('INCRBY', tenant_bytes, job_bytes)
+  local bytes = tonumber(job_bytes)
   if used == bytes then
-    redis.call('EXPIRE', KEYS[5], ARGV[13])
+    redis.call('EXPIRE', tenant_bytes, window_ttl_s)
   end
-  if used > tonumber(ARGV[12]) then
-    redis.call('DECRBY', KEYS[5], size)
+  if used > tonumber(max_tenant_bytes) then
+    redis.call('DECRBY', tenant_bytes, job_bytes)
     return {'quota', used - bytes}
   end
 end
 
-local id, tenant = ARGV[1], ARGV[2]
-local created = ARGV[16]
 local handed, skip = nil, nil
-if ARGV[25] == '1' and ARGV[26] ~= '1' then
-  handed, skip = hand_off(KEYS[6], KEYS[3], KEYS[8], ARGV[14], ARGV[15], tonumber(ARGV[24]),
-    tenant, ARGV[28], ARGV[4], tonumber(ARGV[27]))
+if exact_publish == '1' and no_handoff ~= '1' then
+  handed, skip = hand_off(idle, ring, running, work_channel, shard, tonumber(stale_ms),
+    tenant, handoff_head, spec, tonumber(server_ms))
 end
 local depth = 0
 if not handed then
-  depth = redis.call('RPUSH', KEYS[2], id)
-  if depth > tonumber(ARGV[9]) then
-    redis.call('RPOP', KEYS[2])
+  depth = redis.call('RPUSH', tenant_queue, id)
+  if depth > tonumber(max_queued) then
+    redis.call('RPOP', tenant_queue)
     if byte_cap then
-      redis.call('DECRBY', KEYS[5], size)
+      redis.call('DECRBY', tenant_bytes, job_bytes)
     end
     return {'full', depth - 1}
   end
   -- The ring holds exactly the tenants with queued jobs, each once (lua/claim.lua).
   if depth == 1 then
-    redis.call('RPUSH', KEYS[3], tenant)
+    redis.call('RPUSH', ring, tenant)
   end
 end
 
 local fields = {
-  'id', id, 'tenant', tenant, 'created_ms', created, 'spec', ARGV[4], 'metadata', ARGV[5],
-  'result', ARGV[8], 'bytes', size,
+  'id', id, 'tenant', tenant, 'created_ms', created_ms, 'spec', spec, 'metadata', metadata,
+  'result', queued_result, 'bytes', job_bytes,
 }
-local queued = '[' .. ARGV[18] .. ']'
+local queued = '[' .. queued_event .. ']'
 if handed then  -- queued and claimed at once: both events, the claim's fields
-  local _, claim = claimed(0, queued, nil, handed[1], handed[4], KEYS[8], tenant, handed[3])
+  local _, claim = claimed(0, queued, nil, handed[1], handed[4], running, tenant, handed[3])
   for _, v in ipairs(claim) do
     table.insert(fields, v)
   end
@@ -164,38 +148,38 @@ else
     table.insert(fields, v)
   end
 end
-if ARGV[6] ~= '' then
+if model ~= '' then
   table.insert(fields, 'model')
-  table.insert(fields, ARGV[6])
+  table.insert(fields, model)
 end
-if ARGV[21] ~= '' then  -- #13: what the job's ends send (lua/outbox.lua)
+if callback ~= '' then  -- #13: what the job's ends send (lua/outbox.lua)
   table.insert(fields, 'callback')
-  table.insert(fields, ARGV[21])
+  table.insert(fields, callback)
 end
-if ARGV[22] ~= '' then  -- handed to the worker with each claim (lua/claim.lua)
+if trace ~= '' then  -- handed to the worker with each claim (lua/claim.lua)
   table.insert(fields, 'trace')
-  table.insert(fields, ARGV[22])
+  table.insert(fields, trace)
 end
-if idem then
+if idempotency then
   table.insert(fields, 'idem')
-  table.insert(fields, ARGV[7])
-  redis.call('SET', idem, id .. ' ' .. ARGV[3], 'EX', ARGV[10])
+  table.insert(fields, idempotency_key)
+  redis.call('SET', idempotency, id .. ' ' .. digest, 'EX', idempotency_ttl_s)
 end
-redis.call('HSET', KEYS[1], unpack(fields))
+redis.call('HSET', job, unpack(fields))
 -- The index lives as long as any job it holds can. Not an EXPIRE per submit: with the id
 -- goes the mark of the current index window, and only the first submit of a window (the
 -- mark is new) moves the expiry, to one that covers every job of the window, and drops the
 -- older marks. Now and then the entries older than any job can live are dropped.
-if redis.call('ZADD', KEYS[4], '0', id, '0', ARGV[23]) == 2 then
-  redis.call('PEXPIREAT', KEYS[4], ARGV[19])
-  redis.call('ZREMRANGEBYLEX', KEYS[4], '-', '(' .. ARGV[23])
+if redis.call('ZADD', tenant_index, '0', id, '0', index_mark) == 2 then
+  redis.call('PEXPIREAT', tenant_index, index_expires_ms)
+  redis.call('ZREMRANGEBYLEX', tenant_index, '-', '(' .. index_mark)
 end
-local created_ms = tonumber(created)
-if created_ms % 64 == 0 then
-  redis.call('ZREMRANGEBYLEX', KEYS[4], '(' .. ARGV[23], '(' .. ARGV[20])
+local created = tonumber(created_ms)
+if created % 64 == 0 then
+  redis.call('ZREMRANGEBYLEX', tenant_index, '(' .. index_mark, '(' .. id_floor)
 end
 if handed then
-  redis.call('ZADD', KEYS[7], handed[4] + handed[2], id)
+  redis.call('ZADD', leases, handed[4] + handed[2], id)
   return {'created', id, '', 'handed'}
 end
 -- Wake one worker when the queue was empty. A job queued behind others needs no wake-up:
@@ -203,8 +187,8 @@ end
 -- claim got all it asked for claims again as soon as it has a free slot. Why the hand-off
 -- could not be, when it is likely to last a while, is told to the API (it tries none
 -- then) whatever the depth: under load a submit spends no command on it.
-if depth == 1 and wake_one(KEYS[6], ARGV[14], ARGV[15], created_ms, tonumber(ARGV[24]),
-    ARGV[25] == '1', skip == 'empty') then
+if depth == 1 and wake_one(idle, work_channel, shard, created, tonumber(stale_ms),
+    exact_publish == '1', skip == 'empty') then
   return {'created', id, 'no-handoff'}
 end
 if skip then

@@ -34,7 +34,8 @@ from app.store import Leased, Leases, public_job
 from app.store.hub import Watch
 from app.store.outbox import Outcome
 
-log = logging.getLogger(__name__)
+# The name the sender has always logged under (it was app/delivery.py).
+log = logging.getLogger("app.delivery")
 
 # A lease outlives the longest request by this much (reading the job, recording).
 LEASE_MARGIN_MS: Final = 5_000
