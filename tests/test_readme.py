@@ -34,6 +34,7 @@ def test_ci_runs_the_readme_test_command() -> None:
 
 @pytest.mark.slow
 @pytest.mark.llama
+@pytest.mark.timeout(1200)  # a virtualenv installed from the lock, then the local model's demo
 @pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
 @pytest.mark.skipif(not local_available(), reason="needs the local extra's wheels")
 def test_make_demo_in_a_fresh_clone_and_virtualenv(tmp_path: Path) -> None:

@@ -27,7 +27,10 @@ from tests.providers.rawserver import OK_HEAD, RawServer, Script
 # Retry waits are computed and recorded, never slept (tests/abuse/conftest.py).
 pytestmark = pytest.mark.usefixtures("no_sleeping")
 
-TIMEOUT_S = 1.0  # the provider's timeout_s: a dribbling server runs into it
+DRIBBLE_TIMEOUT_S = 1.0  # the provider's timeout_s where a dribbling server must run into it
+# Elsewhere long enough that only a limit of the parser can end the call, however slow the
+# machine: a flood on a loaded host must not turn into a timeout.
+LIMIT_TIMEOUT_S = 60.0
 MARK = b"HOSTILE-MARK"
 
 JOB = JobSpec.model_validate(
@@ -35,11 +38,11 @@ JOB = JobSpec.model_validate(
 )
 
 
-def config(url: str) -> ProvidersConfig:
+def config(url: str, timeout_s: float) -> ProvidersConfig:
     base = url.removesuffix("/chat/completions")
     return ProvidersConfig(
         providers={
-            "p": ProviderConfig(kind="openai", base_url=base, max_attempts=2, timeout_s=TIMEOUT_S)
+            "p": ProviderConfig(kind="openai", base_url=base, max_attempts=2, timeout_s=timeout_s)
         },
         models={"m": ModelConfig(provider="p", structured="prompt")},
     )
@@ -105,7 +108,9 @@ async def test_a_hostile_reply_fails_the_call_and_leaves_nothing_behind(
     script: Script, code: str
 ) -> None:
     async with RawServer(script) as server, make_client(trust_env=False) as http:
-        result = await run_job(JOB, Runtime(client=build_router(config(server.url), http)))
+        timeout_s = DRIBBLE_TIMEOUT_S if code == codes.LLM_TIMEOUT else LIMIT_TIMEOUT_S
+        router = build_router(config(server.url, timeout_s), http)
+        result = await run_job(JOB, Runtime(client=router))
         await server.until(lambda s: s.open == 0)  # every hostile connection was dropped
     envelope = result.envelope
     assert envelope.status == "error"
