@@ -33,6 +33,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass
 from typing import Final
+from urllib.parse import urlsplit
 
 from app import metrics
 from app.outbound import OutboundFailed, OutboundRefused
@@ -98,6 +99,17 @@ def judge(failure: OutboundRefused | OutboundFailed, timeout_s: float) -> Attemp
     if failure.reason == "timeout":
         return Attempt("retry", error=f"no answer within {timeout_s:g}s", timed_out=True)
     return Attempt("retry", error=failure.detail)
+
+
+def _receiver(leased: Leased, host: str | None) -> str:
+    """The receiver a delivery goes to, as the back-off counts it: the tenant's host and
+    port. Per tenant, so one tenant's dead endpoint on a shared host (a hosted webhook
+    service) never defers another tenant's callbacks there; fairness between tenants is
+    the lease's."""
+    port = ""
+    with contextlib.suppress(ValueError):
+        port = str(urlsplit(leased.url).port or "")
+    return f"{leased.tenant} {host or '?'}:{port}"
 
 
 class CallbackSender:
@@ -204,7 +216,7 @@ class CallbackSender:
     async def _send(self, leased: Leased) -> None:
         """One attempt, recorded; cancelled (shutdown), the delivery is given back."""
         started = time.monotonic()
-        host = self.outbound.client.guard.host_of(leased.url) or ""
+        host = _receiver(leased, self.outbound.client.guard.host_of(leased.url))
         deferred = self.hosts.defer(host)
         if deferred is not None:
             await self._defer(leased, host, deferred)
@@ -249,11 +261,11 @@ class CallbackSender:
             return
         metrics.record_callback("deferred", 0.0)
         log.info(
-            "job %s: %s callback deferred %.1fs: %s keeps timing out",
+            "job %s: %s callback deferred %.1fs: its receiver %s keeps timing out",
             leased.job_id,
             leased.event,
             wait_s,
-            host,
+            host.split(" ", 1)[1],
         )
 
     async def _attempt(self, leased: Leased) -> Attempt:

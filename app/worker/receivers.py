@@ -1,9 +1,10 @@
 """Receiver hosts that keep timing out, as one callback sender sees them (#29).
 
-A host whose callbacks time out ``STRIKES`` times in a row is backed off: one attempt at a
-time goes to it (a probe), and its other deliveries are given back unsent, due again when
-the back-off ends (``1 s`` doubled per further timeout, at most ``MAX_WAIT_S``). Any answer
-from it (a 2xx, any status) ends the back-off. Nothing is dropped: a deferred delivery
+A receiver (the sender names it: a tenant's host and port) whose callbacks time out
+``STRIKES`` times in a row is backed off: one attempt at a time goes to it (a probe), and
+its other deliveries are given back unsent, due again when the back-off ends (``1 s``
+doubled per further timeout, at most ``MAX_WAIT_S``). Any answer from it (a 2xx, any
+status) ends the back-off. Nothing is dropped: a deferred delivery
 counts no attempt and comes due again, so at least once still holds::
 
     hosts = ReceiverHosts()

@@ -95,7 +95,7 @@ async def test_a_host_that_keeps_timing_out_is_backed_off_and_nothing_is_lost(
     task = asyncio.create_task(sender.run(stop))
     try:
         await until(lambda: "keeps timing out" in caplog.text or None, what="a deferred callback")
-        host = "127.0.0.1"
+        host = f"{TENANT} 127.0.0.1:{hanging.port}"
         assert sender.hosts.backed_off(host)
         seen = await details(store, ids)
         assert [state for state, _ in seen] == ["pending"] * 10  # none lost, none failed
