@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import hashlib
 import json
 import sys
@@ -208,7 +209,9 @@ class CallbackReceivers:
             self.hung += 1
             if self.hung >= FLOOD_HELD:
                 self.flooded.set()
-            await asyncio.sleep(3600)
+            # Held until the phase ends and the server closes (a cancel is the end).
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.sleep(3600)
         finally:
             writer.close()
 

@@ -43,7 +43,9 @@ from app.store.records import text
 from app.store.scripts import Scripts
 
 # Due deliveries one lease looks at (per shard) to find other tenants' behind one tenant's.
-MAX_LEASE_SCAN: Final = 512
+MAX_LEASE_SCAN: Final = 256
+# A tenant at its share of a sender's slots: its other due deliveries wait this long (ms).
+HOLD_MS: Final = 1_000
 # No ``slots``: no tenant is held back (the store's own tests lease freely).
 UNLIMITED_SLOTS: Final = 1 << 30
 
@@ -101,7 +103,8 @@ class Outbox:
 
         With ``slots`` (the sender's), tenants are taken in turn and each gets at most its
         share of them, counting what it holds (``inflight``, tenant -> n): fewer than ``n``
-        with the next one due now (0) means some were held back for fairness.
+        with the next one due now (0) means some were held back for fairness; a tenant
+        at its share has its other due deliveries pushed back ``HOLD_MS`` (no attempt).
         """
         shards = self._keys.shards
         start = next(self._turn)
@@ -122,8 +125,9 @@ class Outbox:
                     lease_ms=lease_ms,
                     token=token,
                     slots=UNLIMITED_SLOTS if slots is None else slots,
-                    scan=min(max(4 * n, 64), MAX_LEASE_SCAN),
+                    scan=MAX_LEASE_SCAN,
                     inflight=json.dumps(held),
+                    hold_ms=HOLD_MS,
                 ),
             )
             for i in range(0, len(flat), 6):

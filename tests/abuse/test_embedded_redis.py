@@ -27,7 +27,7 @@ from redis.exceptions import AuthenticationError, OutOfMemoryError, ResponseErro
 from app.assembly import open_parts
 from app.child import free_loopback_port
 from app.providers.config import ModelConfig, ProviderConfig, ProvidersConfig
-from app.redis_server import DEFAULT_MAXMEMORY_BYTES, EmbeddedRedis
+from app.redis_server import DEFAULT_MAXMEMORY_BYTES, EmbeddedRedis, EmbeddedRedisError
 from app.settings import Settings
 from reprompt_sim.server import SimConfig, serve_in_background
 from tests.waiting import sync_until
@@ -281,3 +281,33 @@ def test_after_serve_is_sigkilled_mid_load_the_next_start_runs_every_job(
         finally:
             second.terminate()
             second.wait(timeout=60)
+
+
+async def test_a_server_left_by_an_owner_that_is_gone_is_stopped_cleanly_and_replaced(
+    tmp_path: Path,
+) -> None:
+    left = EmbeddedRedis(tmp_path).start()
+    try:
+        client = Redis.from_url(left.url)
+        try:
+            await client.set("queued-job", "kept")  # in the AOF only after a clean shutdown
+        finally:
+            await client.aclose()
+        # Its owner is gone: the pid names another process now (another start time).
+        (tmp_path / "redis" / "owner").write_text(f"{os.getpid()} 1\n")
+        orphan = int((tmp_path / "redis" / "redis.pid").read_text())
+        async with EmbeddedRedis(tmp_path) as again:
+            assert _gone(orphan)
+            client = Redis.from_url(again.url)
+            try:
+                assert await client.get("queued-job") == b"kept"
+            finally:
+                await client.aclose()
+    finally:
+        left.stop()
+
+
+async def test_a_server_whose_owner_is_alive_is_refused_as_before(tmp_path: Path) -> None:
+    async with EmbeddedRedis(tmp_path):
+        with pytest.raises(EmbeddedRedisError, match="another redis-server uses"):
+            EmbeddedRedis(tmp_path).start()

@@ -7,12 +7,14 @@
 -- (slots / the tenants due or in flight here, and never all of them while it is the only
 -- one: half is kept for a tenant that comes next), counting what it already holds
 -- (``inflight``, JSON tenant -> n). So a tenant whose receiver hangs cannot hold every
--- slot while another tenant's deliveries wait.
+-- slot while another tenant's deliveries wait. What a tenant at its share leaves due is
+-- pushed back ``hold_ms`` (no attempt counted): the oldest due deliveries would otherwise
+-- stay one tenant's, and the next lease would not see the others' behind them.
 -- Sent: app/store/protocol.py's OutboxKeys, DeliveryLeaseArgs.
 -- Returns {flat list, 6 per delivery: id, event, tenant, callback json, attempts, pause;
 --          ms until the next delivery is due (-1: none)}
 local outbox = unpack(KEYS)
-local job_prefix, wanted, lease_ms, token, slots, scan, inflight_json = unpack(ARGV)
+local job_prefix, wanted, lease_ms, token, slots, scan, inflight_json, hold_ms = unpack(ARGV)
 wanted, slots = tonumber(wanted), tonumber(slots)
 local inflight = cjson.decode(inflight_json)
 local now = now_ms()
@@ -65,6 +67,15 @@ while taken < wanted and took do
       held[tenant] = held[tenant] + 1
       taken = taken + 1
       took = true
+    end
+  end
+end
+-- Held back for fairness: due again after hold_ms, behind the other tenants' deliveries.
+for _, tenant in ipairs(order) do
+  local queue = queues[tenant]
+  if held[tenant] >= share then
+    for i = next_of[tenant], #queue do
+      redis.call('ZADD', outbox, now + tonumber(hold_ms), queue[i][1])
     end
   end
 end
