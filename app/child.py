@@ -3,6 +3,7 @@ things every one needs, written once.
 
     port = free_loopback_port()
     process = spawn([binary, "--port", str(port)], log_path)   # own session, output to log
+    spawn(args, log_path, die_with_parent=True)   # Linux: SIGTERM when we die, even SIGKILLed
     describe_exit(process.returncode)        # "exited with signal 11 (SIGSEGV)"
     log_tail(log_path, lines=5)              # what it said last
     terminate(process, grace_s=10)           # SIGTERM to its group, SIGKILL after grace_s
@@ -15,16 +16,49 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
+import ctypes.util
+import functools
 import os
 import signal
 import socket
 import subprocess
-from collections.abc import Sequence
+import sys
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Final, Self
 
 TAIL_BYTES: Final = 4000
+_PR_SET_PDEATHSIG: Final = 1  # <linux/prctl.h>
+
+
+@functools.cache
+def _prctl() -> Callable[..., int] | None:
+    """libc's ``prctl``, looked up before any fork (the child only calls it), or ``None``."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+    except OSError:
+        return None
+    function: Callable[..., int] = libc.prctl
+    return function
+
+
+def _dies_with(parent: int, prctl: Callable[..., int]) -> Callable[[], None]:
+    """A ``preexec_fn``: the child gets SIGTERM when its parent dies (even SIGKILLed).
+
+    SIGTERM, not SIGKILL: redis-server shuts down cleanly on it (its AOF flushed). If the
+    parent died before the call, the child stops itself at once.
+    """
+
+    def arm() -> None:
+        prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+        if os.getppid() != parent:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    return arm
 
 
 def free_loopback_port() -> int:
@@ -43,13 +77,18 @@ def spawn(
     env: dict[str, str] | None = None,
     stdin: bytes | None = None,
     umask: int = -1,
+    die_with_parent: bool = False,
 ) -> subprocess.Popen[bytes]:
     """Start ``args`` in a session of its own, output to ``log_path``.
 
     Its own process group: a Ctrl-C meant for us does not reach it, and ``terminate``
     signals the group. ``stdin``: bytes written to the child's standard input, then closed
     (a secret passed so never shows in ``ps``); ``umask``: the child's, e.g. ``0o077``.
+    ``die_with_parent`` (Linux): the child gets SIGTERM when the thread that started it
+    ends, so a parent killed by SIGKILL or the OOM killer leaves no orphan behind; start
+    such a child from a thread that lives as long as the process needs it.
     """
+    prctl = _prctl() if die_with_parent else None
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with log_path.open("ab" if append else "wb") as log:
         process = subprocess.Popen(
@@ -61,6 +100,7 @@ def spawn(
             start_new_session=True,
             env=env,
             umask=umask,
+            preexec_fn=None if prctl is None else _dies_with(os.getpid(), prctl),
         )
     if process.stdin is not None:
         with contextlib.suppress(BrokenPipeError), process.stdin:  # it may die at once

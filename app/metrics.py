@@ -197,7 +197,8 @@ STALE_COMMITS = Counter(
 CALLBACK_DELIVERIES = Counter(
     f"{P}callback_deliveries",
     "Completion callback attempts by outcome: delivered (2xx), retrying, failed (final: a "
-    "4xx other than 408/429, a redirect, or the retry window ended), superseded.",
+    "4xx other than 408/429, a redirect, or the retry window ended), superseded, deferred "
+    "(the receiver host is backed off: not sent, no attempt counted).",
     ["outcome"],
     registry=REGISTRY,
 )
@@ -355,10 +356,11 @@ def record_job(envelope: Envelope, *, duration_s: float) -> None:
 def record_callback(outcome: str, duration_s: float) -> None:
     """Count one completion callback attempt by ``outcome``.
 
-    ``outcome``: delivered, retrying, failed or superseded.
+    ``outcome``: delivered, retrying, failed, superseded or deferred (its receiver host is
+    backed off, #29).
     """
     CALLBACK_DELIVERIES.labels(outcome=outcome).inc()
-    if outcome != "superseded":  # nothing was sent
+    if outcome not in ("superseded", "deferred"):  # nothing was sent
         CALLBACK_ATTEMPT_DURATION.labels(outcome=outcome).observe(duration_s)
 
 

@@ -18,7 +18,13 @@ on disk), and the data directory is 0700 with its files 0600 (the server runs un
 being evicted.
 
 One data directory serves one server at a time: the server holds a lock on it, so a second
-one (or an orphan left by a killed parent) is reported instead of corrupting the AOF.
+one is reported instead of corrupting the AOF. A killed parent (SIGKILL, the OOM killer)
+leaves no orphan behind: on Linux the server gets SIGTERM when its parent dies (the
+parent-death signal) and shuts down cleanly, its AOF flushed. Should one still hold the
+directory (another OS, or the next start came first), the next start recognises it as its
+own orphan (``owner`` names a process that is gone, ``redis.pid`` a redis-server on this
+directory), stops it with SIGTERM (a clean shutdown) and starts again; a directory whose
+owner is alive is refused as before.
 """
 
 from __future__ import annotations
@@ -27,9 +33,11 @@ import atexit
 import contextlib
 import fcntl
 import importlib.util
+import logging
 import os
 import secrets
 import shutil
+import signal
 import socket
 import subprocess
 import time
@@ -38,6 +46,8 @@ from typing import Final, Self
 
 from app.child import ManagedServer, free_loopback_port, log_tail, spawn
 
+log = logging.getLogger(__name__)
+
 _INFO_SERVER: Final = b"*2\r\n$4\r\nINFO\r\n$6\r\nserver\r\n"
 _PING: Final = b"*1\r\n$4\r\nPING\r\n"
 _SHUTDOWN: Final = b"*1\r\n$8\r\nSHUTDOWN\r\n"
@@ -45,6 +55,8 @@ _PORT_ATTEMPTS: Final = 3
 DEFAULT_MAXMEMORY_BYTES: Final = 1024 * 1024 * 1024  # Settings.embedded_redis_maxmemory_mb
 _PRIVATE_DIR: Final = 0o700
 _PRIVATE_FILE: Final = 0o600
+# An orphan gets this long to shut down (and flush its AOF) after SIGTERM.
+ORPHAN_STOP_S: Final = 30.0
 
 
 class EmbeddedRedisError(RuntimeError):
@@ -213,13 +225,9 @@ class EmbeddedRedis(ManagedServer):
     def _spawn(self, binary: Path, port: int) -> subprocess.Popen[bytes]:
         lock_fd = os.open(self.dir / "lock", os.O_RDWR | os.O_CREAT, 0o600)
         try:
-            try:
-                fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                raise EmbeddedRedisError(
-                    f"another redis-server uses {self.dir} (pid in {self.dir / 'redis.pid'}); "
-                    "stop it, or use another REPROMPT_DATA_DIR"
-                ) from None
+            if not _try_lock(lock_fd):
+                self._stop_orphan(lock_fd)
+            _write_owner(self.dir / "owner")
             args = [
                 str(binary),
                 "-",  # the rest of the configuration, the password, comes on stdin
@@ -244,9 +252,39 @@ class EmbeddedRedis(ManagedServer):
                 pass_fds=(lock_fd,),
                 stdin=f'requirepass "{self._password}"\n'.encode(),
                 umask=0o077,
+                die_with_parent=True,  # no orphan when we are SIGKILLed (Linux)
             )
         finally:
             os.close(lock_fd)
+
+    def _stop_orphan(self, lock_fd: int) -> None:
+        """Stop the redis-server a dead owner left on this directory, and take the lock.
+
+        ``EmbeddedRedisError`` when the owner is alive or the holder is not recognised.
+        """
+        busy = EmbeddedRedisError(
+            f"another redis-server uses {self.dir} (pid in {self.dir / 'redis.pid'}); "
+            "stop it, or use another REPROMPT_DATA_DIR"
+        )
+        if _owner_alive(self.dir / "owner"):
+            raise busy
+        pid = _orphan_pid(self.dir)
+        if pid is not None:
+            log.warning(
+                "a redis-server (pid %d) left on %s by a process that is gone: stopping it "
+                "(SIGTERM: a clean shutdown, its AOF flushed) and starting again",
+                pid,
+                self.dir,
+            )
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
+        # Also when it was already shutting down (its parent-death signal came first).
+        deadline = time.monotonic() + ORPHAN_STOP_S
+        while time.monotonic() < deadline:
+            if _try_lock(lock_fd):
+                return
+            time.sleep(0.05)
+        raise busy
 
     def _wait_ready(self, process: subprocess.Popen[bytes], port: int) -> bool:
         deadline = time.monotonic() + self._start_timeout_s
@@ -284,3 +322,58 @@ class EmbeddedRedis(ManagedServer):
 
     def _lost_port_race(self) -> bool:
         return "Address already in use" in log_tail(self.log_path, lines=5)
+
+
+def _try_lock(fd: int) -> bool:
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    return True
+
+
+def _start_time(pid: int) -> str | None:
+    """When process ``pid`` started (clock ticks since boot), or ``None`` if it is gone.
+
+    With the pid, it names one process: a pid reused later has another start time.
+    """
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # The name (field 2) may hold spaces and parentheses: split after its last ")".
+    return stat.rsplit(")", 1)[1].split()[19]
+
+
+def _write_owner(path: Path) -> None:
+    """Record who runs the server on this directory: our pid and start time."""
+    pid = os.getpid()
+    path.write_text(f"{pid} {_start_time(pid) or ''}\n")
+    path.chmod(_PRIVATE_FILE)
+
+
+def _owner_alive(path: Path) -> bool:
+    """Whether the process ``owner`` names still runs (unknown: assumed alive)."""
+    try:
+        pid_text, _, started = path.read_text().strip().partition(" ")
+        pid = int(pid_text)
+    except (OSError, ValueError):
+        return not Path("/proc/self/stat").exists()  # no /proc: cannot tell, refuse
+    now = _start_time(pid)
+    return now is not None and (not started or now == started)
+
+
+def _orphan_pid(directory: Path) -> int | None:
+    """The pid in ``redis.pid`` if it is a redis-server serving ``directory``.
+
+    Its binary and its working directory say so (redis-server changes into ``--dir``; its
+    command line it rewrites as its process title, so that is not read).
+    """
+    try:
+        pid = int((directory / "redis.pid").read_text().strip())
+        binary = os.readlink(f"/proc/{pid}/exe")
+        cwd = os.readlink(f"/proc/{pid}/cwd")
+    except (OSError, ValueError):
+        return None
+    named = Path(binary.removesuffix(" (deleted)")).name.startswith("redis-server")
+    return pid if named and Path(cwd) == directory else None

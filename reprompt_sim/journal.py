@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 JOURNAL_SIZE: Final = 1000
+RECENT_MESSAGE_CHARS: Final = 16_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,6 +35,10 @@ class Entry:
     messages: int
     schema_keys: tuple[str, ...] = ()  # the top-level properties of the schema it answered
     n: int = 1  # answers asked for
+    # The texts of the messages after the model's last turn (each at most
+    # RECENT_MESSAGE_CHARS): what a test reads to see the exact re-ask or tool result the
+    # model was given.
+    recent: tuple[str, ...] = ()
 
 
 class Journal:
@@ -61,6 +66,7 @@ class Journal:
                 "messages": e.messages,
                 "schemaKeys": list(e.schema_keys),
                 "n": e.n,
+                "recentMessages": list(e.recent),
             }
             for seq, e in self._entries
         ]

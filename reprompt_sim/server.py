@@ -34,7 +34,7 @@ from reprompt_sim.cache import PromptCache
 from reprompt_sim.config import SimConfig
 from reprompt_sim.directive import OPENER
 from reprompt_sim.errors import InvalidRequest
-from reprompt_sim.journal import Entry, Journal
+from reprompt_sim.journal import RECENT_MESSAGE_CHARS, Entry, Journal
 from reprompt_sim.scenario import Scenario
 
 __all__ = ["SimConfig", "create_app", "serve_in_background"]
@@ -99,6 +99,24 @@ class _Tally:
         return before
 
 
+def _recent(body: dict[str, Any]) -> tuple[str, ...]:
+    """The texts of the request's messages after the last assistant one (a string content,
+    or the text of its parts)."""
+    recent: list[str] = []
+    for message in reversed(body.get("messages") or []):
+        if not isinstance(message, dict) or message.get("role") == "assistant":
+            break
+        content = message.get("content")
+        if isinstance(content, list):
+            content = "".join(
+                str(part.get("text", part.get("content", "")))
+                for part in content
+                if isinstance(part, dict)
+            )
+        recent.append(str(content or "")[:RECENT_MESSAGE_CHARS])
+    return tuple(reversed(recent))
+
+
 class _Simulator:
     """One app's behaviour and memory: how often it saw each conversation, answered each task,
     and the journal of recent requests."""
@@ -128,6 +146,7 @@ class _Simulator:
                 messages=len(body["messages"]),
                 schema_keys=_schema_keys(scenario),
                 n=scenario.n,
+                recent=_recent(body),
             )
         )
         return response

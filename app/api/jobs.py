@@ -358,7 +358,9 @@ async def _submit(
         caps=res.settings,
         models=router,
         check_url=res.outbound.guard.check_url,
-        check_headers=lambda headers: secrets.check_headers(headers, tenant),
+        check_headers=lambda headers, url: secrets.check_headers(
+            headers, tenant, host=res.outbound.guard.host_of(url)
+        ),
     )
     job, created = await res.store.submit(
         tenant=tenant,

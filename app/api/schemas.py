@@ -108,6 +108,9 @@ class ToolOutputIn(_Out):
     def _one(self) -> ToolOutputIn:
         if self.error is not None and self.output is not None:
             raise ValueError("give output or error, not both")
+        # An explicit "output": null is the tool's answer; no answer at all is a mistake.
+        if not {"output", "error"} & self.model_fields_set:
+            raise ValueError("give output (any JSON) or error (the tool failed)")
         return self
 
 
@@ -285,7 +288,7 @@ _DESCRIPTIONS: Final[dict[int, str]] = {
     401: "No API key, or an unknown one (when keys are configured).",
     404: "No such job for this tenant (another tenant's job is a 404 too).",
     409: "The job is not waiting for tool outputs (already answered with other outputs, "
-    "or never asked).",
+    "past requiredAction.expiresAt, or never asked).",
     413: "The request body is over REPROMPT_MAX_BODY_BYTES.",
     415: "The body is not application/json.",
     422: "The job (or a parameter) is invalid; `errors` names each field.",

@@ -12,9 +12,10 @@ callback) passes two checks, and the connection then goes to the address that wa
 ``check_url`` is what the API runs at submit time (no DNS: an answer in microseconds);
 ``resolve`` runs at call time. Refused: loopback, private, link-local (cloud metadata),
 multicast, CGNAT, unspecified, reserved and broadcast ranges, in v4 and v6, including v4
-addresses carried inside v6 (``::ffff:127.0.0.1``, NAT64 ``64:ff9b::/96``, 6to4
-``2002::/16``), and metadata host names, unless the operator allowlists the host name or a
-network (``REPROMPT_OUTBOUND_ALLOW``). Plain ``http`` is allowed only for allowlisted hosts.
+addresses carried inside v6 (mapped ``::ffff:127.0.0.1``, translated
+``::ffff:0:127.0.0.1``, NAT64 ``64:ff9b::/96``, 6to4 ``2002::/16``), and metadata host
+names, unless the operator allowlists the host name or a network
+(``REPROMPT_OUTBOUND_ALLOW``). Plain ``http`` is allowed only for allowlisted hosts.
 """
 
 from __future__ import annotations
@@ -78,6 +79,10 @@ REFUSED_NETWORKS: Final = _networks(
     ("::/96", "an IPv4-compatible address (deprecated)"),
     ("64:ff9b:1::/48", "a local-use NAT64 address"),
     ("100::/64", "a discard-only address"),
+    # Ranges Python 3.11's ipaddress still calls global though IANA says they are not
+    # globally reachable (RFC 9780 dummy prefix, RFC 9602 SRv6 segment identifiers).
+    ("100:0:0:1::/64", "a reserved (dummy) address"),
+    ("5f00::/16", "a reserved (SRv6 segment identifier) address"),
     ("2001::/32", "a Teredo tunnel address"),
     ("2001::/23", "a reserved (IETF protocol assignment) address"),
     ("2001:db8::/32", "a reserved (documentation) address"),
@@ -88,6 +93,9 @@ REFUSED_NETWORKS: Final = _networks(
     ("ff00::/8", "a multicast address"),
 )
 _NAT64: Final = ipaddress.ip_network("64:ff9b::/96")
+# IPv4-translated (SIIT, RFC 2765): ::ffff:0:a.b.c.d. ipaddress calls it global, and a
+# translator on the path reaches the IPv4 address it carries.
+_TRANSLATED: Final = ipaddress.ip_network("::ffff:0:0:0/96")
 # Names that reach a cloud provider's instance metadata without any address check helping
 # (some resolve only inside the cloud, some are served by the local resolver).
 METADATA_HOSTS: Final = frozenset(
@@ -224,6 +232,11 @@ class Guard:
             return refused.detail
         return None
 
+    def host_of(self, url: str) -> str | None:
+        """The host ``url`` names (as ``Target.host``), or ``None`` when it does not parse."""
+        target = _parse(url)[1]
+        return None if target is None else target.host
+
     def target(self, url: str) -> Target:
         """``url`` parsed and statically checked, or ``OutboundRefused`` saying why."""
         problem, target = _parse(url)
@@ -320,11 +333,12 @@ def refusal(ip: IPAddress) -> str | None:
 def embedded_v4(ip: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
     """The IPv4 address an IPv6 one carries and reaches, if any.
 
-    Mapped (``::ffff:a.b.c.d``), NAT64 (``64:ff9b::/96``) or 6to4 (``2002::/16``).
+    Mapped (``::ffff:a.b.c.d``), translated (``::ffff:0:a.b.c.d``), NAT64
+    (``64:ff9b::/96``) or 6to4 (``2002::/16``).
     """
     if ip.ipv4_mapped is not None:
         return ip.ipv4_mapped
-    if ip in _NAT64:
+    if ip in _NAT64 or ip in _TRANSLATED:
         return ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
     return ip.sixtofour
 

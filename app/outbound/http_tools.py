@@ -11,8 +11,10 @@ body. Whatever happens comes back as an outcome the model can read, never an exc
     outcome.ok, outcome.text, outcome.outcome    # True, '{"price": 3}', "ok"
 
 ``text`` holds the answer, or a short error that names only the tool's own host: never an
-address it resolved to, never a header or secret value (a receiver that echoes a secret
-back has it replaced by ``[redacted]``).
+address it resolved to, never a header or secret value. A secret goes only to the hosts the
+operator bound it to; an error reply to a call that carried a secret is never read out nor
+kept (a receiver could echo the secret in any encoding), and a 2xx answer has the secret's
+exact text replaced by ``[redacted]``.
 """
 
 from __future__ import annotations
@@ -24,9 +26,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from app.core.answer.quote import quoted
 from app.outbound.client import REDACTED, OutboundClient
 from app.outbound.errors import OutboundFailed, OutboundRefused
-from app.outbound.secrets import ToolSecrets, UnknownSecret
+from app.outbound.secrets import BadHeader, ToolSecrets, UnknownSecret
 from app.outbound.webhooks import Signer
 
 Outcome = Literal["ok", "refused", "timeout", "http_error", "too_large", "error"]
@@ -79,8 +82,10 @@ async def call_http_tool(
     ).encode("utf-8")
     host = _host(client, url)
     try:
-        rendered = (secrets or ToolSecrets.none()).render_headers(headers, tenant)
-    except UnknownSecret as exc:
+        rendered = (secrets or ToolSecrets.none()).render_headers(
+            headers, tenant, host=None if host == _NO_HOST else host
+        )
+    except (UnknownSecret, BadHeader) as exc:
         return _outcome("error", f"the tool's headers could not be prepared: {exc}", started)
     signed = {**rendered.headers, **signer.headers(tenant, message_id(job_id, call_id), body)}
     try:
@@ -90,16 +95,16 @@ async def call_http_tool(
     except OutboundRefused as refused:
         return _outcome("refused", f"the tool's URL was refused: {refused.detail}", started)
     except OutboundFailed as failed:
-        return _outcome(*_failure(failed, host), started)
+        return _outcome(*_failure(failed, host, carried_secret=bool(rendered.secrets)), started)
     text = _scrub(response.body.decode("utf-8", errors="replace"), rendered.secrets)
     return HttpToolOutcome(True, text, "ok", _ms(started), len(response.body))
 
 
-def _failure(failed: OutboundFailed, host: str) -> tuple[Outcome, str]:
+def _failure(failed: OutboundFailed, host: str, *, carried_secret: bool) -> tuple[Outcome, str]:
     """The outcome and the model's text for a failed call.
 
     Built from the reason and the status, not from the error's detail (which may name an
-    address).
+    address); without the reply's excerpt when the call carried a secret.
     """
     tool = f"the tool at {host}"
     if failed.reason == "timeout":
@@ -111,16 +116,27 @@ def _failure(failed: OutboundFailed, host: str) -> tuple[Outcome, str]:
             f"{tool} answered {failed.http_status} with a redirect; redirects are not followed"
         )
     if failed.http_status is not None:
-        said = failed.excerpt or "no details"
-        return "http_error", f"{tool} answered HTTP {failed.http_status}: {said}"
+        if carried_secret:
+            return "http_error", (
+                f"{tool} answered HTTP {failed.http_status} (its reply is not shown: the "
+                "call carried a secret)"
+            )
+        if not failed.excerpt:
+            return "http_error", f"{tool} answered HTTP {failed.http_status} with no details"
+        return "http_error", quoted(
+            f"{tool} answered HTTP {failed.http_status} and", failed.excerpt
+        )
     return "error", f"{tool} could not be reached ({failed.attempts} attempt(s))"
+
+
+_NO_HOST = "its URL"
 
 
 def _host(client: OutboundClient, url: str) -> str:
     try:
         return client.guard.target(url).host
     except OutboundRefused:
-        return "its URL"
+        return _NO_HOST
 
 
 def _outcome(outcome: Outcome, text: str, started: float) -> HttpToolOutcome:

@@ -5,15 +5,20 @@ worker fills it in from the operator's TOML file at call time::
 
     # tool-secrets.toml (0600)
     [tenants.acme]
-    CRM_TOKEN = "s3cr3t…"
+    CRM_TOKEN = { value = "s3cr3t…", hosts = ["crm.example.com", "*.crm.example.com"] }
+    LEGACY = "v…"                  # a bare value: any host (warned at load)
 
     secrets = ToolSecrets.load(path)
-    secrets.check_headers({"Authorization": "Bearer {{secret:CRM_TOKEN}}"}, "acme")  # None
-    rendered = secrets.render_headers({"Authorization": "Bearer {{secret:CRM_TOKEN}}"}, "acme")
+    headers = {"Authorization": "Bearer {{secret:CRM_TOKEN}}"}
+    secrets.check_headers(headers, "acme", host="crm.example.com")      # None
+    secrets.check_headers(headers, "acme", host="evil.example.net")     # "… not for …"
+    rendered = secrets.render_headers(headers, "acme", host="crm.example.com")
     rendered.headers    # what is sent;  rendered.secrets: values to scrub from any text
 
-Secret values never reach a job record, a log line, an error or a repr. The file is read
-again when it changes, so a credential is rotated without a restart.
+A secret bound to hosts is only ever sent to those (checked at submit and again at call
+time, since the file may change in between). Secret values never reach a job record, a
+log line, an error or a repr. The file is read again when it changes, so a credential is
+rotated without a restart.
 """
 
 from __future__ import annotations
@@ -32,9 +37,12 @@ MAX_HEADERS: Final = 16
 MAX_NAME_CHARS: Final = 64
 MAX_VALUE_CHARS: Final = 1024
 MAX_SECRET_CHARS: Final = 4096
+MAX_HOSTS: Final = 32
 REFERENCE: Final = re.compile(r"\{\{secret:([A-Za-z_][A-Za-z0-9_]{0,63})\}\}")
 _TOKEN: Final = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
 _SECRET_NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
+# A host a secret is for: a name (``api.example.com``) or its subdomains (``*.example.com``).
+_HOST_PATTERN: Final = re.compile(r"(\*\.)?[a-z0-9_](?:[a-z0-9_.-]{0,251}[a-z0-9_])?")
 # Hop-by-hop headers (RFC 9110 7.6.1) and those the service sets itself: the framing, the
 # host it checked, the body's type and the Standard Webhooks signature.
 RESERVED: Final = frozenset(
@@ -68,8 +76,30 @@ class RenderedHeaders:
         return f"RenderedHeaders(names={sorted(self.headers)!r})"
 
 
+@dataclass(frozen=True, slots=True)
+class Secret:
+    """One secret: its value and the hosts it may be sent to (``None``: any host)."""
+
+    value: str = field(repr=False)
+    hosts: tuple[str, ...] | None = None
+
+    def allows(self, host: str) -> bool:
+        """Whether this secret may go to ``host`` (lower case, no trailing dot)."""
+        if self.hosts is None:
+            return True
+        host = host.lower().rstrip(".")
+        return any(
+            host.endswith(pattern[1:]) if pattern.startswith("*.") else host == pattern
+            for pattern in self.hosts
+        )
+
+
 class UnknownSecret(LookupError):
-    """A header names a secret the tenant does not have (any more)."""
+    """A header names a secret the tenant does not have (any more), or not for this host."""
+
+
+class BadHeader(ValueError):
+    """A rendered header value that cannot be sent (a control or non-ASCII character)."""
 
 
 class ToolSecrets:
@@ -77,7 +107,7 @@ class ToolSecrets:
 
     __slots__ = ("_path", "_stamp", "_tenants")
 
-    def __init__(self, path: Path | None, tenants: Mapping[str, Mapping[str, str]]) -> None:
+    def __init__(self, path: Path | None, tenants: Mapping[str, Mapping[str, Secret]]) -> None:
         self._path = path
         self._tenants = {t: dict(values) for t, values in tenants.items()}
         self._stamp = _stamp(path) if path else None
@@ -100,43 +130,57 @@ class ToolSecrets:
         """The secret names ``tenant`` may reference."""
         return frozenset(self._current().get(tenant, {}))
 
-    def check_headers(self, headers: Mapping[str, str] | None, tenant: str) -> str | None:
-        """Why ``headers`` may not be sent for ``tenant``, or ``None`` (checked at submit).
+    def check_headers(
+        self, headers: Mapping[str, str] | None, tenant: str, *, host: str | None = None
+    ) -> str | None:
+        """Why ``headers`` may not be sent for ``tenant`` to ``host``, or ``None``.
 
-        Names the header and the secret, never a value.
+        Checked at submit; ``host`` is the tool URL's (``None``: not known, no host check).
+        Names the header, the secret and the host, never a value.
         """
         if not headers:
             return None
         if len(headers) > MAX_HEADERS:
             return f"at most {MAX_HEADERS} headers, not {len(headers)}"
-        known = self.names(tenant)
+        own = self._current().get(tenant, {})
         seen: set[str] = set()
         for name, value in headers.items():
-            problem = _header_problem(name, value, seen) or _reference_problem(name, value, known)
+            problem = _header_problem(name, value, seen) or _reference_problem(
+                name, value, own, host
+            )
             if problem:
                 return problem
             seen.add(name.lower())
         return None
 
-    def render_headers(self, headers: Mapping[str, str] | None, tenant: str) -> RenderedHeaders:
-        """``headers`` with each ``{{secret:NAME}}`` filled in.
+    def render_headers(
+        self, headers: Mapping[str, str] | None, tenant: str, *, host: str | None = None
+    ) -> RenderedHeaders:
+        """``headers`` with each ``{{secret:NAME}}`` filled in, for a call to ``host``.
 
-        ``UnknownSecret`` names the first one ``tenant`` does not have.
+        ``UnknownSecret`` names the first one ``tenant`` does not have or that is not for
+        ``host``; ``BadHeader`` names a header whose value cannot be sent.
         """
-        values = self._current().get(tenant, {})
+        own = self._current().get(tenant, {})
         used: list[str] = []
 
         def fill(match: re.Match[str]) -> str:
             name = match.group(1)
-            if name not in values:
+            secret = own.get(name)
+            if secret is None:
                 raise UnknownSecret(f"unknown secret {name!r} for tenant {tenant!r}")
-            used.append(values[name])
-            return values[name]
+            if host is not None and not secret.allows(host):
+                raise UnknownSecret(f"the secret {name!r} is not for {host}")
+            used.append(secret.value)
+            return secret.value
 
         rendered = {name: REFERENCE.sub(fill, value) for name, value in (headers or {}).items()}
+        for name, value in rendered.items():
+            if problem := _value_problem(value):
+                raise BadHeader(f"header {name!r}: the value {problem}")
         return RenderedHeaders(rendered, tuple(dict.fromkeys(used)))
 
-    def _current(self) -> dict[str, dict[str, str]]:
+    def _current(self) -> dict[str, dict[str, Secret]]:
         """The tenants' secrets, read again if the file changed (a bad edit keeps the old)."""
         if self._path is None:
             return self._tenants
@@ -150,8 +194,11 @@ class ToolSecrets:
         return self._tenants
 
 
-def parse(data: bytes, *, where: str = "the tool secrets file") -> dict[str, dict[str, str]]:
-    """``{tenant: {NAME: value}}`` from the TOML text; ``ValueError`` naming the problem."""
+def parse(data: bytes, *, where: str = "the tool secrets file") -> dict[str, dict[str, Secret]]:
+    """``{tenant: {NAME: Secret}}`` from the TOML text; ``ValueError`` naming the problem.
+
+    A secret is ``NAME = "value"`` (any host) or ``NAME = { value = "…", hosts = [...] }``.
+    """
     try:
         document = tomllib.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
@@ -163,16 +210,56 @@ def parse(data: bytes, *, where: str = "the tool secrets file") -> dict[str, dic
     tenants = document.get("tenants", {})
     if not isinstance(tenants, dict):
         raise ValueError(f"{where}: 'tenants' must be a table of [tenants.NAME] tables")
-    out: dict[str, dict[str, str]] = {}
+    out: dict[str, dict[str, Secret]] = {}
+    unbound: list[str] = []
     for tenant, table in tenants.items():
         if not isinstance(table, dict):
             raise ValueError(f'{where}: [tenants.{tenant}] must be a table of NAME = "value"')
         out[tenant] = {}
-        for name, value in table.items():
-            if problem := _secret_problem(name, value):
-                raise ValueError(f"{where}: [tenants.{tenant}] {name}: {problem}")
-            out[tenant][name] = value
+        for name, entry in table.items():
+            try:
+                out[tenant][name] = _secret(name, entry)
+            except ValueError as exc:
+                raise ValueError(f"{where}: [tenants.{tenant}] {name}: {exc}") from None
+            if out[tenant][name].hosts is None:
+                unbound.append(f"{tenant}.{name}")
+    if unbound:
+        logger.warning(
+            "%s: %d tool secret(s) may be sent to any host (%s); bind each to its hosts: "
+            'NAME = { value = "...", hosts = ["api.example.com"] }',
+            where,
+            len(unbound),
+            ", ".join(unbound[:5]) + (", ..." if len(unbound) > 5 else ""),
+        )
     return out
+
+
+def _secret(name: str, entry: object) -> Secret:
+    """One entry of a tenant's table, or ``ValueError`` saying what is wrong (never a value)."""
+    if not isinstance(entry, dict):
+        if problem := _secret_problem(name, entry):
+            raise ValueError(problem)
+        assert isinstance(entry, str)
+        return Secret(entry)
+    unknown = set(entry) - {"value", "hosts"}
+    if unknown:
+        raise ValueError(f"unknown keys {sorted(unknown)}; a secret has value and hosts")
+    value = entry.get("value")
+    if problem := _secret_problem(name, value):
+        raise ValueError(problem)
+    assert isinstance(value, str)
+    hosts = entry.get("hosts")
+    if not isinstance(hosts, list) or not hosts or len(hosts) > MAX_HOSTS:
+        raise ValueError(
+            f"hosts must be a list of 1 to {MAX_HOSTS} host names (api.example.com or "
+            "*.example.com)"
+        )
+    normal: list[str] = []
+    for host in hosts:
+        if not isinstance(host, str) or not _HOST_PATTERN.fullmatch(host.lower().rstrip(".")):
+            raise ValueError(f"hosts: {str(host)[:80]!r} is not a host name or *.domain")
+        normal.append(host.lower().rstrip("."))
+    return Secret(value, tuple(normal))
 
 
 def _secret_problem(name: str, value: object) -> str | None:
@@ -182,8 +269,8 @@ def _secret_problem(name: str, value: object) -> str | None:
         return "the value must be a non-empty string"
     if len(value) > MAX_SECRET_CHARS:
         return f"the value is longer than {MAX_SECRET_CHARS} characters"
-    if _has_control(value):
-        return "the value contains a line break or another control character"
+    if problem := _value_problem(value):
+        return f"the value {problem}"
     return None
 
 
@@ -199,25 +286,47 @@ def _header_problem(name: str, value: str, seen: set[str]) -> str | None:
         return (
             f"header {name!r}: the value must be a string of {MAX_VALUE_CHARS} characters at most"
         )
-    if _has_control(value):
-        return f"header {name!r}: the value contains a line break or another control character"
+    if problem := _value_problem(value):
+        return f"header {name!r}: the value {problem}"
     return None
 
 
-def _reference_problem(name: str, value: str, known: frozenset[str]) -> str | None:
+def _reference_problem(
+    name: str, value: str, own: Mapping[str, Secret], host: str | None
+) -> str | None:
     for reference in REFERENCE.finditer(value):
-        if reference.group(1) not in known:
+        secret = own.get(reference.group(1))
+        if secret is None:
             return (
                 f"header {name!r}: unknown secret {reference.group(1)!r} (the operator's "
                 "tool secrets file has none of that name for this tenant)"
+            )
+        if host is not None and not secret.allows(host):
+            return (
+                f"header {name!r}: the secret {reference.group(1)!r} is not for {host} (the "
+                "operator bound it to other hosts)"
             )
     if "{{" in REFERENCE.sub("", value):
         return f"header {name!r}: only {{{{secret:NAME}}}} may appear between double braces"
     return None
 
 
-def _has_control(value: str) -> bool:
-    return any((ord(c) < 0x20 and c != "\t") or ord(c) == 0x7F for c in value)
+def _value_problem(value: str) -> str | None:
+    """Why ``value`` cannot be a header value, or ``None``.
+
+    A header is sent as ASCII: a line break or control (C0, DEL, and the C1 and Unicode
+    line separators U+0085, U+2028, U+2029) would split or smuggle a header, and any other
+    non-ASCII character cannot be encoded at all.
+    """
+    for c in value:
+        code = ord(c)
+        if (code < 0x20 and c != "\t") or code == 0x7F or 0x80 <= code <= 0x9F:
+            return f"contains a line break or another control character (U+{code:04X})"
+        if code in (0x2028, 0x2029):
+            return f"contains a Unicode line or paragraph separator (U+{code:04X})"
+        if code > 0x7F:
+            return f"contains a non-ASCII character (U+{code:04X}); header values are ASCII"
+    return None
 
 
 def _stamp(path: Path) -> tuple[int, int] | None:

@@ -85,8 +85,8 @@ def _verdict(raw: bytes, host: str) -> tuple[bool, str | None]:
         raise ValidatorUnavailable(f"the validator at {host} sent a diagnosis that is not text")
     if answer["ok"]:
         return True, None
-    text = (diagnosis or "").strip()[:DIAGNOSIS_CHARS]
-    return False, text or "the answer failed the client's validation"
+    # Quoted and named by the turn loop (app.core.answer.quote); empty: no reason given.
+    return False, (diagnosis or "").strip()[:DIAGNOSIS_CHARS] or None
 
 
 def _failure(failed: OutboundFailed, host: str) -> str:

@@ -101,13 +101,20 @@ class TenantQuota(RepromptError):
 
 class NotWaiting(RepromptError):
     """Tool outputs for a job that is not waiting for them: already answered with other
-    outputs, never paused, or over."""
+    outputs, never paused, past the pause's ``expiresAt``, or over."""
 
     code = CONFLICT
     status = 409
     retryable = False
 
-    def __init__(self, status: str) -> None:
+    def __init__(self, status: str, *, expired: bool = False) -> None:
+        if expired:
+            super().__init__(
+                "the wait for these tool outputs ended at requiredAction.expiresAt; the job "
+                "goes on without them (as its onToolTimeout says)"
+            )
+            self.job_status = status
+            return
         super().__init__(
             f"the job is {status}, not waiting for tool outputs"
             + (

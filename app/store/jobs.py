@@ -96,7 +96,8 @@ class JobStore(Submitting, Listing):
 
         Every call of the pause must be answered once (else ``InvalidInput`` naming
         ``outputs``); the same outputs again answer as the first time did (replayed);
-        other outputs for an answered pause, or a job not waiting, raise ``NotWaiting``.
+        other outputs for an answered pause, a job not waiting, or outputs after the pause's
+        ``expiresAt``, raise ``NotWaiting``.
         """
         view = await self.get(job_id, tenant=tenant)
         if view is None:
@@ -134,6 +135,8 @@ class JobStore(Submitting, Listing):
             return None, False
         if outcome == "state":
             raise NotWaiting(text(reply[1]))
+        if outcome == "expired":
+            raise NotWaiting("requires_action", expired=True)
         return await self.get(job_id, tenant=tenant), outcome == "existing"
 
     @edge

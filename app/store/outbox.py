@@ -18,10 +18,10 @@ from __future__ import annotations
 import itertools
 import json
 import secrets
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Literal, cast
+from typing import Final, Literal, cast
 
 from app.core.wire.callback import message_id
 from app.core.wire.spec import CallbackEvent
@@ -41,6 +41,13 @@ from app.store.protocol import (
 )
 from app.store.records import text
 from app.store.scripts import Scripts
+
+# Due deliveries one lease looks at (per shard) to find other tenants' behind one tenant's.
+MAX_LEASE_SCAN: Final = 256
+# A tenant at its share of a sender's slots: its other due deliveries wait this long (ms).
+HOLD_MS: Final = 1_000
+# No ``slots``: no tenant is held back (the store's own tests lease freely).
+UNLIMITED_SLOTS: Final = 1 << 30
 
 Outcome = Literal["delivered", "retry", "failed", "superseded", "released"]
 Settled = Literal["pending", "delivered", "failed", "superseded", "stale", "gone"]
@@ -83,14 +90,28 @@ class Outbox:
         self._window_ms = window_s * 1000
 
     @edge
-    async def lease(self, n: int, *, lease_ms: int) -> tuple[list[Leased], float | None]:
+    async def lease(
+        self,
+        n: int,
+        *,
+        lease_ms: int,
+        slots: int | None = None,
+        inflight: Mapping[str, int] | None = None,
+    ) -> tuple[list[Leased], float | None]:
         """Up to ``n`` due deliveries, taking shards in turn, each leased for ``lease_ms``;
-        and the seconds until the next one is due (``None``: the outbox is empty)."""
+        and the seconds until the next one is due (``None``: the outbox is empty).
+
+        With ``slots`` (the sender's), tenants are taken in turn and each gets at most its
+        share of them, counting what it holds (``inflight``, tenant -> n): fewer than ``n``
+        with the next one due now (0) means some were held back for fairness; a tenant
+        at its share has its other due deliveries pushed back ``HOLD_MS`` (no attempt).
+        """
         shards = self._keys.shards
         start = next(self._turn)
         token = secrets.token_hex(8)
         leased: list[Leased] = []
         next_due: float | None = None
+        held = dict(inflight or {})
         for step in range(shards):
             if len(leased) >= n:
                 break
@@ -103,10 +124,15 @@ class Outbox:
                     wanted=n - len(leased),
                     lease_ms=lease_ms,
                     token=token,
+                    slots=UNLIMITED_SLOTS if slots is None else slots,
+                    scan=MAX_LEASE_SCAN,
+                    inflight=json.dumps(held),
+                    hold_ms=HOLD_MS,
                 ),
             )
             for i in range(0, len(flat), 6):
                 job_id, event, tenant, callback, attempts, pause = flat[i : i + 6]
+                held[text(tenant)] = held.get(text(tenant), 0) + 1
                 leased.append(
                     Leased(
                         job_id=text(job_id),
@@ -136,7 +162,8 @@ class Outbox:
         """Settle one attempt: the delivery's state after it, ``stale`` when the lease was
         taken over (nothing written), ``gone`` when the job expired. ``retry`` waits
         ``wait_ms``, within the window (its last try at the window's end); past the
-        window it is ``failed``. ``released`` gives it back unsent: due now, no attempt."""
+        window it is ``failed``. ``released`` gives it back unsent: due after ``wait_ms``
+        (0: now), no attempt counted."""
         shard = self._keys.shard(shard_of(leased.job_id))
         reply = await self._scripts.run(
             DELIVERY_RECORD,

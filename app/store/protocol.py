@@ -361,6 +361,10 @@ class DeliveryLeaseArgs(Sent):
     wanted: int
     lease_ms: int
     token: str
+    slots: int  # the sender's: a tenant gets at most its share (#29)
+    scan: int  # due deliveries looked at, to find other tenants' behind one tenant's
+    inflight: str  # JSON tenant -> deliveries this sender holds
+    hold_ms: int  # a tenant at its share: its other due deliveries pushed back this long
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -14,6 +14,13 @@ jitter, at most ``callback_max_backoff_s``, or the receiver's ``Retry-After`` if
 within ``callback_retry_window_s`` of the event. Any other 4xx, a redirect, a refused
 address or a body over the caps is final. A sender that dies holding a delivery lets its
 lease run out, and another sender takes it: at least once, never lost.
+
+Fair between tenants (#29): the lease takes tenants in turn and gives each at most its
+share of the ``callback_concurrency`` slots (counting what it holds), so one tenant's
+hanging receiver cannot hold every slot while another tenant's callbacks wait; and a
+receiver host that keeps timing out is backed off (``app.worker.receivers``): one attempt
+at a time, its other deliveries deferred unsent (no attempt counted) until the back-off
+ends.
 """
 
 from __future__ import annotations
@@ -23,8 +30,10 @@ import contextlib
 import logging
 import random
 import time
+from collections import Counter
 from dataclasses import dataclass
 from typing import Final
+from urllib.parse import urlsplit
 
 from app import metrics
 from app.outbound import OutboundFailed, OutboundRefused
@@ -33,6 +42,7 @@ from app.settings import Settings
 from app.store import Leased, Leases, public_job
 from app.store.hub import Watch
 from app.store.outbox import Outcome
+from app.worker.receivers import ReceiverHosts
 
 # The name the sender has always logged under (it was app/delivery.py).
 log = logging.getLogger("app.delivery")
@@ -68,6 +78,7 @@ class Attempt:
     status: int | None = None
     error: str = ""
     retry_after_s: float | None = None
+    timed_out: bool = False  # no answer in time: a strike against the receiver host
 
 
 def judge(failure: OutboundRefused | OutboundFailed, timeout_s: float) -> Attempt:
@@ -86,8 +97,19 @@ def judge(failure: OutboundRefused | OutboundFailed, timeout_s: float) -> Attemp
         retry = status in (408, 429) or status >= 500
         return Attempt("retry" if retry else "failed", status, said, failure.retry_after_s)
     if failure.reason == "timeout":
-        return Attempt("retry", error=f"no answer within {timeout_s:g}s")
+        return Attempt("retry", error=f"no answer within {timeout_s:g}s", timed_out=True)
     return Attempt("retry", error=failure.detail)
+
+
+def _receiver(leased: Leased, host: str | None) -> str:
+    """The receiver a delivery goes to, as the back-off counts it: the tenant's host and
+    port. Per tenant, so one tenant's dead endpoint on a shared host (a hosted webhook
+    service) never defers another tenant's callbacks there; fairness between tenants is
+    the lease's."""
+    port = ""
+    with contextlib.suppress(ValueError):
+        port = str(urlsplit(leased.url).port or "")
+    return f"{leased.tenant} {host or '?'}:{port}"
 
 
 class CallbackSender:
@@ -111,8 +133,10 @@ class CallbackSender:
             float(settings.callback_max_backoff_s),
             rng or random.Random(),
         )
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._tasks: dict[asyncio.Task[None], str] = {}  # each send -> its tenant
+        self._inflight: Counter[str] = Counter()
         self._freed = asyncio.Event()
+        self.hosts = ReceiverHosts(rng=rng)
 
     async def run(self, stop: asyncio.Event) -> None:
         """Lease and send until ``stop``; then let requests in flight finish (``GRACE_S``)
@@ -126,7 +150,10 @@ class CallbackSender:
                     if free > 0:
                         try:
                             leased, due_s = await self.leases.outbox.lease(
-                                free, lease_ms=self.lease_ms
+                                free,
+                                lease_ms=self.lease_ms,
+                                slots=self.concurrency,
+                                inflight=dict(self._inflight),
                             )
                         except Exception as exc:
                             failures += 1
@@ -138,7 +165,11 @@ class CallbackSender:
                                 self._start(delivery)
                             if len(leased) == free:
                                 continue  # more may be due
-                            if due_s is not None:
+                            if due_s == 0:
+                                # Due now but held back (those tenants hold their share):
+                                # lease again when a slot frees or another delivery comes.
+                                free = 0
+                            elif due_s is not None:
                                 wait_s = max(min(wait_s, due_s), 0.01)
                     await self._idle(wake, wait_s, stop, slots=free > 0)
             if self._tasks:
@@ -168,11 +199,16 @@ class CallbackSender:
         task = asyncio.create_task(
             self._send(leased), name=f"callback {leased.job_id} {leased.event}"
         )
-        self._tasks.add(task)
+        self._tasks[task] = leased.tenant
+        self._inflight[leased.tenant] += 1
         task.add_done_callback(self._done)
 
     def _done(self, task: asyncio.Task[None]) -> None:
-        self._tasks.discard(task)
+        tenant = self._tasks.pop(task, None)
+        if tenant is not None:
+            self._inflight[tenant] -= 1
+            if self._inflight[tenant] <= 0:
+                del self._inflight[tenant]
         self._freed.set()
         if not task.cancelled() and task.exception() is not None:
             log.error("%s: the sender failed", task.get_name(), exc_info=task.exception())
@@ -180,13 +216,20 @@ class CallbackSender:
     async def _send(self, leased: Leased) -> None:
         """One attempt, recorded; cancelled (shutdown), the delivery is given back."""
         started = time.monotonic()
+        host = _receiver(leased, self.outbound.client.guard.host_of(leased.url))
+        deferred = self.hosts.defer(host)
+        if deferred is not None:
+            await self._defer(leased, host, deferred)
+            return
         try:
             attempt = await self._attempt(leased)
         except asyncio.CancelledError:
+            self.hosts.done(host, timed_out=False)
             with contextlib.suppress(Exception):
                 async with asyncio.timeout(2.0):
                     await self.leases.outbox.record(leased, "released")
             raise
+        self.hosts.done(host, timed_out=attempt.timed_out)
         wait_s = 0.0
         if attempt.outcome == "retry":
             wait_s = max(self.backoff.wait_s(leased.attempts + 1), attempt.retry_after_s or 0.0)
@@ -207,6 +250,23 @@ class CallbackSender:
         outcome = {"pending": "retrying"}.get(settled, settled)
         metrics.record_callback(outcome, time.monotonic() - started)
         self._log(leased, settled, attempt, wait_s)
+
+    async def _defer(self, leased: Leased, host: str, wait_s: float) -> None:
+        """Give the delivery back unsent, due in ``wait_s``: its host is backed off."""
+        try:
+            await self.leases.outbox.record(leased, "released", wait_ms=round(wait_s * 1000))
+        except Exception as exc:
+            # Not recorded: the lease runs out and it comes due again (at least once).
+            log.warning("job %s: deferring its callback failed: %r", leased.job_id, exc)
+            return
+        metrics.record_callback("deferred", 0.0)
+        log.info(
+            "job %s: %s callback deferred %.1fs: its receiver %s keeps timing out",
+            leased.job_id,
+            leased.event,
+            wait_s,
+            host.split(" ", 1)[1],
+        )
 
     async def _attempt(self, leased: Leased) -> Attempt:
         view = await self.leases.result_of(leased.job_id)

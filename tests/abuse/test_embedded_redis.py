@@ -8,22 +8,31 @@ passed on stdin (never in ``ps`` or on disk) and never logged; data dir 0700 and
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import stat
+import subprocess
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+import httpx
 import pytest
 from redis.asyncio import Redis
 from redis.exceptions import AuthenticationError, OutOfMemoryError, ResponseError
 
 from app.assembly import open_parts
+from app.child import free_loopback_port
 from app.providers.config import ModelConfig, ProviderConfig, ProvidersConfig
-from app.redis_server import DEFAULT_MAXMEMORY_BYTES, EmbeddedRedis
+from app.redis_server import DEFAULT_MAXMEMORY_BYTES, EmbeddedRedis, EmbeddedRedisError
 from app.settings import Settings
+from reprompt_sim.server import SimConfig, serve_in_background
+from tests.waiting import sync_until
+
+ROOT = Path(__file__).resolve().parents[2]
 
 NOWHERE = ProvidersConfig(
     providers={"p": ProviderConfig(kind="openai", base_url="http://127.0.0.1:9/v1")},
@@ -187,3 +196,118 @@ async def test_a_full_store_refuses_a_submission_as_503_store_full(tmp_path: Pat
 async def _submit_until_refused(store: Any, spec: dict[str, Any]) -> None:
     for _ in range(200):
         await store.submit(tenant="acme", spec=spec)
+
+
+# -- a crash of `reprompt serve` (#29) ----------------------------------------------------
+
+
+def _serve(tmp_path: Path, providers: Path) -> tuple[subprocess.Popen[bytes], str]:
+    """``reprompt serve`` on a free loopback port over ``tmp_path/data``; once it is ready."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("REPROMPT_", "REDIS_"))}
+    env |= {
+        "PYTHONUNBUFFERED": "1",
+        "REPROMPT_DATA_DIR": str(tmp_path / "data"),
+        "REPROMPT_PROVIDERS": str(providers),
+        "REPROMPT_LEASE_MS": "3000",
+        "REPROMPT_HEARTBEAT_MS": "500",
+        "REPROMPT_REAP_INTERVAL_MS": "500",
+    }
+    port = free_loopback_port()
+    with (tmp_path / f"serve-{port}.log").open("wb") as log:  # the child has its own copy
+        process = subprocess.Popen(
+            [sys.executable, "-m", "app.cli", "serve", "--port", str(port)],
+            cwd=ROOT,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    url = f"http://127.0.0.1:{port}"
+
+    def ready() -> bool | None:
+        assert process.poll() is None, (tmp_path / f"serve-{port}.log").read_text()
+        with contextlib.suppress(httpx.HTTPError):
+            return httpx.get(f"{url}/readyz", timeout=2).status_code == 200 or None
+        return None
+
+    sync_until(ready, what="reprompt serve to be ready")
+    return process, url
+
+
+def _gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+
+
+@pytest.mark.slow
+def test_after_serve_is_sigkilled_mid_load_the_next_start_runs_every_job(
+    tmp_path: Path,
+) -> None:
+    providers = tmp_path / "providers.toml"
+    with serve_in_background(SimConfig(seed=3, latency_ms=300)) as sim_url:
+        providers.write_text(
+            f'[providers.sim]\nkind = "openai"\nbase_url = "{sim_url}/v1"\n\n'
+            '[models.sim-model]\nprovider = "sim"\nstructured = "prompt"\n'
+        )
+        first, url = _serve(tmp_path, providers)
+        try:
+            body = {"task": "Extract the person.", "signature": "{name :string}"}
+            ids = [httpx.post(f"{url}/v1/jobs", json=body).json()["id"] for _ in range(20)]
+
+            def running() -> bool | None:
+                jobs = httpx.get(f"{url}/v1/jobs", params={"limit": 100}).json()["jobs"]
+                return any(j["status"] == "in_progress" for j in jobs) or None
+
+            sync_until(running, what="jobs in flight")
+            redis_pid = int((tmp_path / "data" / "redis" / "redis.pid").read_text())
+        finally:
+            first.kill()  # SIGKILL: no shutdown hook runs
+            first.wait()
+        # The next start does not wait for anyone to clean up by hand.
+        second, url = _serve(tmp_path, providers)
+        try:
+            assert _gone(redis_pid)  # the orphan is gone (it died with its parent)
+
+            def ended() -> list[str] | None:
+                statuses = [httpx.get(f"{url}/v1/jobs/{i}").json()["status"] for i in ids]
+                terminal = ("succeeded", "failed", "cancelled")
+                return statuses if all(s in terminal for s in statuses) else None
+
+            statuses = sync_until(ended, what="every job to end after the restart")
+            assert len(statuses) == 20  # none lost
+            assert statuses.count("succeeded") == 20
+        finally:
+            second.terminate()
+            second.wait(timeout=60)
+
+
+async def test_a_server_left_by_an_owner_that_is_gone_is_stopped_cleanly_and_replaced(
+    tmp_path: Path,
+) -> None:
+    left = EmbeddedRedis(tmp_path).start()
+    try:
+        client = Redis.from_url(left.url)
+        try:
+            await client.set("queued-job", "kept")  # in the AOF only after a clean shutdown
+        finally:
+            await client.aclose()
+        # Its owner is gone: the pid names another process now (another start time).
+        (tmp_path / "redis" / "owner").write_text(f"{os.getpid()} 1\n")
+        orphan = int((tmp_path / "redis" / "redis.pid").read_text())
+        async with EmbeddedRedis(tmp_path) as again:
+            assert _gone(orphan)
+            client = Redis.from_url(again.url)
+            try:
+                assert await client.get("queued-job") == b"kept"
+            finally:
+                await client.aclose()
+    finally:
+        left.stop()
+
+
+async def test_a_server_whose_owner_is_alive_is_refused_as_before(tmp_path: Path) -> None:
+    async with EmbeddedRedis(tmp_path):
+        with pytest.raises(EmbeddedRedisError, match="another redis-server uses"):
+            EmbeddedRedis(tmp_path).start()

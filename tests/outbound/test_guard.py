@@ -53,6 +53,12 @@ STRICT = Guard(OutboundPolicy())
         ("https://[64:ff9b::7f00:1]/", "loopback address, carried inside an IPv6"),
         ("https://[2002:a9fe:a9fe::]/", "link-local address (where cloud metadata"),  # 6to4
         ("https://[2001:0:4136:e378:8000:63bf:3fff:fdd2]/", "Teredo"),
+        # IPv4-translated (SIIT): ipaddress calls these global.
+        ("https://[::ffff:0:7f00:1]/", "loopback address, carried inside an IPv6"),
+        ("https://[::ffff:0:a9fe:a9fe]/", "link-local address (where cloud metadata"),
+        ("https://[0:0:0:0:ffff:0:10.0.0.1]/", "private address, carried inside an IPv6"),
+        ("https://[5f00::1]/", "SRv6"),
+        ("https://[100:0:0:1::1]/", "dummy"),
         # Spellings getaddrinfo reads as addresses.
         ("https://2130706433/", "loopback"),
         ("https://127.1/", "loopback"),
@@ -194,6 +200,7 @@ async def test_a_name_that_resolves_to_a_private_address_is_refused_without_nami
         (["169.254.169.254"], "link-local"),
         (["2606:4700::1", "fd12::1"], "unique local"),
         (["64:ff9b::a9fe:a9fe"], "link-local"),
+        (["::ffff:0:7f00:1"], "loopback"),
     ],
 )
 async def test_every_resolved_address_is_checked(answer: list[str], why: str) -> None:

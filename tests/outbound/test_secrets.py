@@ -160,3 +160,58 @@ def test_a_file_readable_by_others_is_loaded_with_a_warning(
     secrets_file.chmod(0o644)
     assert ToolSecrets.load(secrets_file).names("acme") == frozenset({"CRM_TOKEN", "REGION"})
     assert "chmod 600" in caplog.text
+
+
+BOUND = f"""
+[tenants.acme]
+CRM_TOKEN = {{ value = "{TOKEN}", hosts = ["crm.example.com", "*.eu.example.com"] }}
+"""
+
+
+@pytest.mark.parametrize(
+    ("host", "allowed"),
+    [
+        ("crm.example.com", True),
+        ("CRM.Example.com.", True),
+        ("api.eu.example.com", True),
+        ("eu.example.com", False),  # *.domain is its subdomains only
+        ("crm.example.com.evil.net", False),
+        ("evilcrm.example.com", False),
+        ("attacker.example.net", False),
+    ],
+)
+def test_a_bound_secret_goes_only_to_its_hosts(host: str, allowed: bool) -> None:
+    secrets = ToolSecrets(None, parse(BOUND.encode()))
+    headers = {"Authorization": "Bearer {{secret:CRM_TOKEN}}"}
+    problem = secrets.check_headers(headers, "acme", host=host)
+    assert (problem is None) is allowed, problem
+    if allowed:
+        assert secrets.render_headers(headers, "acme", host=host).secrets == (TOKEN,)
+    else:
+        assert problem is not None
+        assert "'CRM_TOKEN' is not for" in problem
+        assert TOKEN not in problem
+        with pytest.raises(UnknownSecret, match="is not for"):
+            secrets.render_headers(headers, "acme", host=host)
+
+
+@pytest.mark.parametrize(
+    ("entry", "why"),
+    [
+        ('{ value = "v", hosts = [] }', "hosts must be a list"),
+        ('{ value = "v" }', "hosts must be a list"),
+        ('{ value = "v", hosts = ["a b"] }', "not a host name"),
+        ('{ value = "v", hosts = ["x.com"], extra = 1 }', "unknown keys"),
+        ('{ hosts = ["x.com"] }', "non-empty string"),
+        ('"caf\\u00e9"', "non-ASCII"),
+    ],
+)
+def test_bad_bound_secrets_are_refused_with_the_reason(entry: str, why: str) -> None:
+    with pytest.raises(ValueError, match=why):
+        parse(f"[tenants.acme]\nX = {entry}\n".encode())
+
+
+def test_unbound_secrets_are_warned_about(caplog: pytest.LogCaptureFixture) -> None:
+    parse(FILE.encode())
+    assert "may be sent to any host" in caplog.text
+    assert TOKEN not in caplog.text

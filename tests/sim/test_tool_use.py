@@ -384,7 +384,9 @@ def test_requests_endpoint_lists_what_each_request_offered() -> None:
         cleared = http.delete("/sim/requests")
         after = http.get("/sim/requests").json()
 
-    assert entries == [
+    # What the model was given after its last turn: here the task, on the first request.
+    assert entries[0]["recentMessages"][0].startswith("Journal. [[sim")
+    assert [{k: v for k, v in e.items() if k != "recentMessages"} for e in entries] == [
         {
             "seq": 1,
             "api": "openai",

@@ -41,11 +41,11 @@ async def outbound(tmp_path: Path) -> AsyncIterator[Outbound]:
         yield built
 
 
-async def ended(store: Store, url: str, count: int = 1) -> list[str]:
+async def ended(store: Store, url: str, count: int = 1, tenant: str = TENANT) -> list[str]:
     """``count`` jobs with a callback to ``url``, each claimed and committed."""
     ids = []
     for _ in range(count):
-        view, _ = await store.submit(tenant=TENANT, spec=SPEC | {"callback": {"url": url}})
+        view, _ = await store.submit(tenant=tenant, spec=SPEC | {"callback": {"url": url}})
         (claim,) = await store.claim("w", 1)
         assert claim.job_id == view.id
         ok = await store.complete(
@@ -56,10 +56,10 @@ async def ended(store: Store, url: str, count: int = 1) -> list[str]:
     return ids
 
 
-async def states(store: Store, ids: list[str]) -> list[str]:
+async def states(store: Store, ids: list[str], tenant: str = TENANT) -> list[str]:
     out: list[str] = []
     for job_id in ids:
-        view = await store.get(job_id, tenant=TENANT)
+        view = await store.get(job_id, tenant=tenant)
         assert view is not None
         assert view.callback is not None
         out += [d.state for d in view.callback.deliveries]
@@ -83,14 +83,18 @@ async def test_the_sender_keeps_to_its_concurrency(
         return Reply(200)
 
     receiver.script(slow)
-    ids = await ended(store, receiver.url, count=6)
+    # Two tenants: each may hold its share (one of two slots); both run at once.
+    ids = await ended(store, receiver.url, count=3)
+    others = await ended(store, receiver.url, count=3, tenant="other")
     sender = CallbackSender(store, outbound, worker_settings(callback_concurrency=2))
     stop = asyncio.Event()
     task = asyncio.create_task(sender.run(stop))
     try:
 
         async def all_delivered() -> bool:
-            return await states(store, ids) == ["delivered"] * 6
+            mine = await states(store, ids)
+            theirs = await states(store, others, "other")
+            return mine + theirs == ["delivered"] * 6
 
         await eventually(all_delivered, what="every callback to be delivered")
     finally:

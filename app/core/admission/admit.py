@@ -5,7 +5,7 @@
         caps=settings,                           # Caps: the REPROMPT_MAX_* sizes and depths
         models=router,                           # Models: which models and routes exist
         check_url=guard.check_url,               # the outbound guard: why not, or None
-        check_headers=lambda h: secrets.check_headers(h, tenant),
+        check_headers=lambda h, url: secrets.check_headers(h, tenant, host=host_of(url)),
     )
 
 Raises ``InvalidInput`` naming the field, ``InvalidFields`` when several are wrong (each
@@ -27,8 +27,9 @@ from app.core.wire.spec import JobSpec
 
 # Why the service may not call a URL (the outbound guard, no DNS yet), None when it may.
 CheckUrl = Callable[[str], str | None]
-# Why a tool's headers are refused (a secret the tenant does not have), None when they pass.
-CheckHeaders = Callable[[Mapping[str, str] | None], str | None]
+# Why a tool's headers are refused for its URL (a secret the tenant does not have, or one
+# the operator bound to other hosts), None when they pass.
+CheckHeaders = Callable[[Mapping[str, str] | None, str], str | None]
 
 
 class Models(Protocol):
@@ -91,13 +92,13 @@ def _check_urls(
     """Every URL the service would call passes the outbound guard (no DNS yet).
 
     HTTP tools, webhook validators, the callback; a tool's headers name only the tenant's
-    own secrets.
+    own secrets, each bound to (or not bound away from) the tool's host.
     """
     found: list[tuple[str, str | None]] = []
     for i, tool in enumerate(spec.tools):
         if tool.url is not None:
             found.append((f"tools[{i}].url", check_url(tool.url)))
-            found.append((f"tools[{i}].headers", check_headers(tool.headers)))
+            found.append((f"tools[{i}].headers", check_headers(tool.headers, tool.url)))
     for i, validator in enumerate(spec.validators):
         if validator.kind == "webhook" and validator.url is not None:
             found.append((f"validators[{i}].url", check_url(validator.url)))

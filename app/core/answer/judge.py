@@ -16,6 +16,7 @@ from typing import Any, Final
 
 from app.core.answer.check import check_answer
 from app.core.answer.finding import Finding
+from app.core.answer.quote import quoted
 from app.core.schema.steps import own_budget, steps_for
 from app.core.turn.model import LLMResponse, Message
 from app.core.turn.prompting import show_input
@@ -81,4 +82,8 @@ def judge_finding(validator: ValidatorSpec, response: LLMResponse) -> Finding:
     )
     if passed:
         return True, None
-    return False, f"a reviewer graded the answer {grade['score']}/5 against the rubric: {reason}"
+    source = f"the judge model {validator.model or ''}".rstrip()
+    return False, (
+        f"{source} graded the answer {grade['score']}/5 against the rubric.\n"
+        + quoted(f"{source}", reason)
+    )

@@ -11,6 +11,7 @@ from typing import Any
 
 from app.core.answer.finding import Finding
 from app.core.answer.judge import JUDGE_OUTPUT_TOKENS, JUDGE_SCHEMA, judge_finding, judge_messages
+from app.core.answer.quote import quoted, url_host
 from app.core.turn.budget import Limits, estimate_tokens
 from app.core.turn.model import LLMRequest, LLMResponse, Message, ModelClient
 from app.core.turn.runtime import Runtime
@@ -33,7 +34,13 @@ class ValidatorHooks:
     async def webhook(self, spec: ValidatorSpec, value: Any) -> Finding:
         if self.runtime.webhook is None:
             raise ValidatorUnavailable("webhook validators are not available here")
-        return await self.runtime.webhook(spec, value, self.state.rejected + 1)
+        ok, said = await self.runtime.webhook(spec, value, self.state.rejected + 1)
+        if ok:
+            return True, None
+        source = f"the webhook validator at {url_host(spec.url)}"
+        if not said:
+            return False, f"{source} rejected the answer without giving a reason"
+        return False, quoted(source, said)
 
     async def judge(self, spec: ValidatorSpec, value: Any) -> Finding:
         """A configured model grades the candidate against the rubric."""

@@ -2,7 +2,8 @@
 -- token: a sender whose lease ended and was taken by another (or redelivered) records
 -- nothing.
 -- Sent: app/store/protocol.py's OutboxKeys, DeliveryRecordArgs. ``outcome``: delivered |
--- retry | failed | superseded | released (not sent: due now, no attempt counted).
+-- retry | failed | superseded | released (not sent: due after ``wait_ms``, no attempt
+-- counted; a sender backing off a receiver host that keeps timing out defers so, #29).
 -- Returns the delivery's state after (pending | delivered | failed | superseded), 'stale'
 -- or 'gone' (the job expired)
 local outbox = unpack(KEYS)
@@ -21,7 +22,7 @@ end
 d.lease = nil
 local now = now_ms()
 if outcome == 'released' then
-  d.due = now
+  d.due = now + tonumber(wait_ms)
 elseif outcome == 'superseded' then
   d.state = 'superseded'
 else

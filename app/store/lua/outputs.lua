@@ -3,7 +3,9 @@
 -- checkpoint. The same body again (a retried POST) answers 'existing'; another body, or a
 -- job that is not waiting for this pause's outputs, 'state'.
 -- Sent: app/store/protocol.py's OutputsKeys, OutputsArgs.
--- Returns {'queued'} | {'existing'} | {'missing'} | {'state', status}
+-- Past the pause's expiresAt (its score in ``actions``) the outputs are refused at once,
+-- 'expired', even before the reaper's next pass requeues the job without them.
+-- Returns {'queued'} | {'existing'} | {'missing'} | {'state', status} | {'expired'}
 local job, tenant_queue, ring, actions = unpack(KEYS)
 local id, tenant, outputs, digest, pause, outputs_event, queued_result, work_channel, shard,
   events_channel = unpack(ARGV)
@@ -17,6 +19,10 @@ if string.find(' ' .. answered .. ' ', ' ' .. digest .. ' ', 1, true) then
 end
 if f[1] ~= 'requires_action' or f[5] ~= pause then
   return {'state', f[1]}
+end
+local due = redis.call('ZSCORE', actions, id)
+if due and tonumber(due) <= now_ms() then
+  return {'expired'}
 end
 -- The digests of accepted bodies, one per pause (a job pauses at most once per work turn).
 if answered ~= '' then

@@ -53,7 +53,7 @@ def no_private_hosts(url: str) -> str | None:
     return "the host is a private address" if "10.0.0.1" in url else None
 
 
-def own_secrets(headers: Mapping[str, str] | None) -> str | None:
+def own_secrets(headers: Mapping[str, str] | None, url: str) -> str | None:
     text = " ".join((headers or {}).values())
     return "names a secret this tenant does not have" if "{{secret:OTHER}}" in text else None
 
