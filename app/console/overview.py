@@ -16,6 +16,7 @@ from typing import Final
 
 from app.api.resources import Resources
 from app.console.shown import REJECTED
+from app.console.shown import money as format_money
 from app.console.table import Filters, page
 
 SAMPLE: Final = 500
@@ -53,7 +54,7 @@ def bars(counts: dict[str, float], money: bool = False) -> list[Bar]:
         Bar(
             label,
             value,
-            f"${value:.4f}" if money else f"{value:g}",
+            format_money(value) if money else f"{value:g}",
             round(100 * value / top, 1),
         )
         for label, value in ordered

@@ -21,7 +21,7 @@ import httpx
 import pytest
 
 from app.assembly import api_app
-from app.providers.config import ProvidersConfig
+from app.providers.config import ModelConfig, ProviderConfig, ProvidersConfig
 from app.settings import Settings
 from tests.service import KEYS, api_keys, serve, settings_for
 
@@ -30,8 +30,21 @@ SIGNINS_PER_MINUTE = 1000  # the rate limit's own test starts an instance with a
 
 
 @pytest.fixture(scope="session")
-def console(redis_url: str, data_dir: Path, providers: ProvidersConfig) -> Iterator[str]:
-    app = api_app(console_settings(redis_url, data_dir), embedded_worker=True, providers=providers)
+def priced(sim_url: str) -> ProvidersConfig:
+    """The simulator as a model with a price, so pages show costs."""
+    model = ModelConfig(
+        provider="sim", structured="prompt", input_usd_per_mtok=2.5, output_usd_per_mtok=10.0
+    )
+    return ProvidersConfig(
+        default="sim-model",
+        providers={"sim": ProviderConfig(kind="openai", base_url=f"{sim_url}/v1")},
+        models={"sim-model": model},
+    )
+
+
+@pytest.fixture(scope="session")
+def console(redis_url: str, data_dir: Path, priced: ProvidersConfig) -> Iterator[str]:
+    app = api_app(console_settings(redis_url, data_dir), embedded_worker=True, providers=priced)
     with serve(app) as url:
         yield url
 

@@ -1,0 +1,69 @@
+"""The console's pages over HTTP: the overview's numbers, redelivery, the settings."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from pydantic import ValidationError
+
+from app.console.shown import cut
+from app.console.table import Filters
+from app.settings import Settings
+from tests.console.fixtures import SignedIn, api, csrf_of
+from tests.service import KEYS, finished, scripted
+
+
+def test_the_overview_counts_what_the_tenant_ran(console: str, signed_in: SignedIn) -> None:
+    with api(console, "bob") as bob:
+        jobs = [
+            bob.post("/v1/jobs", json=scripted("Overview", script)).json()["id"]
+            for script in (["ok"], ["refusal"])
+        ]
+        for job_id in jobs:
+            finished(bob, job_id)
+    page = signed_in(KEYS["bob"]).get("/console/overview").text
+    assert re.search(r'<span class="big">\d+%</span> success rate', page)
+    assert "llm-refusal" in page  # re-asks or failures by error code
+    assert "Cost by model" in page
+    assert "queued now" not in page  # the queue is every tenant's: operators only
+
+
+def test_redeliver_without_a_callback_says_so(console: str, signed_in: SignedIn) -> None:
+    with api(console, "alice") as alice:
+        job_id = alice.post("/v1/jobs", json=scripted("No callback", ["ok"])).json()["id"]
+        finished(alice, job_id)
+    http = signed_in(KEYS["alice"])
+    token = csrf_of(http.get(f"/console/jobs/{job_id}").text)
+    response = http.post(f"/console/jobs/{job_id}/redeliver", data={"csrf": token})
+    assert response.status_code == 303
+    assert "Nothing+to+redeliver" in response.headers["location"]
+    assert "Nothing to redeliver" in http.get(response.headers["location"]).text
+
+
+def test_operator_keys_must_be_sha256_digests() -> None:
+    with pytest.raises(ValidationError, match="console_operator_keys"):
+        Settings.model_validate({"console_operator_keys": "not-a-digest"})
+    listed = {"console_operator_keys": "a" * 64 + ", " + "b" * 64}  # as the environment has it
+    assert Settings.model_validate(listed).console_operator_keys == [
+        "a" * 64,
+        "b" * 64,
+    ]
+    with pytest.raises(ValidationError, match="console_session_ttl_s"):
+        Settings(console_session_ttl_s=5)
+
+
+def test_filters_are_bounded_and_unknown_values_dropped() -> None:
+    filters = Filters.parse(
+        {"status": "nope", "model": "m" * 10_000, "since": "2026-11-28T05:00", "until": "x"}
+    )
+    assert filters.status == ""
+    assert len(filters.model) == 200
+    assert filters.since == "2026-11-28T05:00"
+    assert filters.until == ""
+    assert filters.query() == {"model": "m" * 200, "since": "2026-11-28T05:00"}
+
+
+def test_long_text_is_cut_with_a_note() -> None:
+    assert cut("abc", 5) == "abc"
+    assert cut("abcdefgh", 5) == "abcde\n… (3 more characters not shown)"
