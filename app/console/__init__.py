@@ -25,7 +25,7 @@ STATIC = Path(__file__).parent / "static"
 def install(app: FastAPI) -> None:
     """Mount the console's pages, assets and headers on ``app``."""
     app.include_router(router)
-    app.mount("/console/static", StaticFiles(directory=STATIC), name="console-static")
+    assets = SecurityHeaders(StaticFiles(directory=STATIC))
+    app.mount("/console/static", assets, name="console-static")
     app.add_exception_handler(SignInNeeded, signin_needed)
     app.add_exception_handler(Forbidden, forbidden)
-    app.add_middleware(SecurityHeaders)

@@ -41,6 +41,7 @@ from app.console.access import (
     signed_in,
     who_is,
 )
+from app.console.headers import ConsoleRoute, secure
 from app.console.overview import overview
 from app.console.table import Filters, page, visible
 from app.core.wire.errors import InvalidInput, RepromptError
@@ -48,7 +49,7 @@ from app.core.wire.spec import JobSpec
 from app.store import STATUSES, JobView, NoDelivery
 from app.store.records import Event
 
-router = APIRouter(prefix="/console", include_in_schema=False)
+router = APIRouter(prefix="/console", include_in_schema=False, route_class=ConsoleRoute)
 
 MAX_FORM_BYTES: Final = 2 * 1024 * 1024
 LIVE_BLOCK_MS: Final = 15_000
@@ -347,13 +348,15 @@ async def overview_page(request: Request) -> Response:
 def signin_needed(request: Request, exc: Exception) -> Response:
     """No session: pages go to sign-in; fragments and streams get a bare 401."""
     if request.method == "GET" and not request.url.path.endswith(("/rows", "/live")):
-        return RedirectResponse("/console/signin", status_code=303)
-    return Response("sign in again", status_code=401, media_type="text/plain")
+        return secure(RedirectResponse("/console/signin", status_code=303))
+    return secure(Response("sign in again", status_code=401, media_type="text/plain"))
 
 
 def forbidden(request: Request, exc: Exception) -> Response:
-    return Response(
-        "this action needs the page's CSRF token, sent from this site",
-        status_code=403,
-        media_type="text/plain",
+    return secure(
+        Response(
+            "this action needs the page's CSRF token, sent from this site",
+            status_code=403,
+            media_type="text/plain",
+        )
     )

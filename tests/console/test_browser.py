@@ -168,6 +168,26 @@ def test_cancel_from_the_job_page(browser: Browser, console: str, tabs: list[Tab
     assert not tab.alarms
 
 
+def test_a_running_job_page_follows_its_events(
+    browser: Browser, console: str, tabs: list[Tab]
+) -> None:
+    with api(console, "alice") as alice:
+        job = alice.post("/v1/jobs", json=tool_job("Follow me", 1)).json()
+        tab = open_tab(tabs, browser, console, KEYS["alice"])
+        page = tab.go(f"/console/jobs/{job['id']}")
+        expect(page.get_by_test_id("status")).to_have_text("requires_action")
+        expect(page.get_by_role("heading", name="Waiting for tool outputs")).to_be_visible()
+        waiting = alice.get(f"/v1/jobs/{job['id']}").json()
+        calls = waiting["requiredAction"]["toolCalls"]
+        outputs = [{"toolCallId": call["id"], "output": {"n": 1}} for call in calls]
+        answered = alice.post(f"/v1/jobs/{job['id']}/tool-outputs", json={"outputs": outputs})
+        assert answered.status_code == 200, answered.text
+    # The page redraws itself from the job's events (SSE): no reload.
+    expect(page.get_by_test_id("status")).to_have_text("succeeded")
+    expect(page.locator("li.turn")).to_have_count(2)
+    assert not tab.alarms
+
+
 def test_another_tenant_sees_no_such_job(browser: Browser, console: str, tabs: list[Tab]) -> None:
     with api(console, "alice") as alice:
         job = alice.post("/v1/jobs", json=scripted("Alice's", ["ok"])).json()
