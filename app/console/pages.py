@@ -223,9 +223,22 @@ async def job_live(request: Request, job_id: str) -> Response:
     job = await find(res, viewer, job_id)
     if job is None:
         return _missing(request, viewer, job_id)
+    with res.fairness.waiting(job.tenant):  # 429 now if the tenant holds too many open
+        pass
     return EventSourceResponse(
-        _live(request, res, viewer, job), ping=15, headers={"Cache-Control": "no-store"}
+        _held(res, job.tenant, _live(request, res, viewer, job)),
+        ping=15,
+        headers={"Cache-Control": "no-store"},
     )
+
+
+async def _held(
+    res: Resources, tenant: str, stream: AsyncIterator[ServerSentEvent]
+) -> AsyncIterator[ServerSentEvent]:
+    """The stream, counted among the tenant's open waits (as the API's event streams)."""
+    with res.fairness.waiting(tenant):
+        async for event in stream:
+            yield event
 
 
 async def _live(

@@ -122,11 +122,13 @@ async def page(
     shown: list[JobView] = []
     below = cursor
     scanned = 0
+    # Unfiltered, one page's worth (and one more) is all a tenant's list needs to give.
+    reads = limit + 1 if not filters.query() else _BATCH
     while tenants:
         batch: list[JobView] = []
         frontier: str | None = None
         for tenant in tenants:
-            jobs, more = await store.list(tenant=tenant, cursor=below, limit=_BATCH)
+            jobs, more = await store.list(tenant=tenant, cursor=below, limit=reads)
             batch.extend(jobs)
             if more is not None and jobs and (frontier is None or jobs[-1].id > frontier):
                 frontier = jobs[-1].id

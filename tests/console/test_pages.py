@@ -10,7 +10,7 @@ from pydantic import ValidationError
 from app.console.shown import cut
 from app.console.table import Filters
 from app.settings import Settings
-from tests.console.fixtures import SignedIn, api, csrf_of
+from tests.console.fixtures import OPERATOR_KEY, SignedIn, api, csrf_of
 from tests.service import KEYS, finished, scripted
 
 
@@ -67,3 +67,32 @@ def test_filters_are_bounded_and_unknown_values_dropped() -> None:
 def test_long_text_is_cut_with_a_note() -> None:
     assert cut("abc", 5) == "abc"
     assert cut("abcdefgh", 5) == "abcde\n… (3 more characters not shown)"
+
+
+def _ids(html: str) -> list[str]:
+    return re.findall(r'<tr class="status-[a-z_]+" data-job="(job_[a-z0-9]+)"', html)
+
+
+def _older(html: str) -> str | None:
+    found = re.search(r'<a href="([^"]+)" rel="next">', html)
+    return found.group(1).replace("&amp;", "&") if found else None
+
+
+def test_pages_of_every_tenant_follow_each_other_newest_first(
+    console: str, signed_in: SignedIn
+) -> None:
+    with api(console, "alice") as alice, api(console, "bob") as bob:
+        for i in range(14):
+            for http in (alice, bob):
+                http.post("/v1/jobs", json=scripted(f"Page {i}", ["ok"]))
+        expected = sorted(
+            [job["id"] for job in alice.get("/v1/jobs", params={"limit": 60}).json()["jobs"]]
+            + [job["id"] for job in bob.get("/v1/jobs", params={"limit": 60}).json()["jobs"]],
+            reverse=True,
+        )[:50]
+    operator = signed_in(OPERATOR_KEY)
+    first = operator.get("/console/jobs").text
+    older = _older(first)
+    assert older is not None
+    second = operator.get(older).text
+    assert _ids(first) + _ids(second) == expected
