@@ -96,3 +96,23 @@ def test_pages_of_every_tenant_follow_each_other_newest_first(
     assert older is not None
     second = operator.get(older).text
     assert _ids(first) + _ids(second) == expected
+
+
+def test_operators_see_the_queue_and_the_circuits(console: str, signed_in: SignedIn) -> None:
+    with api(console, "alice") as alice:
+        finished(alice, alice.post("/v1/jobs", json=scripted("Circuit", ["ok"])).json()["id"])
+    page = signed_in(OPERATOR_KEY).get("/console/overview").text
+    assert "queued now (every tenant)" in page
+    assert "sim/sim-model" in page  # the circuit of the model this process called
+    assert "of every tenant" in page
+
+
+def test_created_time_filters(console: str, signed_in: SignedIn) -> None:
+    with api(console, "alice") as alice:
+        job_id = alice.post("/v1/jobs", json=scripted("Created", ["ok"])).json()["id"]
+        created = alice.get(f"/v1/jobs/{job_id}").json()["createdAt"][:16]
+    http = signed_in(KEYS["alice"])
+    assert job_id in http.get("/console/jobs/rows", params={"since": created}).text
+    assert job_id not in http.get("/console/jobs/rows", params={"until": created}).text
+    assert job_id not in http.get("/console/jobs/rows", params={"since": "2999-01-01T00:00"}).text
+    assert job_id in http.get("/console/jobs/rows", params={"until": "2999-01-01T00:00"}).text
