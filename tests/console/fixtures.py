@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import re
 import uuid
@@ -26,6 +27,7 @@ from app.settings import Settings
 from tests.service import KEYS, api_keys, serve, settings_for
 
 OPERATOR_KEY = "operator-secret-key"
+WEBHOOK_SECRET = "whsec_" + base64.b64encode(b"console-callback-secret-32-bytes").decode()
 SIGNINS_PER_MINUTE = 1000  # the rate limit's own test starts an instance with a small one
 
 
@@ -60,6 +62,11 @@ def console_settings(redis_url: str, data_dir: Path, **overrides: Any) -> Settin
         "max_turns": 50,
         "max_return_retries": 20,
         "console_signins_per_minute": SIGNINS_PER_MINUTE,
+        # Callbacks to receivers on loopback (the redelivery test).
+        "outbound_allow": ["127.0.0.1"],
+        "callback_backoff_ms": 20,
+        "callback_max_backoff_s": 1,
+        "webhook_secrets": f"alice={WEBHOOK_SECRET}",
         **overrides,
     }
     return settings_for(redis_url, data_dir, **values)

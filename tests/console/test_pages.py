@@ -10,8 +10,11 @@ from pydantic import ValidationError
 from app.console.shown import cut
 from app.console.table import Filters
 from app.settings import Settings
+from tests.api.test_callbacks import delivery
 from tests.console.fixtures import OPERATOR_KEY, SignedIn, api, csrf_of
+from tests.outbound.receiver import Receiver, Reply
 from tests.service import KEYS, finished, scripted
+from tests.waiting import sync_until
 
 
 def test_the_overview_counts_what_the_tenant_ran(console: str, signed_in: SignedIn) -> None:
@@ -116,3 +119,30 @@ def test_created_time_filters(console: str, signed_in: SignedIn) -> None:
     assert job_id not in http.get("/console/jobs/rows", params={"until": created}).text
     assert job_id not in http.get("/console/jobs/rows", params={"since": "2999-01-01T00:00"}).text
     assert job_id in http.get("/console/jobs/rows", params={"until": "2999-01-01T00:00"}).text
+
+
+def test_redeliver_from_the_page_sends_the_callback_again(
+    console: str, signed_in: SignedIn
+) -> None:
+    with Receiver() as receiver:
+        receiver.script(Reply(200), Reply(200))
+        spec = scripted("Callback", ["ok"]) | {"callback": {"url": f"{receiver.url}/hook"}}
+        with api(console, "alice") as alice:
+            job_id = alice.post("/v1/jobs", json=spec).json()["id"]
+            delivery(alice, job_id, "succeeded", "delivered")
+            http = signed_in(KEYS["alice"])
+            page = http.get(f"/console/jobs/{job_id}").text
+            assert "Callback deliveries" in page
+            assert f"{receiver.url}/hook" in page
+            response = http.post(f"/console/jobs/{job_id}/redeliver", data={"csrf": csrf_of(page)})
+            assert response.status_code == 303
+            assert "queued+to+be+sent+again" in response.headers["location"]
+            again = sync_until(
+                lambda: (
+                    (d := delivery(alice, job_id, "succeeded", "delivered"))["redeliveries"] == 1
+                    and d["attempts"] >= 2
+                ),
+                what="the redelivered callback",
+            )
+            assert again
+        assert len(receiver.seen) == 2
