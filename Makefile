@@ -6,7 +6,7 @@ EXTRAS ?= dev,local,sim
 # Every dependency at the version CI and the images use; pyproject.toml keeps ranges.
 LOCK := requirements.lock
 
-.PHONY: install test test-fast test-latest test-oldest lint typecheck fmt demo serve sim openapi lock bench bench-quick clean
+.PHONY: console-screenshots install test test-fast test-latest test-oldest lint typecheck fmt demo serve sim openapi lock bench bench-quick clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -59,6 +59,10 @@ _deps-venv:
 	  --resolution $(RESOLUTION) --constraint $(DEPS_VENV)-$(RESOLUTION)/llama.txt -e ".[$(EXTRAS)]"
 	$(DEPS_VENV)-$(RESOLUTION)/bin/uv pip freeze --python $(DEPS_VENV)-$(RESOLUTION)/bin/python \
 	  > $(DEPS_VENV)-$(RESOLUTION)/versions.txt
+
+## console-screenshots: docs/console/*.png and docs/console-render.json, from the browser tests
+console-screenshots:
+	REPROMPT_SCREENSHOTS=1 $(BIN)/pytest -q -p no:randomly tests/console/test_browser.py
 
 lint:
 	$(BIN)/ruff check .

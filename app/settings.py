@@ -106,6 +106,22 @@ class Settings(BaseSettings):
         "of the service authenticates callers).",
     )
 
+    # The console (#32: docs/console.md): web pages at /console over the same jobs.
+    console: bool = Field(
+        default=True, description="Serve the web console at /console (false: not mounted)."
+    )
+    console_operator_keys: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="Comma-separated sha256hex of each operator key: signed in with one, "
+        "the console shows every tenant's jobs.",
+    )
+    console_session_ttl_s: int = Field(
+        default=8 * 3600, ge=60, le=7 * 24 * 3600, description="How long a sign-in lasts."
+    )
+    console_signins_per_minute: int = Field(
+        default=10, ge=1, le=10_000, description="Sign-in attempts per client address a minute."
+    )
+
     # Workers and the queue.
     worker_concurrency: int = Field(default=32, ge=1, le=10_000)
     worker_metrics_port: int = Field(default=9101, ge=0, le=65535)
@@ -318,6 +334,23 @@ class Settings(BaseSettings):
             if not tenant or len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest):
                 raise ValueError(
                     "each entry is tenant:sha256hex (64 lowercase hex digits of the key's SHA-256)"
+                )
+        return value
+
+    @field_validator("console_operator_keys", mode="before")
+    @classmethod
+    def _split_operator_keys(cls, value: object) -> object:
+        if isinstance(value, str):
+            return [part.strip() for part in value.split(",") if part.strip()]
+        return value
+
+    @field_validator("console_operator_keys")
+    @classmethod
+    def _operator_digests(cls, value: list[str]) -> list[str]:
+        for digest in value:
+            if len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest):
+                raise ValueError(
+                    "each entry is the 64 lowercase hex digits of an operator key's SHA-256"
                 )
         return value
 

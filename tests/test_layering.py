@@ -128,6 +128,8 @@ def _layer(module: str) -> str:
         return "cli"
     if parts[1] in ("core", "providers", "store", "api", "outbound"):
         return parts[1]
+    if parts[1] == "console":  # the web console: the API's pages, in its layer (#32)
+        return "api"
     layers = {"worker": "worker", "assembly": "assembly", "cli": "cli"}
     return layers.get(parts[1], "base")
 

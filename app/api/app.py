@@ -19,7 +19,7 @@ from fastapi.openapi.models import Schema
 from fastapi.openapi.utils import get_openapi
 from pydantic import BaseModel
 
-from app import __version__
+from app import __version__, console
 from app.api import callbacks, events, jobs, problems, system
 from app.api.events import SSE_EVENTS
 from app.api.limits import BodyLimit
@@ -67,6 +67,8 @@ def create_app(
     app.include_router(callbacks.router)
     app.include_router(events.router)
     app.include_router(system.router)
+    if settings.console:
+        console.install(app)  # #32: the web console at /console (docs/console.md)
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:

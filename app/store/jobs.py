@@ -38,6 +38,7 @@ from app.store.protocol import (
     StatsKeys,
 )
 from app.store.records import JobView, StoredOutputs, event_json, text
+from app.store.sessions import ConsoleSessions
 from app.store.submitting import Submitting, body_digest
 
 __all__ = ["STATUSES", "JobStore", "body_digest", "outputs_digest"]
@@ -156,6 +157,21 @@ class JobStore(Submitting, Listing):
             depth += int(queued)
             oldest_ms = max(oldest_ms, int(age_ms))
         return depth, oldest_ms / 1000
+
+    @edge
+    async def spec(self, job_id: str, *, tenant: str) -> str | None:
+        """The job's spec as submitted (JSON text), None when not the tenant's (the console's
+        "run again")."""
+        if not is_job_id(job_id):
+            return None
+        spec, owner = await self._redis.hmget(self.shard_of(job_id).job(job_id), ["spec", "tenant"])
+        if spec is None or owner is None or text(owner) != tenant:
+            return None
+        return text(spec)
+
+    def console_sessions(self) -> ConsoleSessions:
+        """The console's sign-in sessions, on this store's Redis."""
+        return ConsoleSessions(self._redis, self.keys)
 
     async def ping(self) -> bool:
         """Whether Redis answers; on a cluster, whether every master does (each holds

@@ -21,6 +21,8 @@ spread over the slot space so any number of masters shares them::
     keys.channel("work")           # rp:work                 pub/sub: a job was queued on shard n
     keys.channel("outbox")         # rp:outbox               pub/sub: a callback is due (job id)
     keys.wake_channel(token)       # rp:work:<token>         pub/sub: one worker's own wake-ups
+    keys.console_session(d)        # rp:console:session:<d>  a sign-in (d: sha256 of its token)
+    keys.console_signins(d)        # rp:console:signins:<d>  sign-ins this minute (d: of address)
 
 A callback delivery's state is a field of its job's hash (``cb:<event>``), so it lives and
 expires with the job. The Lua library ``lua/outbox.lua`` derives the outbox key and channel
@@ -160,6 +162,14 @@ class Keys:
             return fallback % self.shards
         digest = hashlib.sha256(f"{tenant}\0{idempotency_key}".encode()).digest()
         return int.from_bytes(digest[:4], "big") % self.shards
+
+    # The console's (#32): sign-in sessions and sign-in attempts, by a digest (never the
+    # session token or the client address itself).
+    def console_session(self, digest: str) -> str:
+        return f"{self.prefix}:console:session:{digest}"
+
+    def console_signins(self, digest: str) -> str:
+        return f"{self.prefix}:console:signins:{digest}"
 
 
 def idempotency_digest(key: str) -> str:

@@ -107,6 +107,11 @@ class Listing(Role):
             below = ids[-1]
 
 
+def cursor_after(job_id: str) -> str:
+    """The cursor of the page after ``job_id`` (a page across tenants: the console's)."""
+    return _encode_cursor(job_id)
+
+
 def _encode_cursor(job_id: str) -> str:
     return base64.urlsafe_b64encode(job_id.encode()).decode().rstrip("=")
 
