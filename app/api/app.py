@@ -20,7 +20,7 @@ from fastapi.openapi.utils import get_openapi
 from pydantic import BaseModel
 
 from app import __version__
-from app.api import callbacks, events, jobs, problems, system
+from app.api import batches, callbacks, events, jobs, problems, system
 from app.api.events import SSE_EVENTS
 from app.api.limits import BodyLimit
 from app.api.resources import Resources
@@ -62,8 +62,9 @@ def create_app(
         generate_unique_id_function=lambda route: route.name,
     )
     problems.install(app)
-    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
+    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes, own_cap=batches.OWN_BODY_CAP)
     app.include_router(jobs.router)
+    app.include_router(batches.router)
     app.include_router(callbacks.router)
     app.include_router(events.router)
     app.include_router(system.router)
