@@ -128,7 +128,8 @@ def _layer(module: str) -> str:
         return "cli"
     if parts[1] in ("core", "providers", "store", "api", "outbound"):
         return parts[1]
-    layers = {"worker": "worker", "assembly": "assembly", "cli": "cli"}
+    # app/batches (#30): the batch runner, a worker of its own kind.
+    layers = {"worker": "worker", "batches": "worker", "assembly": "assembly", "cli": "cli"}
     return layers.get(parts[1], "base")
 
 

@@ -198,6 +198,7 @@ class BatchRunner:
                     batch_id,
                     {"phase": "submitting", "round": str(round_no), "roundToken": token},
                 )
+            log.info("batch %s: round %d submitting (%d lines)", batch_id, round_no, lines)
             provider_id = await api.submit(path, token=token)
         # Stored first, before anything else: a lost worker's successor polls this batch.
         await store.update(batch_id, {"providerBatchId": provider_id, "phase": "poll"})
