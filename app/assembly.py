@@ -311,7 +311,7 @@ def api_app(
                         tracing=parts.tracing,
                     )
                     await stack.enter_async_context(_running(worker))
-                    await stack.enter_async_context(_batch_runner(parts))
+                    await stack.enter_async_context(_batch_runner(parts, worker))
             yield Resources(
                 settings=settings,
                 keys=settings.keys,
@@ -426,17 +426,21 @@ async def _worker_process(settings: Settings) -> int:
         worker = Worker(
             parts.leases, parts.router, settings, outbound=parts.outbound, tracing=parts.tracing
         )
-        await stack.enter_async_context(_batch_runner(parts))
+        await stack.enter_async_context(_batch_runner(parts, worker))
         await worker.run(stop)
     return 0
 
 
 @asynccontextmanager
-async def _batch_runner(parts: Parts) -> AsyncIterator[None]:
-    """Batches (#30): the batch runner beside the worker, stopped before it."""
+async def _batch_runner(parts: Parts, worker: Worker) -> AsyncIterator[None]:
+    """Batches (#30): the batch runner beside the worker, stopped before it; batch calls
+    on the worker pool wait while the worker runs interactive jobs."""
     assert parts.router is not None
     runner = BatchRunner(
-        BatchStore(parts.redis, prefix=parts.settings.key_prefix), parts.router, parts.settings
+        BatchStore(parts.redis, prefix=parts.settings.key_prefix),
+        parts.router,
+        parts.settings,
+        busy=lambda: worker.running > 0,
     )
     stop = asyncio.Event()
     task = asyncio.create_task(runner.run(stop), name="batch-runner")

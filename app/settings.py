@@ -338,6 +338,13 @@ class Settings(BaseSettings):
         le=1,
         description="The batch price as a share of the live price (OpenAI and Anthropic: 0.5).",
     )
+    batch_pool_slots: int = Field(
+        default=1,
+        ge=1,
+        le=64,
+        description="Calls one worker makes at once for batches whose provider has no batch "
+        "API, each started only while the worker runs no interactive job.",
+    )
     batch_concurrency: int = Field(
         default=4,
         ge=0,

@@ -31,7 +31,7 @@ import json
 import logging
 import secrets
 import tempfile
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -56,6 +56,8 @@ log = logging.getLogger(__name__)
 DUE_LIMIT: Final = 16
 LOOK_MS: Final = 1_000
 LIVE_CONCURRENCY: Final = 8
+# How often a low-priority batch call looks whether the worker's interactive jobs are done.
+IDLE_LOOK_S: Final = 0.01
 
 
 @dataclass(slots=True)
@@ -70,10 +72,20 @@ class Outcome:
 
 
 class BatchRunner:
-    def __init__(self, store: BatchStore, router: Router, settings: Settings) -> None:
+    def __init__(
+        self,
+        store: BatchStore,
+        router: Router,
+        settings: Settings,
+        *,
+        busy: Callable[[], bool] | None = None,
+    ) -> None:
         self.store = store
         self.router = router
         self.settings = settings
+        # Whether this process's worker runs interactive jobs (they go first).
+        self.busy = busy or (lambda: False)
+        self._pool = asyncio.Semaphore(settings.batch_pool_slots)
         self.token = secrets.token_hex(8)
         self._running: dict[str, asyncio.Task[None]] = {}
         self._slots = asyncio.Semaphore(max(settings.batch_concurrency, 1))
@@ -273,9 +285,11 @@ class BatchRunner:
     async def _live(self, batch: _Batch, via: str) -> None:
         """The pending items' calls made now, on this worker, a few at a time."""
 
+        gate = self._low_priority if via == "worker_pool" else None
+
         async def one(pending: Pending) -> Outcome:
             async with self.live_slots:
-                outcome = await self._replay(batch, pending, live=True)
+                outcome = await self._replay(batch, pending, live=True, gate=gate)
             fresh = list(outcome.fresh)
             if fresh:
                 usd = sum(a.cost_usd or 0.0 for a in fresh if isinstance(a, LLMResponse))
@@ -289,13 +303,32 @@ class BatchRunner:
                 answers += [compact_json(stored(a)) for a in fresh]
                 await self.store.append_live(batch.id, pending.index, answers, usd, tin, tout)
                 metrics.record_batch_cost(via, usd)
+            if outcome.result is not None:  # each item's result as soon as it has one
+                await self._finalize(batch, [outcome])
             return outcome
 
         async for chunk in self.store.pending(batch.id, batch.total):
-            outcomes = await asyncio.gather(*(one(p) for p in chunk))
-            await self._finalize(batch, [o for o in outcomes if o.result is not None])
+            await asyncio.gather(*(one(p) for p in chunk))
 
-    async def _replay(self, batch: _Batch, pending: Pending, *, live: bool = False) -> Outcome:
+    @contextlib.asynccontextmanager
+    async def _low_priority(self) -> AsyncIterator[None]:
+        """A batch item's call on the worker pool: one of ``batch_pool_slots``, started only
+        while this worker runs no interactive job, so such a job waits at most for the
+        calls already in flight."""
+        async with self._pool:
+            # The worker signals no "idle" event; a 10 ms look bounds the wait it adds.
+            while self.busy():  # noqa: ASYNC110
+                await asyncio.sleep(IDLE_LOOK_S)
+            yield
+
+    async def _replay(
+        self,
+        batch: _Batch,
+        pending: Pending,
+        *,
+        live: bool = False,
+        gate: Callable[[], contextlib.AbstractAsyncContextManager[None]] | None = None,
+    ) -> Outcome:
         """Run the item's loop over its answers: its result, or its next call."""
         cid = str(pending.item.get("customId", ""))
         try:
@@ -304,7 +337,7 @@ class BatchRunner:
             envelope = Envelope.failure(codes.INVALID_INPUT, str(exc)[:500])
             return Outcome(pending.index, cid, JobResult(envelope, (), (), ()))
         answers = [answer_of(a) for a in pending.answers]
-        client = ReplayClient(self.router, answers, live=live)
+        client = ReplayClient(self.router, answers, live=live, gate=gate)
         try:
             result = await run_job(spec, Runtime(client=client))
         except Deferred as more:

@@ -19,7 +19,8 @@ live re-ask policy) and its answer is kept in ``fresh``.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -68,12 +69,19 @@ class ReplayClient:
     """A ``ModelClient`` answering from an item's stored answers, then deferring (or live)."""
 
     def __init__(
-        self, client: ModelClient, answers: Sequence[Answer], *, live: bool = False
+        self,
+        client: ModelClient,
+        answers: Sequence[Answer],
+        *,
+        live: bool = False,
+        gate: Callable[[], AbstractAsyncContextManager[None]] | None = None,
     ) -> None:
         self._client = client
         self._answers = answers
         self._next = 0
         self._live = live
+        # Held around each live call: the low-priority slot of a batch without a batch API.
+        self._gate = gate
         self.fresh: list[Answer] = []
 
     async def complete(self, request: LLMRequest) -> LLMResponse:
@@ -84,7 +92,11 @@ class ReplayClient:
         if not self._live:
             raise Deferred(request)
         try:
-            response = await self._client.complete(request)
+            if self._gate is None:
+                response = await self._client.complete(request)
+            else:
+                async with self._gate():
+                    response = await self._client.complete(request)
         except ProviderError as exc:
             self.fresh.append(LineFailure(exc.provider, exc.model or "", exc.detail))
             raise
