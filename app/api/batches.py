@@ -26,7 +26,7 @@ from pydantic import BaseModel, ValidationError
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from app.api.jobs import IdempotencyKey
-from app.api.problems import NotFound
+from app.api.problems import ContentTooLarge, NotFound, UnsupportedMediaType
 from app.api.resources import Authed, Caller
 from app.api.schemas import problems
 from app.core.admission.admit import admit
@@ -124,8 +124,9 @@ async def create_batch(
         options = spec
         items = _listed_items(spec, caller)
     else:
-        raise InvalidInput(
-            "send the batch as application/json or application/x-ndjson", field="body"
+        shown = content_type or "none"
+        raise UnsupportedMediaType(
+            f"send the batch as application/json or application/x-ndjson (was {shown})"
         )
     secrets = res.outbound.secrets
     admit(
@@ -154,7 +155,7 @@ async def create_batch(
     except TooManyOpen as exc:
         raise TooManyBatches(str(exc)) from None
     except DuplicateCustomId as exc:
-        raise InvalidInput(str(exc), field=f"items[{exc.line}].customId") from None
+        raise InvalidInput(str(exc), field=f"items.{exc.line}.customId") from None
     return await _batch_response(store, batch_id, tenant, 200 if replay else 202)
 
 
@@ -179,9 +180,8 @@ class _Reader:
             return False
         self._seen += len(chunk)
         if self._seen > self._cap:
-            raise InvalidInput(
-                f"the batch is larger than {self._cap} bytes (REPROMPT_BATCH_MAX_BYTES)",
-                field="body",
+            raise ContentTooLarge(
+                f"the batch is larger than {self._cap} bytes (REPROMPT_BATCH_MAX_BYTES)"
             )
         self._buffer += chunk
         return True
@@ -206,9 +206,26 @@ class _Reader:
         return self._buffer
 
 
-def _errors(exc: ValidationError, *prefix: str | int) -> RequestValidationError:
+def _errors(
+    exc: ValidationError, raw: bytes, *prefix: str | int
+) -> RequestValidationError | InvalidInput:
+    """``exc`` as FastAPI's 422, its fields named from the body's root (``items.3…``)."""
+    broken = [e for e in exc.errors(include_url=False) if e["type"] == "json_invalid"]
+    if broken and prefix:  # a JSONL line that is not JSON: named by its item
+        reason = (broken[0].get("ctx") or {}).get("error", "")
+        return InvalidInput(
+            f"not valid JSON: {reason}".rstrip(": "), field=".".join(map(str, prefix))
+        )
+    try:
+        data: Any = json.loads(raw)
+    except ValueError:
+        data = None
+    body: Any = data
+    for part in reversed(prefix):  # the body as submitted around the part that failed
+        body = [*([None] * part), body] if isinstance(part, int) else {part: body}
     return RequestValidationError(
-        [{**e, "loc": ("body", *prefix, *e["loc"])} for e in exc.errors(include_url=False)]
+        [{**e, "loc": ("body", *prefix, *e["loc"])} for e in exc.errors(include_url=False)],
+        body=body,
     )
 
 
@@ -216,7 +233,7 @@ def _spec(body: bytes) -> BatchSpec:
     try:
         return BatchSpec.model_validate_json(body or b"null")
     except ValidationError as exc:
-        raise _errors(exc) from None
+        raise _errors(exc, body) from None
 
 
 def _options(first: bytes | None) -> BatchOptions:
@@ -225,7 +242,7 @@ def _options(first: bytes | None) -> BatchOptions:
     try:
         return BatchOptions.model_validate_json(first)
     except ValidationError as exc:
-        raise _errors(exc, 0) from None
+        raise _errors(exc, first) from None
 
 
 def _check_item(item: BatchItem, options: BatchOptions, caller: Caller, n: int) -> None:
@@ -239,13 +256,14 @@ def _check_item(item: BatchItem, options: BatchOptions, caller: Caller, n: int) 
     if size > settings.max_input_bytes:
         raise InvalidInput(
             f"the input is {size} bytes, more than {settings.max_input_bytes}",
-            field=f"items[{n}].input",
+            field=f"items.{n}.input",
         )
     if item.override is not None:
         try:
             item_spec(options.template.model_dump(by_alias=True, exclude_none=True), item)
         except ValidationError as exc:
-            raise _errors(exc, "items", n, "override") from None
+            raw = item.override.model_dump_json(by_alias=True, exclude_none=True).encode()
+            raise _errors(exc, raw, "items", n, "override") from None
 
 
 async def _listed_items(spec: BatchSpec, caller: Caller) -> AsyncIterator[dict[str, Any]]:
@@ -264,7 +282,7 @@ async def _ndjson_items(
         try:
             item = BatchItem.model_validate_json(line)
         except ValidationError as exc:
-            raise _errors(exc, "items", n) from None
+            raise _errors(exc, line, "items", n) from None
         _check_item(item, options, caller, n)
         yield item.model_dump(mode="json", by_alias=True, exclude_none=True)
         n += 1

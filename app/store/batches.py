@@ -92,7 +92,7 @@ class TooManyOpen(Exception):
 
 class DuplicateCustomId(ValueError):
     def __init__(self, custom_id: str, line: int) -> None:
-        super().__init__(f"items[{line}].customId: {custom_id!r} is already in the batch")
+        super().__init__(f"items.{line}.customId: {custom_id!r} is already in the batch")
         self.line = line
 
 

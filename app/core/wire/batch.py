@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Final, Literal
 
-from pydantic import Field, StrictBool, StrictFloat, StrictInt, StrictStr, model_validator
+from pydantic import Field, StrictBool, StrictFloat, StrictInt, StrictStr, field_validator
 
 from app.core.wire.base import Wire
 from app.core.wire.spec import Budget, FallbackSpec, JobSpec, _Wire
@@ -71,21 +71,21 @@ class BatchOptions(_Wire):
     )
     metadata: dict[StrictStr, StrictStr] = Field(default_factory=dict, max_length=64)
 
-    @model_validator(mode="after")
-    def _batchable(self) -> BatchOptions:
-        template = self.template
+    @field_validator("template")
+    @classmethod
+    def _batchable(cls, template: JobSpec) -> JobSpec:
         if template.tools:
-            raise ValueError("template.tools: a batch item cannot use tools")
+            raise ValueError("tools: a batch item cannot use tools")
         if template.callback is not None:
-            raise ValueError("template.callback: items have no callback of their own")
+            raise ValueError("callback: items have no callback of their own (the batch has)")
         if template.candidates is not None and template.candidates.n > 1:
-            raise ValueError("template.candidates: a batch item gives one answer per call")
+            raise ValueError("candidates: a batch item gives one answer per call")
         if template.budget.deadline_ms is not None:
-            raise ValueError("template.budget.deadlineMs: a batch has one deadline (deadlineMs)")
+            raise ValueError("budget.deadlineMs: a batch has one deadline (deadlineMs)")
         kinds = sorted({v.kind for v in template.validators} & CALLING_VALIDATORS)
         if kinds:
-            raise ValueError(f"template.validators: {', '.join(kinds)} cannot run in a batch")
-        return self
+            raise ValueError(f"validators: {', '.join(kinds)} cannot run in a batch")
+        return template
 
 
 class BatchSpec(BatchOptions):
