@@ -11,7 +11,7 @@ import pytest
 
 from app.assembly import api_app
 from reprompt_sim.server import SimConfig, serve_in_background
-from tests.batches.conftest import batch_settings, providers_for
+from tests.batches.fixtures import batch_settings, providers_for
 from tests.batches.helpers import batch_body, ended, results, sim_batches
 from tests.service import KEYS, assert_problem, client, serve
 from tests.waiting import sync_until

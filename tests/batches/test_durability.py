@@ -16,7 +16,7 @@ import yaml
 
 from app.assembly import api_app
 from reprompt_sim.server import SimConfig, serve_in_background
-from tests.batches.conftest import FLAKY, batch_settings
+from tests.batches.fixtures import FLAKY, batch_settings
 from tests.batches.helpers import batch_body, ended, results, sim_batches
 from tests.service import KEYS, client, serve
 from tests.worker.harness import WorkerProcess
