@@ -119,7 +119,7 @@ def with_body_schemas(schema: dict[str, Any]) -> dict[str, Any]:
     """
     components = schema.setdefault("components", {}).setdefault("schemas", {})
     known = set(components)
-    for model in jobs.BODY_MODELS:
+    for model in (*jobs.BODY_MODELS, *batches.BODY_MODELS):
         add_component(schema, model, "validation")
     for name in set(components) - known:
         written = Schema.model_validate(components[name])
@@ -134,7 +134,7 @@ def with_event_schemas(schema: dict[str, Any]) -> dict[str, Any]:
     for event_name, model in SSE_EVENTS.items():
         named[event_name] = add_component(schema, model, "serialization")
     for path, operations in schema.get("paths", {}).items():
-        if path.endswith("/events"):
+        if path.startswith("/v1/jobs/") and path.endswith("/events"):
             for operation in operations.values():
                 operation["responses"]["200"]["x-sse-events"] = named
     return schema

@@ -45,6 +45,8 @@ from app.providers.batch import batch_api
 from app.store.batches import BatchStore, DuplicateCustomId, TooManyOpen
 
 OWN_BODY_CAP: Final = frozenset({"/v1/batches"})
+# The body create_batch reads itself, as a component of the OpenAPI document (app.api.app).
+BODY_MODELS: Final = (BatchSpec, BatchOptions, BatchItem)
 NDJSON: Final = ("application/x-ndjson", "application/jsonl", "application/x-jsonlines")
 MAX_PAGE: Final = 500
 PROGRESS_S: Final = 0.5
