@@ -57,3 +57,9 @@ def test_a_batch_of_200_flaky_items_ends_with_every_item_answered_or_failed(
     creates = sim_batches(batch_sim)["creates"]
     assert all(creates[b["idempotencyKey"]] == 1 for b in made)
     assert {b["api"] for b in made} == {"openai" if model == "oa" else "anthropic"}
+
+    # Prometheus: rounds, items by outcome, batch cost (the in-process worker's registry).
+    text = alice.get("/metrics").text
+    assert 'reprompt_batch_rounds_total{via="provider_batch"}' in text
+    assert 'reprompt_batch_items_total{outcome="succeeded"}' in text
+    assert 'reprompt_batch_cost_usd_total{via="provider_batch"}' in text
