@@ -268,6 +268,7 @@ def main() -> int:
     parser.add_argument("--scale", type=int, default=50_000)
     parser.add_argument("--jobs", type=int, default=40)
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--out", type=Path, default=OUT, help="the page to write")
     args = parser.parse_args()
     if args.quick:
         args.items, args.scale, args.jobs = 100, 1000, 10
@@ -300,8 +301,8 @@ def main() -> int:
     text = page(results, args)
     print(text)
     if not args.quick:
-        OUT.write_text(text)
-        OUT.with_suffix(".json").write_text(json.dumps(results, indent=1))
+        args.out.write_text(text)
+        args.out.with_suffix(".json").write_text(json.dumps(results, indent=1))
     return 0
 
 
