@@ -219,7 +219,9 @@ class BatchRunner:
         await store.schedule(batch_id, now_ms() + self.settings.batch_poll_ms)
 
     async def _poll(self, batch: _Batch, api: BatchApi) -> None:
-        if batch.cancel_requested and not batch.meta.get("providerCancelled"):
+        # Cancelled, or past its deadline: the round out at the provider is stopped too.
+        stopping = batch.cancel_requested or now_ms() >= batch.deadline_at
+        if stopping and not batch.meta.get("providerCancelled"):
             with contextlib.suppress(RepromptError):
                 await api.cancel(batch.provider_batch_id)
             await self.store.update(batch.id, {"providerCancelled": "1"})

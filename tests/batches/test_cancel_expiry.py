@@ -111,3 +111,20 @@ def test_a_tenant_has_at_most_its_share_of_open_batches(slow: tuple[str, str]) -
         for r in opened:
             ended(http, r.json()["id"])
         assert http.post("/v1/batches", json=batch_body(1, model="oa")).status_code == 202
+
+
+def test_a_deadline_stops_the_round_at_the_provider_and_fails_what_is_left(
+    slow: tuple[str, str],
+) -> None:
+    url, sim_url = slow
+    with client(url, KEYS["alice"]) as http:
+        body = batch_body(5, model="oa", deadlineMs=1000)
+        batch_id = http.post("/v1/batches", json=body).json()["id"]
+        batch = ended(http, batch_id)
+        assert batch["status"] == "completed"
+        assert batch["counts"]["failed"] == 5
+        lines = results(http, batch_id)
+        assert {line["result"]["error"] for line in lines} == {"deadline-exceeded"}
+        provider_id = batch["providerBatchId"]
+    (at_provider,) = [b for b in sim_batches(sim_url)["batches"] if b["id"] == provider_id]
+    assert at_provider["cancelRequested"] is True
