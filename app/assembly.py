@@ -39,6 +39,7 @@ from app import logs, metrics
 from app.api.app import create_app
 from app.api.fairness import Fairness
 from app.api.resources import Resources
+from app.batches.runner import BatchRunner
 from app.core.wire.errors import ProviderConfigError, RepromptError
 from app.outbound import (
     Allowlist,
@@ -58,6 +59,7 @@ from app.providers.router import Router
 from app.redis_server import EmbeddedRedis
 from app.settings import Settings, invalid_settings, is_loopback
 from app.store import JobStore, Leases, StoreOptions, connect
+from app.store.batches import BatchStore
 from app.store.connection import RedisClient
 from app.store.eviction import eviction_policy, judge
 from app.tracing import Tracing, open_tracing
@@ -309,6 +311,7 @@ def api_app(
                         tracing=parts.tracing,
                     )
                     await stack.enter_async_context(_running(worker))
+                    await stack.enter_async_context(_batch_runner(parts, worker))
             yield Resources(
                 settings=settings,
                 keys=settings.keys,
@@ -318,6 +321,7 @@ def api_app(
                 model_providers=parts.model_providers,
                 fairness=_fairness(settings),
                 outbound=parts.outbound,
+                batches=BatchStore(parts.redis, prefix=settings.key_prefix),
             )
 
     return create_app(settings, resources)
@@ -422,8 +426,30 @@ async def _worker_process(settings: Settings) -> int:
         worker = Worker(
             parts.leases, parts.router, settings, outbound=parts.outbound, tracing=parts.tracing
         )
+        await stack.enter_async_context(_batch_runner(parts, worker))
         await worker.run(stop)
     return 0
+
+
+@asynccontextmanager
+async def _batch_runner(parts: Parts, worker: Worker) -> AsyncIterator[None]:
+    """Batches (#30): the batch runner beside the worker, stopped before it; batch calls
+    on the worker pool wait while the worker runs interactive jobs."""
+    assert parts.router is not None
+    runner = BatchRunner(
+        BatchStore(parts.redis, prefix=parts.settings.key_prefix),
+        parts.router,
+        parts.settings,
+        busy=lambda: worker.running > 0,
+    )
+    stop = asyncio.Event()
+    task = asyncio.create_task(runner.run(stop), name="batch-runner")
+    try:
+        yield
+    finally:
+        stop.set()
+        with contextlib.suppress(Exception):
+            await task
 
 
 async def _circuit_gauges(router: Router) -> None:

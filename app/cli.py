@@ -31,7 +31,7 @@ from typing import Any, Protocol, TextIO
 import httpx
 from pydantic import ValidationError
 
-from app import logs
+from app import batch_cli, logs
 from app.child import free_loopback_port
 from app.client import ApiClient, ApiError
 from app.core.turn.conversation import TranscriptEntry
@@ -99,6 +99,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
         if ns.command == "get":
             return _get(ns.id, url=ns.url, key=ns.key, wait_ms=ns.wait_ms)
+        if ns.command == "batch":
+            return batch_cli.run(ns)
         if ns.command == "run":
             return _run_file(ns.file, full=ns.full)
         if ns.command == "signing-secret":
@@ -135,6 +137,7 @@ def _parser() -> argparse.ArgumentParser:
     _service_commands(commands)
     _client_commands(commands)
     _local_commands(commands)
+    batch_cli.add(commands, DEFAULT_URL)  # batches (#30)
     return parser
 
 

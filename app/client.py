@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -103,9 +103,68 @@ class ApiClient:
     def events(self, job_id: str, *, last_event_id: str | None = None) -> Iterator[ServerEvent]:
         """The job's events as they happen, ending with ``job_end``."""
         headers = {"last-event-id": last_event_id} if last_event_id else {}
-        with self._http.stream(
-            "GET", f"/v1/jobs/{job_id}/events", headers=headers, timeout=None
-        ) as response:
+        return self._sse(f"/v1/jobs/{job_id}/events", headers)
+
+    # -- batches (#30) --------------------------------------------------------------------
+
+    def submit_batch(
+        self,
+        options: dict[str, Any],
+        items: Iterable[dict[str, Any]],
+        *,
+        idempotency_key: str | None = None,
+    ) -> dict[str, Any]:
+        """Submit a batch as JSONL (its options, then one item per line), streamed: the
+        items are never all in memory here."""
+
+        def lines() -> Iterator[bytes]:
+            yield (json.dumps(options) + "\n").encode()
+            for item in items:
+                yield (json.dumps(item) + "\n").encode()
+
+        headers = {"content-type": "application/x-ndjson"}
+        if idempotency_key:
+            headers["idempotency-key"] = idempotency_key
+        return self._json(self._http.post("/v1/batches", content=lines(), headers=headers))
+
+    def get_batch(self, batch_id: str) -> dict[str, Any]:
+        return self._json(self._http.get(f"/v1/batches/{batch_id}"))
+
+    def batch_items(
+        self,
+        batch_id: str,
+        *,
+        status: str | None = None,
+        cursor: str | None = None,
+        limit: int = 50,
+    ) -> dict[str, Any]:
+        """One page of items (``{"items", "next"}``), with their turn records."""
+        params: dict[str, Any] = {"limit": limit}
+        if status:
+            params["status"] = status
+        if cursor:
+            params["cursor"] = cursor
+        return self._json(self._http.get(f"/v1/batches/{batch_id}/items", params=params))
+
+    def batch_results(self, batch_id: str) -> Iterator[dict[str, Any]]:
+        """Every item's ``{customId, status, result}``, streamed line by line."""
+        with self._http.stream("GET", f"/v1/batches/{batch_id}/results", timeout=None) as r:
+            if r.status_code != 200:
+                r.read()
+                self._json(r)
+            for line in r.iter_lines():
+                if line.strip():
+                    yield json.loads(line)
+
+    def cancel_batch(self, batch_id: str) -> dict[str, Any]:
+        return self._json(self._http.post(f"/v1/batches/{batch_id}/cancel"))
+
+    def batch_events(self, batch_id: str) -> Iterator[ServerEvent]:
+        """``progress`` events (the batch, each time it changes) until it ends."""
+        return self._sse(f"/v1/batches/{batch_id}/events", {})
+
+    def _sse(self, path: str, headers: dict[str, str]) -> Iterator[ServerEvent]:
+        with self._http.stream("GET", path, headers=headers, timeout=None) as response:
             if response.status_code != 200:
                 response.read()
                 self._json(response)

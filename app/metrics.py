@@ -276,6 +276,41 @@ _COST = _Bound(LLM_COST)
 _BY_MODEL: dict[tuple[str, str], _ModelSeries] = {}
 
 
+# -- Batches (#30): rounds, items by outcome, cost at the batch price; labels bounded --
+BATCH_ROUNDS = Counter(
+    f"{P}batch_rounds",
+    "Batch rounds started, by how they travel (provider_batch, live, worker_pool).",
+    ["via"],
+    registry=REGISTRY,
+)
+BATCH_ITEMS = Counter(
+    f"{P}batch_items",
+    "Batch items that ended, by outcome (succeeded, failed).",
+    ["outcome"],
+    registry=REGISTRY,
+)
+BATCH_COST = Counter(
+    f"{P}batch_cost_usd",
+    "USD spent by batch items' calls (at the batch price for provider batches).",
+    ["via"],
+    registry=REGISTRY,
+)
+
+
+def record_batch_round(via: str) -> None:
+    BATCH_ROUNDS.labels(via).inc()
+
+
+def record_batch_items(outcome: str, count: int) -> None:
+    if count:
+        BATCH_ITEMS.labels(outcome).inc(count)
+
+
+def record_batch_cost(via: str, usd: float) -> None:
+    if usd > 0:
+        BATCH_COST.labels(via).inc(usd)
+
+
 def job_started(waited_s: float) -> None:
     """A worker starts a claimed job that waited ``waited_s`` in the queue.
 

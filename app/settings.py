@@ -319,6 +319,55 @@ class Settings(BaseSettings):
         description="Callback requests one worker sends at once (0: this worker sends none).",
     )
 
+    # -- Batches (#30): many items through the providers' batch APIs; docs/batches.md --
+    batch_max_items: int = Field(
+        default=100_000, ge=1, le=1_000_000, description="Items one batch may hold."
+    )
+    batch_max_bytes: int = Field(
+        default=268_435_456,
+        ge=1024,
+        description="Bytes of one batch's submission (its JSONL upload or JSON body).",
+    )
+    batch_max_open_per_tenant: int = Field(
+        default=10, ge=1, le=10_000, description="Batches one tenant may have running at once."
+    )
+    batch_poll_ms: int = Field(
+        default=5_000,
+        ge=10,
+        le=600_000,
+        description="How often a worker looks at a provider batch that has not ended.",
+    )
+    batch_lease_ms: int = Field(
+        default=30_000,
+        ge=1_000,
+        description="How long a worker holds a batch's round step before another may take it.",
+    )
+    batch_line_attempts: int = Field(
+        default=3,
+        ge=1,
+        le=10,
+        description="Rounds a provider error on one item's line is retried before it counts.",
+    )
+    batch_discount: float = Field(
+        default=0.5,
+        gt=0,
+        le=1,
+        description="The batch price as a share of the live price (OpenAI and Anthropic: 0.5).",
+    )
+    batch_pool_slots: int = Field(
+        default=1,
+        ge=1,
+        le=64,
+        description="Calls one worker makes at once for batches whose provider has no batch "
+        "API, each started only while the worker runs no interactive job.",
+    )
+    batch_concurrency: int = Field(
+        default=4,
+        ge=0,
+        le=1_000,
+        description="Batch steps one worker runs at once (0: this worker runs none).",
+    )
+
     @field_validator("api_keys", mode="before")
     @classmethod
     def _split(cls, value: object) -> object:

@@ -62,6 +62,10 @@ class SimConfig:
     # OpenAI also caches prompts sent without a ``prompt_cache_key`` (best effort, routed
     # by their prefix): with this, keyless requests share one cache namespace here.
     cache_keyless: bool = False
+    # Batch APIs (reprompt_sim.batch): how long a batch waits before its lines are answered,
+    # and, to test expiry, how many lines a batch answers before it expires (None: all).
+    batch_turnaround_ms: float = 0.0
+    batch_expire_after: int | None = None
 
     def __post_init__(self) -> None:
         check_rates(self.failure_rates)
@@ -73,7 +77,9 @@ class SimConfig:
             "slow_rate",
         ):
             _check_probability(name, getattr(self, name))
-        for name in ("retry_after_s", "latency_ms", "jitter_ms", "slow_ms"):
+        if self.batch_expire_after is not None and self.batch_expire_after < 0:
+            raise ValueError("batch_expire_after must be >= 0")
+        for name in ("retry_after_s", "latency_ms", "jitter_ms", "slow_ms", "batch_turnaround_ms"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0")
         if self.verbose_tokens < 0:

@@ -28,7 +28,7 @@ from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException
 
 from app.loopback import serve_in_thread
-from reprompt_sim import anthropic_wire, behaviour, chance, openai_wire
+from reprompt_sim import anthropic_wire, batch, behaviour, chance, openai_wire
 from reprompt_sim.behaviour import Fault, Reply
 from reprompt_sim.cache import PromptCache
 from reprompt_sim.config import SimConfig
@@ -133,7 +133,19 @@ class _Simulator:
         read = await _read_scenario(request, wire)
         if isinstance(read, JSONResponse):
             return read
-        body, scenario = read
+        return await self.answer(read[0], read[1], wire)
+
+    async def answer_body(self, body: object, wire: _Wire) -> JSONResponse:
+        """One request given as its JSON body (a batch's line): the answer or the error."""
+        try:
+            scenario = wire.parse(body)
+        except InvalidRequest as exc:
+            return JSONResponse(wire.error(exc.status, exc.message), exc.status)
+        assert isinstance(body, dict)  # parse accepts only an object
+        return await self.answer(body, scenario, wire)
+
+    async def answer(self, body: dict[str, Any], scenario: Scenario, wire: _Wire) -> JSONResponse:
+        """The answer to a parsed request, journalled."""
         response = await self._respond(body, scenario, wire)
         self.journal.add(
             Entry(
@@ -244,6 +256,15 @@ def create_app(config: SimConfig | None = None) -> FastAPI:
             return JSONResponse(anthropic_wire.models_body())
         return JSONResponse(openai_wire.models_body())
 
+    batch.mount(
+        app,
+        batch.BatchSim(
+            config,
+            openai=lambda body: sim.answer_body(body, _OPENAI),
+            anthropic=lambda body: sim.answer_body(body, _ANTHROPIC),
+        ),
+    )
+
     @app.get("/sim/requests")
     async def requests() -> JSONResponse:
         return JSONResponse(sim.journal.entries())
@@ -259,7 +280,9 @@ def create_app(config: SimConfig | None = None) -> FastAPI:
 
     @app.exception_handler(HTTPException)
     async def http_error(request: Request, exc: HTTPException) -> JSONResponse:
-        anthropic = request.url.path == "/v1/messages" or "anthropic-version" in request.headers
+        anthropic = (
+            request.url.path.startswith("/v1/messages") or "anthropic-version" in request.headers
+        )
         wire = _ANTHROPIC if anthropic else _OPENAI
         status = exc.status_code
         message = f"{request.method} {request.url.path}: {exc.detail}"

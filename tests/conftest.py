@@ -5,4 +5,4 @@ what it runs on. A folder that needs its own ``redis_url`` or ``sim_url`` define
 conftest, which wins there.
 """
 
-pytest_plugins = ("tests.api.fixtures", "tests.console.fixtures")
+pytest_plugins = ("tests.api.fixtures", "tests.batches.fixtures", "tests.console.fixtures")

@@ -130,7 +130,8 @@ def _layer(module: str) -> str:
         return parts[1]
     if parts[1] == "console":  # the web console: the API's pages, in its layer (#32)
         return "api"
-    layers = {"worker": "worker", "assembly": "assembly", "cli": "cli"}
+    # app/batches (#30): the batch runner, a worker of its own kind.
+    layers = {"worker": "worker", "batches": "worker", "assembly": "assembly", "cli": "cli"}
     return layers.get(parts[1], "base")
 
 

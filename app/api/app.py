@@ -20,7 +20,7 @@ from fastapi.openapi.utils import get_openapi
 from pydantic import BaseModel
 
 from app import __version__, console
-from app.api import callbacks, events, jobs, problems, system
+from app.api import batches, callbacks, events, jobs, problems, system
 from app.api.events import SSE_EVENTS
 from app.api.limits import BodyLimit
 from app.api.resources import Resources
@@ -62,8 +62,9 @@ def create_app(
         generate_unique_id_function=lambda route: route.name,
     )
     problems.install(app)
-    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
+    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes, own_cap=batches.OWN_BODY_CAP)
     app.include_router(jobs.router)
+    app.include_router(batches.router)
     app.include_router(callbacks.router)
     app.include_router(events.router)
     app.include_router(system.router)
@@ -120,7 +121,7 @@ def with_body_schemas(schema: dict[str, Any]) -> dict[str, Any]:
     """
     components = schema.setdefault("components", {}).setdefault("schemas", {})
     known = set(components)
-    for model in jobs.BODY_MODELS:
+    for model in (*jobs.BODY_MODELS, *batches.BODY_MODELS):
         add_component(schema, model, "validation")
     for name in set(components) - known:
         written = Schema.model_validate(components[name])
@@ -135,7 +136,7 @@ def with_event_schemas(schema: dict[str, Any]) -> dict[str, Any]:
     for event_name, model in SSE_EVENTS.items():
         named[event_name] = add_component(schema, model, "serialization")
     for path, operations in schema.get("paths", {}).items():
-        if path.endswith("/events"):
+        if path.startswith("/v1/jobs/") and path.endswith("/events"):
             for operation in operations.values():
                 operation["responses"]["200"]["x-sse-events"] = named
     return schema

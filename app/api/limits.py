@@ -31,12 +31,17 @@ class BodyLimit:
     encoded surrogates, or answer a bare 400).
     """
 
-    def __init__(self, app: ASGIApp, *, max_bytes: int) -> None:
+    def __init__(
+        self, app: ASGIApp, *, max_bytes: int, own_cap: frozenset[str] = frozenset()
+    ) -> None:
         self.app = app
         self.max_bytes = max_bytes
+        # Paths whose handlers read their (large) body as a stream under a cap of their own
+        # (``POST /v1/batches``: REPROMPT_BATCH_MAX_BYTES).
+        self.own_cap = own_cap
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
+        if scope["type"] != "http" or scope.get("path") in self.own_cap:
             await self.app(scope, receive, send)
             return
         declared, content_type, encoding = first_headers(

@@ -26,6 +26,7 @@ from app.outbound.kit import Outbound
 from app.providers.router import Router
 from app.settings import ApiKey, Settings
 from app.store import JobStore
+from app.store.batches import BatchStore
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +43,7 @@ class Resources:
     model_providers: Mapping[str, str]
     fairness: Fairness
     outbound: Outbound  # the guard checks HTTP tools' URLs at submit; the signer's secrets
+    batches: BatchStore | None = None  # batches (#30): None in embedders without them
 
     def require_router(self) -> Router:
         if self.router is None:

@@ -47,6 +47,24 @@ class HttpAdapter:
         """The key requests carry, read per request (the local server's is per process)."""
         return self._key.get_secret_value() if self._key is not None else None
 
+    # -- for the provider's batch API (app.providers.batch): same client, key and headers --
+
+    @property
+    def http(self) -> httpx.AsyncClient:
+        return self._http
+
+    @property
+    def base_url(self) -> str:
+        return self._base_url
+
+    def headers(self) -> dict[str, str]:
+        """The headers every request to the provider carries, its key included."""
+        headers = dict(self._extra_headers)
+        key = self.api_key()
+        if key:
+            headers.update(self.auth_headers(key))
+        return headers
+
     def url(self) -> str:
         """Where requests go; read per request (a restarted local server may move)."""
         return self._base_url + self.path

@@ -91,6 +91,11 @@ class ProviderConfig(_Strict):
     # Every call to this provider through this http(s) proxy, in place of the environment's
     # (HTTPS_PROXY, NO_PROXY, ...). A secret: its credentials never show in a repr or error.
     proxy: SecretStr | None = None
+    # Batches (#30): whether the provider has its vendor's batch API (OpenAI's Batch API,
+    # Anthropic's Message Batches; false for vLLM, llama.cpp and most compatible servers),
+    # and its batch price as a share of the live one.
+    batch_api: bool = True
+    batch_discount: float | None = Field(default=None, gt=0, le=1)
 
     @field_validator("base_url")
     @classmethod

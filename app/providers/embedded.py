@@ -97,5 +97,7 @@ def with_local_model(config: ProvidersConfig, server: LocalModelServer) -> Provi
         tools=False,
         prompt=settings.prompt,
     )
-    provider = ProviderConfig(kind="openai", base_url=server.base_url, max_attempts=2)
+    provider = ProviderConfig(
+        kind="openai", base_url=server.base_url, max_attempts=2, batch_api=False
+    )
     return config.with_provider(LOCAL_PROVIDER, provider, {settings.name: model}, default=True)

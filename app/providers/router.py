@@ -86,6 +86,9 @@ class Target:
     price_source: str | None = None
     wire: str = "openai"  # the provider's kind: the wire protocol it speaks
     server: tuple[str, int] | None = None  # host and port of its base URL (for traces)
+    # Batches (#30): the provider's batch API, if any, and its batch discount.
+    batch_api: bool = False
+    batch_discount: float | None = None
 
     @property
     def capability(self) -> Capability:
@@ -150,6 +153,10 @@ class Router:
         """Why a provider cannot answer now (a crashed local model), ``None`` when all can."""
         problems = [text for check in self._health.values() if (text := check()) is not None]
         return "; ".join(problems) or None
+
+    def target(self, model: str | None) -> Target:
+        """The first configured model ``model`` (a model, a route or None) tries (batches)."""
+        return self._targets[self.resolve(model)[0]]
 
     def price_of(self, model: str) -> tuple[Price | None, str | None]:
         """A configured model's price per million tokens and where it came from."""
@@ -524,6 +531,8 @@ def _target(
         price_source=None if price is None else source,
         wire=provider.kind,
         server=_server(provider.url),
+        batch_api=provider.batch_api and provider.kind in ("openai", "anthropic"),
+        batch_discount=provider.batch_discount,
     )
 
 

@@ -172,6 +172,89 @@ class Keys:
         return f"{self.prefix}:console:signins:{digest}"
 
 
+# -- Batches (#30): one hash tag per batch, so each batch's keys share a cluster slot ----
+
+
+class BatchKeys:
+    """The keys of one batch (``{prefix}:{b:<id>}:…``) and the batches' shared ones."""
+
+    __slots__ = ("base", "batch_id", "prefix")
+
+    def __init__(self, prefix: str, batch_id: str) -> None:
+        self.prefix = prefix
+        self.batch_id = batch_id
+        self.base = f"{prefix}:{{b:{batch_id}}}:"
+
+    @property
+    def meta(self) -> str:
+        return self.base + "meta"
+
+    @property
+    def items(self) -> str:
+        """index → the item as submitted (customId, input, override)."""
+        return self.base + "items"
+
+    @property
+    def ids(self) -> str:
+        """customId → index."""
+        return self.base + "ids"
+
+    @property
+    def answers(self) -> str:
+        """index → JSON array of the answers its rounds brought."""
+        return self.base + "answers"
+
+    @property
+    def tags(self) -> str:
+        """index → the last round whose line for the item was taken in."""
+        return self.base + "tags"
+
+    @property
+    def errors(self) -> str:
+        """index → provider errors on its lines so far."""
+        return self.base + "errors"
+
+    @property
+    def results(self) -> str:
+        """index → the item's final result line."""
+        return self.base + "results"
+
+    @property
+    def lease(self) -> str:
+        return self.base + "lease"
+
+    def all(self) -> tuple[str, ...]:
+        return (
+            self.meta,
+            self.items,
+            self.ids,
+            self.answers,
+            self.tags,
+            self.errors,
+            self.results,
+            self.lease,
+        )
+
+    @staticmethod
+    def due(prefix: str) -> str:
+        """Batches with a step to take, scored by when (ms)."""
+        return f"{prefix}:batches:due"
+
+    @staticmethod
+    def open_of(prefix: str, tenant: str) -> str:
+        """A tenant's batches that have not ended."""
+        return f"{prefix}:batches:open:{tenant}"
+
+    @staticmethod
+    def listing(prefix: str, tenant: str) -> str:
+        """A tenant's batches, scored by creation time."""
+        return f"{prefix}:batches:tenant:{tenant}"
+
+    @staticmethod
+    def idempotency(prefix: str, tenant: str, key: str) -> str:
+        return f"{prefix}:batches:idem:{tenant}:{idempotency_digest(key)}"
+
+
 def idempotency_digest(key: str) -> str:
     return hashlib.sha256(key.encode()).hexdigest()
 

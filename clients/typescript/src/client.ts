@@ -16,6 +16,12 @@ export type JobSpec = components["schemas"]["JobSpec"];
 export type Envelope = components["schemas"]["Envelope"];
 export type Problem = components["schemas"]["Problem"];
 export type JobStatus = Job["status"];
+// Batches (#30)
+export type Batch = components["schemas"]["Batch"];
+export type BatchSpec = components["schemas"]["BatchSpec"];
+export type BatchItem = components["schemas"]["BatchItem"];
+export type BatchOptions = components["schemas"]["BatchOptions"];
+export type BatchResult = components["schemas"]["BatchResult"];
 
 /** One Server-Sent Event, its `data` typed by its name (`x-sse-events` in openapi.json). */
 export type JobEvent = {
@@ -166,6 +172,100 @@ export class RepromptClient {
       }
       options.onReconnect?.(lastEventId ?? null);
     }
+  }
+
+  // -- batches (#30) ----------------------------------------------------------------------
+
+  /** POST /v1/batches as JSON (items inline). Large batches: `submitBatchLines`. */
+  async submitBatch(spec: BatchSpec, options: { idempotencyKey?: string } = {}): Promise<Batch> {
+    const { data, error, response } = await this.http.POST("/v1/batches", {
+      body: spec,
+      params: { header: { "Idempotency-Key": options.idempotencyKey } },
+      signal: AbortSignal.timeout(this.requestTimeoutMs),
+    });
+    if (data === undefined) throw new ApiError(response.status, error);
+    return data;
+  }
+
+  /** POST /v1/batches as JSONL: the options, then one item per line, streamed. */
+  async submitBatchLines(
+    options: BatchOptions,
+    items: AsyncIterable<BatchItem> | Iterable<BatchItem>,
+    request: { idempotencyKey?: string } = {},
+  ): Promise<Batch> {
+    const encoder = new TextEncoder();
+    const body = new ReadableStream<Uint8Array>({
+      async start(controller) {
+        controller.enqueue(encoder.encode(JSON.stringify(options) + "\n"));
+        for await (const item of items) controller.enqueue(encoder.encode(JSON.stringify(item) + "\n"));
+        controller.close();
+      },
+    });
+    const { data, error, response } = await this.http.POST("/v1/batches", {
+      // The JSONL body goes as is: openapi-fetch passes a stream through.
+      body: body as unknown as BatchSpec,
+      bodySerializer: (b) => b as unknown as string,
+      headers: { "Content-Type": "application/x-ndjson" },
+      params: { header: { "Idempotency-Key": request.idempotencyKey } },
+      // Node's fetch needs duplex for a streamed body.
+      ...({ duplex: "half" } as Record<string, unknown>),
+    });
+    if (data === undefined) throw new ApiError(response.status, error);
+    return data;
+  }
+
+  /** GET /v1/batches/{id}: status, counts, rounds, tokens and cost so far. */
+  async getBatch(batchId: string): Promise<Batch> {
+    const { data, error, response } = await this.http.GET("/v1/batches/{batch_id}", {
+      params: { path: { batch_id: batchId } },
+      signal: AbortSignal.timeout(this.requestTimeoutMs),
+    });
+    if (data === undefined) throw new ApiError(response.status, error);
+    return data;
+  }
+
+  /** GET /v1/batches/{id}/items: one page, with turn records; `next` is the next cursor. */
+  async batchItems(
+    batchId: string,
+    query: { status?: "pending" | "succeeded" | "failed"; cursor?: string; limit?: number } = {},
+  ): Promise<{ items: BatchResult[]; next: string | null }> {
+    const { data, error, response } = await this.http.GET("/v1/batches/{batch_id}/items", {
+      params: { path: { batch_id: batchId }, query },
+      signal: AbortSignal.timeout(this.requestTimeoutMs),
+    });
+    if (data === undefined) throw new ApiError(response.status, error);
+    return { items: data.items, next: data.next ?? null };
+  }
+
+  /** GET /v1/batches/{id}/results: every item's `{customId, status, result}`, streamed. */
+  async *batchResults(batchId: string): AsyncGenerator<BatchResult> {
+    const { data, error, response } = await this.http.GET("/v1/batches/{batch_id}/results", {
+      params: { path: { batch_id: batchId } },
+      parseAs: "stream",
+    });
+    if (!response.ok || !data) throw new ApiError(response.status, error);
+    const decoder = new TextDecoder();
+    let buffer = "";
+    for await (const chunk of data as unknown as AsyncIterable<Uint8Array>) {
+      buffer += decoder.decode(chunk, { stream: true });
+      let cut: number;
+      while ((cut = buffer.indexOf("\n")) !== -1) {
+        const line = buffer.slice(0, cut).trim();
+        buffer = buffer.slice(cut + 1);
+        if (line) yield JSON.parse(line) as BatchResult;
+      }
+    }
+    if (buffer.trim()) yield JSON.parse(buffer) as BatchResult;
+  }
+
+  /** POST /v1/batches/{id}/cancel: pending items end cancelled, the provider batch too. */
+  async cancelBatch(batchId: string): Promise<Batch> {
+    const { data, error, response } = await this.http.POST("/v1/batches/{batch_id}/cancel", {
+      params: { path: { batch_id: batchId } },
+      signal: AbortSignal.timeout(this.requestTimeoutMs),
+    });
+    if (data === undefined) throw new ApiError(response.status, error);
+    return data;
   }
 
   /** Follow the events to the end: `onEvent` sees each; resolves with `job_end`'s data. */

@@ -55,6 +55,131 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/batches": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Submit a batch
+         * @description Store a batch: its template is checked as a job's is (a 422 names the field), each
+         *     item's customId, input and override too; rounds start at once on a worker.
+         */
+        post: operations["create_batch"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/batches/{batch_id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Get a batch
+         * @description Status, counts by item state, rounds so far, tokens and cost, wasted cost, the
+         *     estimate left.
+         */
+        get: operations["get_batch"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/batches/{batch_id}/cancel": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Cancel a batch
+         * @description Pending items end ``cancelled`` and the provider batch is cancelled; the items that
+         *     ended keep their results.
+         */
+        post: operations["cancel_batch"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/batches/{batch_id}/events": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * A batch's progress (Server-Sent Events)
+         * @description The batch as ``GET /v1/batches/{id}`` shows it, each time it changes.
+         */
+        get: operations["batch_events"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/batches/{batch_id}/items": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List a batch's items
+         * @description Items in submission order with their results and turn records; ``status`` filters,
+         *     ``next`` is the cursor of the next page (null: no more).
+         */
+        get: operations["list_batch_items"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/batches/{batch_id}/results": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Stream a batch's results (JSONL)
+         * @description Every item's ``{customId, status, result}`` (``result``: the envelope a job has;
+         *     null while pending), streamed from the store a chunk at a time.
+         */
+        get: operations["batch_results"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/generate": {
         parameters: {
             query?: never;
@@ -233,6 +358,186 @@ export interface components {
             id: string;
             /** Name */
             name: string;
+        };
+        /**
+         * Batch
+         * @description A batch as ``GET /v1/batches/{id}`` shows it.
+         */
+        Batch: {
+            /** Cancelrequested */
+            cancelRequested: boolean;
+            /**
+             * Costusd
+             * @description At the batch price, every call so far.
+             */
+            costUsd: number;
+            counts: components["schemas"]["ItemCounts"];
+            /** Createdat */
+            createdAt: string;
+            /** Deadlineat */
+            deadlineAt: string;
+            /** Endedat */
+            endedAt: string | null;
+            /** Error */
+            error?: string | null;
+            /**
+             * Estimateleftusd
+             * @description About what the pending items may still cost (their average so far).
+             */
+            estimateLeftUsd: number | null;
+            /** Id */
+            id: string;
+            /** Inputtokens */
+            inputTokens: number;
+            /** Metadata */
+            metadata: {
+                [key: string]: string;
+            };
+            /**
+             * Mode
+             * @enum {string}
+             */
+            mode: "provider_batch" | "worker_pool";
+            /** Outputtokens */
+            outputTokens: number;
+            /** Phase */
+            phase: string;
+            /**
+             * Provider
+             * @description The provider whose batch API runs the rounds.
+             */
+            provider: string | null;
+            /** Providerbatchid */
+            providerBatchId: string | null;
+            /**
+             * Round
+             * @description Rounds started so far (1: every item's first call).
+             */
+            round: number;
+            /**
+             * Status
+             * @enum {string}
+             */
+            status: "running" | "completed" | "cancelled" | "failed";
+            /** Total */
+            total: number;
+            /**
+             * Wastedcostusd
+             * @description Spent on answers that were rejected.
+             */
+            wastedCostUsd: number;
+        };
+        /**
+         * BatchItem
+         * @description One item: its id (unique in the batch), its input, and what it overrides.
+         */
+        BatchItem: {
+            /**
+             * Customid
+             * @description Unique in the batch: 1 to 64 of A-Z a-z 0-9 _ . : -
+             */
+            customId: string;
+            /**
+             * Input
+             * @description This item's data for the task.
+             */
+            input?: unknown;
+            override?: components["schemas"]["ItemOverride"] | null;
+        };
+        /**
+         * BatchOptions
+         * @description Everything a batch has but its items: the template and how rounds go.
+         */
+        BatchOptions: {
+            /**
+             * Deadlinems
+             * @description Items without an answer by then fail with deadline_exceeded.
+             * @default 86400000
+             */
+            deadlineMs?: number;
+            /**
+             * Livebelow
+             * @default 20
+             */
+            liveBelow?: number;
+            /**
+             * Maxcostusd
+             * @description The whole batch's cost cap (USD).
+             */
+            maxCostUsd?: (number) | null;
+            /** Metadata */
+            metadata?: {
+                [key: string]: string;
+            };
+            /**
+             * Reask
+             * @description How re-asks travel: 'batch' (another provider batch, half price), 'live' (calls on the worker pool, at once), 'auto' (batches while more than liveBelow items are left, then live).
+             * @default auto
+             * @enum {string}
+             */
+            reask?: "auto" | "batch" | "live";
+            /** @description The job every item runs (its input apart). */
+            template: components["schemas"]["JobSpec"];
+        };
+        /**
+         * BatchResult
+         * @description One line of ``GET /v1/batches/{id}/results`` (and an entry of ``/items``).
+         */
+        BatchResult: {
+            /** Customid */
+            customId: string;
+            /**
+             * Result
+             * @description The item's envelope, as a job's; null while pending.
+             */
+            result: unknown;
+            /**
+             * Status
+             * @enum {string}
+             */
+            status: "pending" | "succeeded" | "failed";
+            /**
+             * Turns
+             * @description Its turn records (re-asks included); on /items only.
+             */
+            turns?: unknown[] | null;
+        };
+        /**
+         * BatchSpec
+         * @description ``POST /v1/batches`` as JSON: the options and the items inline.
+         */
+        BatchSpec: {
+            /**
+             * Deadlinems
+             * @description Items without an answer by then fail with deadline_exceeded.
+             * @default 86400000
+             */
+            deadlineMs?: number;
+            /** Items */
+            items: components["schemas"]["BatchItem"][];
+            /**
+             * Livebelow
+             * @default 20
+             */
+            liveBelow?: number;
+            /**
+             * Maxcostusd
+             * @description The whole batch's cost cap (USD).
+             */
+            maxCostUsd?: (number) | null;
+            /** Metadata */
+            metadata?: {
+                [key: string]: string;
+            };
+            /**
+             * Reask
+             * @description How re-asks travel: 'batch' (another provider batch, half price), 'live' (calls on the worker pool, at once), 'auto' (batches while more than liveBelow items are left, then live).
+             * @default auto
+             * @enum {string}
+             */
+            reask?: "auto" | "batch" | "live";
+            /** @description The job every item runs (its input apart). */
+            template: components["schemas"]["JobSpec"];
         };
         /**
          * Budget
@@ -583,6 +888,42 @@ export interface components {
              * @constant
              */
             status: "ok";
+        };
+        /** ItemCounts */
+        ItemCounts: {
+            /** Failed */
+            failed: number;
+            /** Pending */
+            pending: number;
+            /** Succeeded */
+            succeeded: number;
+        };
+        /**
+         * ItemOverride
+         * @description What one item may change of the template (the rest is shared by every item).
+         */
+        ItemOverride: {
+            budget?: components["schemas"]["Budget"] | null;
+            fallback?: components["schemas"]["FallbackSpec"] | null;
+            /** Maxoutputtokens */
+            maxOutputTokens?: number | null;
+            /** Metadata */
+            metadata?: {
+                [key: string]: string;
+            } | null;
+            /** Seed */
+            seed?: number | null;
+            /** Task */
+            task?: string | null;
+            /** Temperature */
+            temperature?: (number) | null;
+        };
+        /** ItemPage */
+        ItemPage: {
+            /** Items */
+            items: components["schemas"]["BatchResult"][];
+            /** Next */
+            next: string | null;
         };
         /**
          * Job
@@ -1593,6 +1934,446 @@ export interface operations {
             };
             /** @description Not ready: `checks` says which dependency is missing and `detail` why. */
             503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    create_batch: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description Same key and same body: the same job, not a second one (for REPROMPT_IDEMPOTENCY_TTL_S, default 24 h). Same key, different body: 422. Keys are scoped to the tenant. */
+                "Idempotency-Key"?: string | null;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["BatchSpec"];
+                /** @description The first line: BatchOptions; then one BatchItem per line. */
+                "application/x-ndjson": string;
+            };
+        };
+        responses: {
+            /** @description An Idempotency-Key replay: that batch. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Batch"];
+                };
+            };
+            /** @description Accepted: its rounds start on a worker. */
+            202: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Batch"];
+                };
+            };
+            /** @description No API key, or an unknown one (when keys are configured). */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The request body is over REPROMPT_MAX_BODY_BYTES. */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The body is not application/json. */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The job (or a parameter) is invalid; `errors` names each field. */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not now, for you: your queue is full, your jobs stored here reach your byte quota, or you send too fast (each with Retry-After; other callers are not affected). */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description A bug: logged with its traceback; the answer holds nothing internal. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not now: Redis is unreachable (with Retry-After), or no model provider is configured (`code` llm-config, `detail` says what to set). */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    get_batch: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                batch_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Batch"];
+                };
+            };
+            /** @description No API key, or an unknown one (when keys are configured). */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No such job for this tenant (another tenant's job is a 404 too). */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description A parameter or the body is invalid; `errors` names each field. */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not now, for you: your queue is full, your jobs stored here reach your byte quota, or you send too fast (each with Retry-After; other callers are not affected). */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description A bug: logged with its traceback; the answer holds nothing internal. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    cancel_batch: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                batch_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            202: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Batch"];
+                };
+            };
+            /** @description No API key, or an unknown one (when keys are configured). */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No such job for this tenant (another tenant's job is a 404 too). */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description A parameter or the body is invalid; `errors` names each field. */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not now, for you: your queue is full, your jobs stored here reach your byte quota, or you send too fast (each with Retry-After; other callers are not affected). */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description A bug: logged with its traceback; the answer holds nothing internal. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    batch_events: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                batch_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description ``progress`` events (a Batch) whenever it changes; the last one once it ended. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/event-stream": string;
+                };
+            };
+            /** @description No API key, or an unknown one (when keys are configured). */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No such job for this tenant (another tenant's job is a 404 too). */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description A parameter or the body is invalid; `errors` names each field. */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not now, for you: your queue is full, your jobs stored here reach your byte quota, or you send too fast (each with Retry-After; other callers are not affected). */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description A bug: logged with its traceback; the answer holds nothing internal. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    list_batch_items: {
+        parameters: {
+            query?: {
+                status?: ("pending" | "succeeded" | "failed") | null;
+                cursor?: string | null;
+                limit?: number;
+            };
+            header?: never;
+            path: {
+                batch_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ItemPage"];
+                };
+            };
+            /** @description No API key, or an unknown one (when keys are configured). */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No such job for this tenant (another tenant's job is a 404 too). */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The job (or a parameter) is invalid; `errors` names each field. */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not now, for you: your queue is full, your jobs stored here reach your byte quota, or you send too fast (each with Retry-After; other callers are not affected). */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description A bug: logged with its traceback; the answer holds nothing internal. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    batch_results: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                batch_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description One BatchResult per line, in submission order. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/x-ndjson": string;
+                };
+            };
+            /** @description No API key, or an unknown one (when keys are configured). */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No such job for this tenant (another tenant's job is a 404 too). */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description A parameter or the body is invalid; `errors` names each field. */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not now, for you: your queue is full, your jobs stored here reach your byte quota, or you send too fast (each with Retry-After; other callers are not affected). */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description A bug: logged with its traceback; the answer holds nothing internal. */
+            500: {
                 headers: {
                     [name: string]: unknown;
                 };

@@ -1,0 +1,1 @@
+"""Batches, the pure part: an item's turns replayed from the answers its rounds brought."""
