@@ -169,7 +169,7 @@ def test_a_spent_budget_is_an_error_never_an_invalid_answer(
             model=MODEL,
             messages=[{"role": "user", "content": directive(["missing_field"] * 4)}],
             response_format=city_format(),
-            extra_body={"reprompt": {"maxTurns": 1, "returnRetries": 1}},
+            extra_body={"reprompt": {"maxTurns": 1, "returnRetries": 1, "retryMode": "whole"}},
         )
     error = caught.value
     assert error.code in ("budget-exhausted", "llm-invalid-output")
@@ -224,7 +224,7 @@ def test_plain_call_is_passed_through_and_ignored_fields_named(
 
 
 def test_tool_arguments_are_checked_and_re_asked(api: str, client: openai.OpenAI) -> None:
-    tool = {
+    tool: Any = {
         "type": "function",
         "function": {
             "name": "lookup",
@@ -240,8 +240,9 @@ def test_tool_arguments_are_checked_and_re_asked(api: str, client: openai.OpenAI
     script = [
         {"call": [{"name": "lookup", "arguments": {"city": 7}}]},
         {"call": [{"name": "lookup", "arguments": {"city": "Lyon"}}]},
+        "ok",
     ]
-    rule = json.dumps({"script": script, "counter": "turns"})
+    rule = json.dumps({"script": script, "counter": "requests"})
     messages: list[Any] = [
         {
             "role": "user",
@@ -262,3 +263,12 @@ def test_tool_arguments_are_checked_and_re_asked(api: str, client: openai.OpenAI
     assert raw.headers["x-reprompt-attempts"] == "2"
     assert completion.usage is not None
     assert completion.usage.prompt_tokens > 0
+    # The caller runs the tool and sends its result back in the next request.
+    messages += [
+        choice.message.model_dump(exclude_none=True),
+        {"role": "tool", "tool_call_id": call.id, "content": '{"population": 522250}'},
+    ]
+    answer = client.chat.completions.create(model=MODEL, messages=messages, tools=[tool])
+    assert answer.choices[0].finish_reason == "stop"
+    assert answer.choices[0].message.content
+    assert not answer.choices[0].message.tool_calls

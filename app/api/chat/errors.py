@@ -94,7 +94,9 @@ class ChatError(Exception):
         message = str(first.get("msg", "invalid value")).removeprefix("Value error, ")
         count = exc.error_count()
         more = f" (and {count - 1} more)" if count > 1 else ""
-        return cls(400, codes.INVALID_INPUT, f"{param or 'body'}: {message}{more}", param=param)
+        return cls(
+            400, codes.INVALID_INPUT, f"{param or 'body'}: {message}{more}", param=param or None
+        )
 
     def response(self, headers: Mapping[str, str] | None = None) -> JSONResponse:
         out = {**self.headers, **(headers or {})}

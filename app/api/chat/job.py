@@ -58,7 +58,7 @@ def job_spec(request: ChatRequest) -> JobSpec:
         return JobSpec.model_validate(body)
     except ValidationError as exc:
         error = ChatError.invalid(exc)
-        error.param = _param(error.param or "")
+        error.param = chat_param(error.param or "")
         raise error from None
 
 
@@ -75,10 +75,12 @@ _FROM: Final = {
 }
 
 
-def _param(field: str) -> str:
+def chat_param(field: str) -> str:
+    """Where a job's field (``budget.maxTurns``, ``schema``) came from in the request."""
     head, _, rest = field.partition(".")
     if head == "budget":
         return "reprompt." + rest
-    if head in _FROM:
-        return _FROM[head]
+    bare = head.split("[", 1)[0]
+    if bare in _FROM:
+        return _FROM[bare]
     return "reprompt." + field if field else "reprompt"

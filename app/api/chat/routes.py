@@ -32,7 +32,7 @@ from app.api.chat.call import checked_call
 from app.api.chat.completion import chunks, completion, message_of, usage_of
 from app.api.chat.conversation import as_messages
 from app.api.chat.errors import JOB_STATUS, ChatError
-from app.api.chat.job import job_spec
+from app.api.chat.job import chat_param, job_spec
 from app.api.chat.request import ChatRequest
 from app.api.limits import stored_spec_json
 from app.api.resources import BEARER_JSON, Caller
@@ -40,7 +40,7 @@ from app.core.admission.admit import admit
 from app.core.turn.model import LLMRequest, ToolCall, ToolSpec
 from app.core.turn.tools import Tool, Toolbox
 from app.core.wire import codes
-from app.core.wire.errors import RepromptError
+from app.core.wire.errors import InvalidInput, RepromptError
 from app.store import JobView
 from app.tracecontext import TraceContext
 
@@ -207,13 +207,23 @@ async def _job_answer(caller: Caller, chat: ChatRequest, trace: TraceContext | N
     spec = job_spec(chat)
     router = res.require_router()
     secrets = res.outbound.secrets
-    admit(
-        spec,
-        caps=res.settings,
-        models=router,
-        check_url=res.outbound.guard.check_url,
-        check_headers=lambda headers: secrets.check_headers(headers, tenant),
-    )
+    try:
+        admit(
+            spec,
+            caps=res.settings,
+            models=router,
+            check_url=res.outbound.guard.check_url,
+            check_headers=lambda headers: secrets.check_headers(headers, tenant),
+        )
+    except InvalidInput as exc:
+        first = exc.errors[0]
+        field = first.field or ""
+        raise ChatError(
+            400,
+            exc.code,
+            f"{chat_param(field)}: {first.detail}",
+            param=chat_param(field) if field else None,
+        ) from None
     stored = stored_spec_json(spec, res.settings)
     deadline_ms: int = stored["budget"]["deadlineMs"]
     give_up = time.monotonic() + (deadline_ms + GRACE_MS) / 1000
@@ -351,7 +361,7 @@ async def _plain_answer(caller: Caller, chat: ChatRequest) -> Answer:
     return Answer(
         id="chatcmpl-" + _call_id(),
         created=int(time.time()),
-        model=response.response_model or response.model,
+        model=response.model,
         message=message,
         finish_reason=finish,
         usage=usage_of(called.input_tokens, called.output_tokens, called.cached_tokens),
@@ -361,7 +371,15 @@ async def _plain_answer(caller: Caller, chat: ChatRequest) -> Answer:
 
 
 def _toolbox(chat: ChatRequest) -> Toolbox | None:
+    choice = chat.tool_choice
     if not chat.tools:
+        if choice is not None and choice not in ("auto", "none"):
+            raise ChatError(
+                400,
+                codes.INVALID_INPUT,
+                "tool_choice: the request has no tools",
+                param="tool_choice",
+            )
         return None
     names = [tool.function.name for tool in chat.tools]
     for name in names:
@@ -369,7 +387,6 @@ def _toolbox(chat: ChatRequest) -> Toolbox | None:
             raise ChatError(
                 400, codes.INVALID_INPUT, f"tools: the name {name!r} is used twice", param="tools"
             )
-    choice = chat.tool_choice
     if choice is not None and not isinstance(choice, str) and choice.function.name not in names:
         raise ChatError(
             400,
