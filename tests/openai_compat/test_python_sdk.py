@@ -252,7 +252,7 @@ def test_tool_arguments_are_checked_and_re_asked(api: str, client: openai.OpenAI
     raw = client.chat.completions.with_raw_response.create(
         model=MODEL,
         messages=messages,
-        tools=[tool],  # type: ignore[list-item]
+        tools=[tool],
     )
     completion = raw.parse()
     choice = completion.choices[0]
