@@ -218,6 +218,8 @@ async def _job_answer(caller: Caller, chat: ChatRequest, trace: TraceContext | N
     except InvalidInput as exc:
         first = exc.errors[0]
         field = first.field or ""
+        if field == "model":
+            raise ChatError(404, "model_not_found", first.detail, param="model") from None
         raise ChatError(
             400,
             exc.code,
