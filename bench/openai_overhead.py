@@ -72,9 +72,12 @@ async def cell(base_url: str, n: int, concurrency: int) -> dict[str, Any]:
 
     async def call(i: int) -> bool:
         client = clients[next(turn) % concurrency]
-        completion = await client.chat.completions.create(
-            model="sim-model", messages=MESSAGES, response_format=FORMAT
-        )
+        try:
+            completion = await client.chat.completions.create(
+                model="sim-model", messages=MESSAGES, response_format=FORMAT
+            )
+        except openai.APIError:  # counted as a failure (the "fails" column)
+            return False
         return bool(json.loads(completion.choices[0].message.content or "null"))
 
     for i in range(max(concurrency, 4)):  # warm-up, not counted
@@ -95,10 +98,11 @@ async def cell(base_url: str, n: int, concurrency: int) -> dict[str, Any]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("-n", type=int, default=300, help="calls per cell")
     args = parser.parse_args()
     raise_fd_limit()
     levels = [1, 8] if args.quick else [1, 8, 32]
-    n = 60 if args.quick else 300
+    n = 60 if args.quick else args.n
     started = time.perf_counter()
     rows: list[dict[str, Any]] = []
     with Stack() as stack:
@@ -122,7 +126,7 @@ def write(rows: list[dict[str, Any]], elapsed: float, quick: bool) -> None:
     lines = [
         "# Overhead of the OpenAI-compatible front door",
         "",
-        f"Produced by `python bench/openai_overhead.py{' --quick' if quick else ''}` "
+        f"Produced by `python bench/openai_overhead.py{' --quick' if quick else f' -n {rows[0][\'reprompt\'][\'n\']}'}` "
         f"(took {elapsed:.0f} s) on a shared, noisy 2-core machine (other work ran beside "
         "it): read ratios and medians, not absolutes.",
         "",
