@@ -123,10 +123,11 @@ def main() -> int:
 
 
 def write(rows: list[dict[str, Any]], elapsed: float, quick: bool) -> None:
+    how = " --quick" if quick else f" -n {rows[0]['reprompt']['n']}"
     lines = [
         "# Overhead of the OpenAI-compatible front door",
         "",
-        f"Produced by `python bench/openai_overhead.py{' --quick' if quick else f' -n {rows[0][\'reprompt\'][\'n\']}'}` "
+        f"Produced by `python bench/openai_overhead.py{how}` "
         f"(took {elapsed:.0f} s) on a shared, noisy 2-core machine (other work ran beside "
         "it): read ratios and medians, not absolutes.",
         "",
