@@ -35,11 +35,12 @@ from bench.common import (
     DOCS,
     Stack,
     machine,
-    machine_md,
+    page_end,
     percentile,
     raise_fd_limit,
     run_closed_loop,
     total_cpu,
+    with_notes,
 )
 
 SCHEMA = {
@@ -61,6 +62,7 @@ MESSAGES: Any = [
     {"role": "user", "content": "Alice Smith is 30 years old; write to alice@example.com."},
 ]
 OUT = DOCS / "openai-overhead.md"
+NOTES = Path(__file__).with_name("openai_overhead_notes.md")
 
 
 async def cell(base_url: str, n: int, concurrency: int) -> dict[str, Any]:
@@ -156,11 +158,10 @@ def write(rows: list[dict[str, Any]], elapsed: float, quick: bool) -> None:
         "For comparison, `/v1/generate` through the lean load generator "
         "([overhead](overhead.md)): +9.2 ms added p50 and 0.91× at 32 callers (serve, 0 ms).",
         "",
-        "## Machine",
-        "",
-        machine_md(machine()),
+        *page_end(machine()),
     ]
-    OUT.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    text = with_notes("\n".join(lines) + "\n", NOTES, quick=quick)
+    OUT.write_text(text, encoding="utf-8")
 
 
 if __name__ == "__main__":

@@ -177,6 +177,7 @@ def test_a_spent_budget_is_an_error_never_an_invalid_answer(
     job_id = error.response.headers["x-reprompt-job-id"]
     assert len(job_of(api, job_id)["turns"]) == 2
     assert error.response.headers["x-reprompt-attempts"] == "2"
+    assert error.response.headers["x-should-retry"] == "false"  # the SDKs' own retries: off
 
 
 def test_bad_requests_raise_the_sdks_types(api: str, client: openai.OpenAI) -> None:

@@ -276,7 +276,8 @@ def _from_job(job: JobView) -> Answer:
             code,
             envelope.detail or code,
             retry_after_s=retry_after,
-            headers={**headers, "x-reprompt-attempts": str(attempts)},
+            # The job has made its attempts: an SDK's own retry would spend the budget again.
+            headers={**headers, "x-reprompt-attempts": str(attempts), "x-should-retry": "false"},
             extra={"job_id": job.id, "cause": envelope.cause},
         )
     usage = usage_of(
