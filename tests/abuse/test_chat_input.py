@@ -98,6 +98,9 @@ def test_a_schema_over_its_caps(alice: httpx.Client) -> None:
 def test_reprompt_options_are_checked(alice: httpx.Client) -> None:
     body = chat(reprompt={"maxTurns": 500})
     refused(alice.post(ROUTE, json=body), 400, "reprompt.maxTurns")
+    plain = {"model": "sim-model", "messages": [{"role": "user", "content": "x"}]}
+    body = {**plain, "reprompt": {"maxTurns": CAPS["max_turns"] + 1}}
+    refused(alice.post(ROUTE, json=body), 400, "reprompt.maxTurns")
     body = chat(reprompt={"callback": {"url": "http://127.0.0.1/"}})
     refused(alice.post(ROUTE, json=body), 400, "reprompt.callback")
     body = chat(reprompt={"validators": [{"kind": "webhook", "url": "http://10.0.0.1/hook"}]})

@@ -352,7 +352,16 @@ async def _plain_answer(caller: Caller, chat: ChatRequest) -> Answer:
         timeout_s=deadline_ms / 1000,
     )
     attempts = options.max_turns or (DEFAULT_TOOL_ATTEMPTS if toolbox else 1)
-    called = await checked_call(router, request, toolbox, attempts=attempts)
+    if attempts > settings.max_turns:
+        raise ChatError(
+            400,
+            codes.INVALID_INPUT,
+            f"reprompt.maxTurns: at most {settings.max_turns}",
+            param="reprompt.maxTurns",
+        )
+    # A call held open counts as one of the tenant's open waits, as a long-poll does.
+    with res.fairness.waiting(caller.tenant):
+        called = await checked_call(router, request, toolbox, attempts=attempts)
     response = called.response
     calls: tuple[ToolCall, ...] = response.tool_calls
     finish = "tool_calls" if calls else response.finish_reason
