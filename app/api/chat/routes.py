@@ -182,7 +182,7 @@ def _refuse(chat: ChatRequest) -> None:
     extra = chat.model_extra or {}
     for name, why in REFUSED.items():
         value = extra.get(name)
-        if value is None or value is False or (name == "modalities" and value == ["text"]):
+        if not value or (name == "modalities" and value == ["text"]):
             continue
         raise ChatError(400, codes.INVALID_INPUT, f"{name}: {why}", param=name)
     if chat.n is not None and chat.n > 1:
