@@ -333,6 +333,15 @@ def job_left() -> None:
     JOBS_IN_PROGRESS.dec()
 
 
+# OpenAI-compatible front door (#34): POST /v1/chat/completions.
+CHAT_COMPLETIONS = Counter(
+    f"{P}chat_completions",
+    "Requests to POST /v1/chat/completions, by outcome (ok, error).",
+    ["outcome"],
+    registry=REGISTRY,
+)
+
+
 def record_turn(record: TurnRecord, *, calls_left: int) -> None:
     """Count one model call from its turn record (``calls_left``: what the budget has left)."""
     _TURNS(record.type, record.outcome).inc()

@@ -21,6 +21,7 @@ from pydantic import BaseModel
 
 from app import __version__, console
 from app.api import batches, callbacks, events, jobs, problems, system
+from app.api.chat import routes as chat
 from app.api.events import SSE_EVENTS
 from app.api.limits import BodyLimit
 from app.api.resources import Resources
@@ -68,6 +69,7 @@ def create_app(
     app.include_router(callbacks.router)
     app.include_router(events.router)
     app.include_router(system.router)
+    app.include_router(chat.router)
     if settings.console:
         console.install(app)  # #32: the web console at /console (docs/console.md)
 
@@ -99,6 +101,8 @@ def as_problem_json(schema: dict[str, Any]) -> dict[str, Any]:
     """
     for path in schema.get("paths", {}).values():
         for operation in path.values():
+            if "openai" in operation.get("tags", ()):
+                continue  # the OpenAI-compatible route answers errors in OpenAI's shape
             operation["responses"].setdefault("500", {"description": INTERNAL_ERROR})
             for status, response in operation["responses"].items():
                 if status.isdigit() and int(status) >= 400:

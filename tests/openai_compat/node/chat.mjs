@@ -1,0 +1,75 @@
+// The official openai npm package against reprompt: a structured answer, a stream with
+// usage, and a spent budget. Prints one JSON line for tests/openai_compat/test_node_sdk.py.
+// Env: REPROMPT_URL, REPROMPT_API_KEY, PROMPT_OK, PROMPT_STREAM, PROMPT_FAIL.
+import OpenAI from "openai";
+
+const client = new OpenAI({
+  baseURL: `${process.env.REPROMPT_URL}/v1`,
+  apiKey: process.env.REPROMPT_API_KEY,
+  maxRetries: 0,
+});
+const schema = {
+  type: "object",
+  properties: { city: { type: "string" }, population: { type: "integer" } },
+  required: ["city", "population"],
+  additionalProperties: false,
+};
+const responseFormat = { type: "json_schema", json_schema: { name: "city", strict: true, schema } };
+
+const { data, response } = await client.chat.completions
+  .create({
+    model: "sim-model",
+    messages: [{ role: "user", content: process.env.PROMPT_OK }],
+    response_format: responseFormat,
+  })
+  .withResponse();
+
+const stream = await client.chat.completions.create({
+  model: "sim-model",
+  messages: [{ role: "user", content: process.env.PROMPT_STREAM }],
+  response_format: responseFormat,
+  stream: true,
+  stream_options: { include_usage: true },
+});
+let streamed = "";
+let streamUsage = null;
+let streamId = null;
+for await (const chunk of stream) {
+  streamId = chunk.id;
+  if (chunk.usage) streamUsage = chunk.usage;
+  for (const choice of chunk.choices) streamed += choice.delta.content ?? "";
+}
+
+let failure = null;
+try {
+  await client.chat.completions.create({
+    model: "sim-model",
+    messages: [{ role: "user", content: process.env.PROMPT_FAIL }],
+    response_format: responseFormat,
+    reprompt: { maxTurns: 1, returnRetries: 1, retryMode: "whole" },
+  });
+} catch (err) {
+  failure = {
+    unprocessable: err instanceof OpenAI.UnprocessableEntityError,
+    status: err.status,
+    code: err.code,
+    message: err.message,
+  };
+}
+
+console.log(
+  JSON.stringify({
+    id: data.id,
+    object: data.object,
+    model: data.model,
+    answer: JSON.parse(data.choices[0].message.content),
+    finish: data.choices[0].finish_reason,
+    usage: data.usage,
+    attempts: response.headers.get("x-reprompt-attempts"),
+    jobId: response.headers.get("x-reprompt-job-id"),
+    streamed: JSON.parse(streamed),
+    streamId,
+    streamUsage,
+    failure,
+  }),
+);
