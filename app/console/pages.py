@@ -74,13 +74,7 @@ templates.globals["rejected"] = shown.REJECTED
 def render(
     request: Request, name: str, status: int = 200, viewer: Viewer | None = None, **values: Any
 ) -> HTMLResponse:
-    res = resources_of(request)
-    html = templates.get_template(name).render(
-        viewer=viewer,
-        csrf_field=CSRF_FIELD,
-        batches=getattr(res, "batches", None) is not None,
-        **values,
-    )
+    html = templates.get_template(name).render(viewer=viewer, csrf_field=CSRF_FIELD, **values)
     return HTMLResponse(html, status_code=status)
 
 
