@@ -435,17 +435,18 @@ def limited(tmp_path: Path) -> Iterator[str]:
             yield url
 
 
-def test_typescript_client_retries_429_and_answers_client_tools(
-    typescript: Client, limited: str, tmp_path: Path
+def test_client_retries_429_and_answers_client_tools(
+    client: Client, limited: str, tmp_path: Path
 ) -> None:
-    """#29, item 11: against a tenant allowed one request a second, the TypeScript client
-    waits out each 429's Retry-After, and runs a job that pauses for two client tools."""
+    """#29, item 11: against a tenant allowed one request a second, each client waits out
+    each 429's Retry-After, and runs a job that pauses for two client tools (its --tools:
+    the outputs posted, the job goes on)."""
     url = limited
     job = tmp_path / "tool-job.json"
     job.write_text(json.dumps(tool_job([calls("lookup", "stock"), "ok"])), encoding="utf-8")
     outputs = tmp_path / "outputs.json"
     outputs.write_text(json.dumps({"lookup": {"price": 9.5}, "stock": {"available": 7}}))
-    proc = typescript("--tools", str(outputs), "--wait-ms", "5000", str(job), url=url)
+    proc = client("--tools", str(outputs), "--wait-ms", "5000", str(job), url=url)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     envelope = json.loads(proc.stdout)
     assert envelope["status"] == "success", envelope
