@@ -62,6 +62,7 @@ from app.store import JobStore, Leases, StoreOptions, connect
 from app.store.batches import BatchStore
 from app.store.connection import RedisClient
 from app.store.eviction import eviction_policy, judge
+from app.store.quotas import Quotas
 from app.tracing import Tracing, open_tracing
 from app.worker import Worker
 
@@ -319,7 +320,7 @@ def api_app(
                 router=parts.router,
                 provider_problem=parts.provider_problem,
                 model_providers=parts.model_providers,
-                fairness=_fairness(settings),
+                fairness=_fairness(settings, parts.jobs),
                 outbound=parts.outbound,
                 batches=BatchStore(parts.redis, prefix=settings.key_prefix),
             )
@@ -492,15 +493,22 @@ def _run_loop(main: Coroutine[Any, Any, int]) -> int:
     return uvloop.run(main)
 
 
-def _fairness(settings: Settings) -> Fairness:
-    """Per-tenant limits, when there are tenants.
+def _fairness(settings: Settings, store: JobStore) -> Fairness:
+    """Per-tenant limits, when there are tenants (counted in Redis, shared by the replicas).
 
     Without API keys every caller is the one tenant ``default``: limiting it would only
     throttle the one user.
     """
     if not settings.api_keys:
-        return Fairness(rate_per_s=0, burst=1, max_waits=0)
+        return Fairness(None, rate_per_s=0, burst=1, max_waits=0)
+    quotas = Quotas(
+        store.scripts,
+        store.keys,
+        now_ms=store.server_now_ms,
+        keep_ms=Fairness.longest_lease_ms(settings.max_wait_ms),
+    )
     return Fairness(
+        quotas,
         rate_per_s=settings.rate_per_tenant,
         burst=settings.burst_per_tenant,
         max_waits=settings.max_waits_per_tenant,

@@ -9,6 +9,11 @@ A job with client tools pauses in ``requires_action``; ``run`` answers its calls
 mapping of Python callables (a callable that raises answers with an ``error``)::
 
     job = api.run(spec, tools={"lookup": lambda args: {"price": 12.5}})
+
+A 429 (too fast, queue full, too many open waits) or a 503 (Redis or the model provider
+not reachable) is retried after its ``Retry-After`` (at most ``max_wait_s`` a wait, at most
+``max_attempts`` tries; ``on_retry`` hears each). A submission is retried after a 503 only
+with an ``idempotency_key``: the first attempt may have stored the job.
 """
 
 from __future__ import annotations
@@ -24,6 +29,9 @@ import httpx
 # Runs a client tool: the call's arguments in, its output (any JSON value) out.
 ToolFunction = Callable[[dict[str, Any]], Any]
 TERMINAL = ("succeeded", "failed", "cancelled")
+RETRIED = (429, 503)
+# Told of each retry: the status and how long the client waits before the next attempt.
+OnRetry = Callable[[int, float], None]
 
 
 class ApiError(Exception):
@@ -47,9 +55,34 @@ class ServerEvent:
 
 
 class ApiClient:
-    def __init__(self, base_url: str, *, key: str | None = None, timeout_s: float = 120.0) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        key: str | None = None,
+        timeout_s: float = 120.0,
+        max_attempts: int = 4,
+        max_wait_s: float = 30.0,
+        on_retry: OnRetry | None = None,
+    ) -> None:
         headers = {"authorization": f"Bearer {key}"} if key else {}
         self._http = httpx.Client(base_url=base_url, headers=headers, timeout=timeout_s)
+        self.max_attempts = max(1, max_attempts)
+        self.max_wait_s = max_wait_s
+        self.on_retry = on_retry
+
+    def _send(self, method: str, url: str, *, retry_503: bool = True, **kwargs: Any) -> Any:
+        """The request's JSON answer, retried on 429/503 after ``Retry-After`` (bounded)."""
+        for attempt in range(1, self.max_attempts + 1):
+            response = self._http.request(method, url, **kwargs)
+            retried = response.status_code == 429 or (response.status_code == 503 and retry_503)
+            if not retried or attempt == self.max_attempts:
+                return self._json(response)
+            wait_s = min(retry_after_s(response.headers.get("retry-after")), self.max_wait_s)
+            if self.on_retry is not None:
+                self.on_retry(response.status_code, wait_s)
+            time.sleep(wait_s)
+        raise AssertionError("unreachable: the last attempt returns")
 
     def close(self) -> None:
         self._http.close()
@@ -62,16 +95,21 @@ class ApiClient:
 
     def submit(self, spec: dict[str, Any], *, idempotency_key: str | None = None) -> dict[str, Any]:
         headers = {"idempotency-key": idempotency_key} if idempotency_key else {}
-        return self._json(self._http.post("/v1/jobs", json=spec, headers=headers))
+        return dict(
+            self._send(
+                "POST", "/v1/jobs", json=spec, headers=headers, retry_503=bool(idempotency_key)
+            )
+        )
 
     def get(self, job_id: str, *, wait_ms: int = 0) -> dict[str, Any]:
         params = {"waitMs": wait_ms} if wait_ms else {}
-        return self._json(self._http.get(f"/v1/jobs/{job_id}", params=params))
+        return dict(self._send("GET", f"/v1/jobs/{job_id}", params=params))
 
     def submit_tool_outputs(self, job_id: str, outputs: list[dict[str, Any]]) -> dict[str, Any]:
-        """Answer a job's ``requiredAction``: one ``{toolCallId, output | error}`` per call."""
-        return self._json(
-            self._http.post(f"/v1/jobs/{job_id}/tool-outputs", json={"outputs": outputs})
+        """Answer a job's ``requiredAction``: one ``{toolCallId, output | error}`` per call
+        (a retry after a 503 is safe: the same outputs again are answered as the first were)."""
+        return dict(
+            self._send("POST", f"/v1/jobs/{job_id}/tool-outputs", json={"outputs": outputs})
         )
 
     def run(
@@ -197,6 +235,14 @@ class ApiClient:
         if response.status_code >= 400:
             raise ApiError(response.status_code, body if isinstance(body, dict) else {})
         return dict(body)
+
+
+def retry_after_s(value: str | None) -> float:
+    """``Retry-After`` in seconds (delta-seconds; 1 s when absent or an HTTP date)."""
+    try:
+        return max(0.0, float(value)) if value is not None else 1.0
+    except ValueError:
+        return 1.0
 
 
 def answer_calls(

@@ -3,6 +3,11 @@
     .venv/bin/python bench/guard.py            # measure, compare, exit 1 on a regression
     .venv/bin/python bench/guard.py --update   # measure and check the figures in
     .venv/bin/python bench/guard.py --before /tmp/old   # this tree against another, interleaved
+    .venv/bin/python bench/guard.py --tenants   # without API keys against with, interleaved
+
+``--tenants`` runs this tree twice, without API keys and with one (the tenant's rate and
+open waits counted in Redis, app/store/quotas.py; the rate high enough that nothing is
+refused), interleaved as ``--before`` is: the difference is what the shared quotas cost.
 
 ``--before DIR`` (an export of an earlier commit: ``git archive REV | tar -x -C DIR``)
 runs both trees' deployments side by side on one simulator and alternates them round by
@@ -31,6 +36,7 @@ it does not check behaviour); ``make bench-quick`` runs it.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import statistics
 import sys
@@ -39,6 +45,7 @@ from typing import Any, Final
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench import loadgen
 from bench.common import ROOT, Stack, raise_fd_limit
 from bench.overhead import capture_messages, deploy, measure
 
@@ -48,21 +55,26 @@ JOBS: Final = 300
 ROUNDS: Final = 3
 CPU_SLACK: Final = 1.25  # a CPU ratio 25 % over the checked-in one fails
 COMMANDS_SLACK: Final = 1.10  # commands/job 10 % over fail
+BENCH_KEY: Final = "bench-key"  # --tenants: the one tenant's API key
 
 
 def measure_all(
-    trees: dict[str, Path] | None = None, rounds: int = ROUNDS
+    trees: dict[str, Path] | None = None,
+    rounds: int = ROUNDS,
+    envs: dict[str, dict[str, str]] | None = None,
 ) -> dict[str, dict[str, dict[str, float]]]:
     """Per tree (default: this one, as ``"now"``) and cell, the medians over the rounds;
-    ``cpu_ms`` is CPU ms per job, the one figure not divided by the simulator's."""
+    ``cpu_ms`` is CPU ms per job, the one figure not divided by the simulator's. ``envs``:
+    more environment for a tree's deployment, by its name."""
     trees = trees or {"now": ROOT}
+    envs = envs or {}
     cells: dict[str, dict[str, dict[str, list[float]]]] = {name: {} for name in trees}
     with Stack() as stack:
         sim = stack.sim(latency_ms=0, jitter_ms=0, seed=1)
         deployed = {}
         for name, code in trees.items():
             stack.code = code
-            url, _procs, parts, redis_url = deploy(stack, "split", sim.url)
+            url, _procs, parts, redis_url = deploy(stack, "split", sim.url, envs.get(name))
             deployed[name] = (url, parts, redis_url)
         messages = capture_messages(deployed[next(iter(trees))][0])
         for _ in range(rounds):
@@ -113,10 +125,23 @@ def main() -> int:
         "--before", type=Path, help="another source tree to measure against, interleaved"
     )
     parser.add_argument("--rounds", type=int, default=ROUNDS, help=f"default {ROUNDS}")
+    parser.add_argument(
+        "--tenants", action="store_true", help="without API keys against with, interleaved"
+    )
     ns = parser.parse_args()
     raise_fd_limit()
-    if ns.before is not None:
-        both = measure_all({"before": ns.before.resolve(), "now": ROOT}, ns.rounds)
+    if ns.before is not None or ns.tenants:
+        if ns.tenants:
+            digest = hashlib.sha256(BENCH_KEY.encode()).hexdigest()
+            loadgen.AUTHORIZATION = f"Bearer {BENCH_KEY}"
+            keyed = {
+                "REPROMPT_API_KEYS": f"bench:{digest}",
+                "REPROMPT_RATE_PER_TENANT": "1000000",
+                "REPROMPT_BURST_PER_TENANT": "1000000",
+            }
+            both = measure_all({"nokeys": ROOT, "keys": ROOT}, ns.rounds, {"keys": keyed})
+        else:
+            both = measure_all({"before": ns.before.resolve(), "now": ROOT}, ns.rounds)
         print(
             "tree    cell  CPU ms/job (api / workers / redis)  CPU/job ÷ sim call"
             "  Redis cmds/job  × direct"

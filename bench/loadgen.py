@@ -120,6 +120,11 @@ class _Conn(asyncio.Protocol):
             deadline.cancel()
 
 
+# Sent with every request when set (bench/guard.py --tenants: a service with API keys; one
+# without ignores it).
+AUTHORIZATION: str | None = None
+
+
 class LeanClient:
     """Requests to one ``http://host:port`` origin over a pool of keep-alive connections
     (one per caller in flight; a connection the server closed is replaced)."""
@@ -132,7 +137,10 @@ class LeanClient:
         self.timeout = timeout
         self.idle: list[_Conn] = []
         self.open: set[_Conn] = set()
-        self._head = f"Host: {self.host}:{self.port}\r\n".encode()
+        head = f"Host: {self.host}:{self.port}\r\n"
+        if AUTHORIZATION:
+            head += f"Authorization: {AUTHORIZATION}\r\n"
+        self._head = head.encode()
 
     async def __aenter__(self) -> LeanClient:
         return self

@@ -43,6 +43,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench import loadgen
 from bench.common import (
     DOCS,
     Proc,
@@ -224,23 +225,31 @@ def redis_stats(url: str | None) -> dict[str, int]:
 
 
 def capture_messages(url: str) -> list[dict[str, str]]:
-    r = httpx.post(f"{url}/v1/generate", params={"waitMs": WAIT_MS}, json=job_body(0), timeout=60)
+    auth = {"authorization": loadgen.AUTHORIZATION} if loadgen.AUTHORIZATION else {}
+    r = httpx.post(
+        f"{url}/v1/generate",
+        params={"waitMs": WAIT_MS},
+        json=job_body(0),
+        timeout=60,
+        headers=auth,
+    )
     r.raise_for_status()
     return [{"role": m["role"], "content": m["content"]} for m in r.json()["transcript"]][:2]
 
 
 def deploy(
-    stack: Stack, kind: str, sim_url: str
+    stack: Stack, kind: str, sim_url: str, extra: Mapping[str, str] | None = None
 ) -> tuple[str, list[Proc], dict[str, list[int]], str]:
-    """Start a deployment; returns (API url, processes, the pids whose CPU counts by role,
-    redis url)."""
+    """Start a deployment (``extra``: more of its environment); returns (API url,
+    processes, the pids whose CPU counts by role, redis url)."""
     redis_url, redis_pid = stack.redis()
     if kind == "serve":
         # The same redis-server the embedded default would start, started here so the bench
         # holds its password (the embedded one's never leaves the serve process).
-        srv = stack.service("serve", stack.env(sim_url, redis_url, REPROMPT_WORKER_CONCURRENCY=64))
+        env = stack.env(sim_url, redis_url, REPROMPT_WORKER_CONCURRENCY=64) | dict(extra or {})
+        srv = stack.service("serve", env)
         return srv.url, [srv], {"redis": [redis_pid], "serve": srv.pids()}, redis_url
-    env = stack.env(sim_url, redis_url, REPROMPT_WORKER_CONCURRENCY=32)
+    env = stack.env(sim_url, redis_url, REPROMPT_WORKER_CONCURRENCY=32) | dict(extra or {})
     api = stack.service("api", env)
     workers = [stack.service("worker", env, name=f"worker{i}") for i in (1, 2)]
     procs = [api, *workers]

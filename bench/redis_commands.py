@@ -21,6 +21,11 @@ script: ``HMGET``, ``HSET``, ``PUBLISH``); a fast job's progress goes with its c
 
 .venv/bin/python bench/redis_commands.py            # SHOW=1 prints every command
 .venv/bin/python bench/redis_commands.py --jobs 100 --rounds 3   # the defaults
+.venv/bin/python bench/redis_commands.py --tenants   # with API keys: the shared quotas' cost
+
+``--tenants`` runs with an API key configured, so every request takes from the tenant's
+rate in Redis and every wait is held there (``app.store.quotas``; the rate set high enough
+that nothing is refused): the difference from a run without it is what the quotas cost.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
+import hashlib
 import os
 import sys
 import tempfile
@@ -48,6 +54,7 @@ from reprompt_sim.server import SimConfig, serve_in_background
 
 WAIT_MS = 10_000
 SPEC = {"task": "x", "signature": "{a :int}", "budget": {"maxTurns": 1}}
+BENCH_KEY = "bench-key"
 
 
 class Monitor:
@@ -168,16 +175,17 @@ async def measure(
     title: str,
     flow: Callable[[httpx.AsyncClient], Awaitable[None]],
     jobs: int,
+    headers: dict[str, str],
 ) -> dict[str, float]:
     # Idle connections are dropped before the server's keep-alive timeout (5 s) can close
     # one under a request.
     limits = httpx.Limits(max_connections=jobs + 1, keepalive_expiry=1.0)
-    async with httpx.AsyncClient(base_url=api, timeout=60, limits=limits) as http:
+    async with httpx.AsyncClient(base_url=api, timeout=60, limits=limits, headers=headers) as http:
         await flow(http)  # warm: scripts loaded, subscriptions made
         await asyncio.gather(*(flow(http) for _ in range(jobs)))
     await asyncio.sleep(1.5)  # the worker goes idle
     async with (
-        httpx.AsyncClient(base_url=api, timeout=60, limits=limits) as http,
+        httpx.AsyncClient(base_url=api, timeout=60, limits=limits, headers=headers) as http,
         Monitor(redis_url) as monitor,
     ):
         await asyncio.gather(*(flow(http) for _ in range(jobs)))
@@ -188,7 +196,20 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--jobs", type=int, default=100, help="jobs at once in the load flows")
     parser.add_argument("--rounds", type=int, default=3, help="runs of each load flow")
+    parser.add_argument(
+        "--tenants", action="store_true", help="with an API key: the shared quotas counted"
+    )
     args = parser.parse_args()
+    keyed: dict[str, object] = {}
+    headers: dict[str, str] = {}
+    if args.tenants:
+        digest = hashlib.sha256(BENCH_KEY.encode()).hexdigest()
+        keyed = {
+            "api_keys": [f"bench:{digest}"],
+            "rate_per_tenant": 1e6,
+            "burst_per_tenant": 1_000_000,
+        }
+        headers = {"authorization": f"Bearer {BENCH_KEY}"}
     with (
         tempfile.TemporaryDirectory() as d,
         EmbeddedRedis(Path(d) / "redis") as redis,
@@ -205,6 +226,7 @@ def main() -> None:
             worker_metrics_port=0,
             heartbeat_ms=10_000,  # few heartbeats or reaper passes inside a measured run
             reap_interval_ms=60_000,
+            **keyed,  # type: ignore[arg-type]
         )
         app = api_app(settings, embedded_worker=True, providers=providers)
         with serve_in_thread(app, name="api", lifespan="on", startup_timeout_s=60) as api:
@@ -217,7 +239,7 @@ def main() -> None:
             for title, flow, n in runs:
                 for attempt in range(3):
                     try:
-                        result = asyncio.run(measure(redis.url, api, title, flow, n))
+                        result = asyncio.run(measure(redis.url, api, title, flow, n, headers))
                         break
                     except httpx.TransportError as exc:  # the run is not counted: again
                         print(f"({title} x{n}: {exc!r} from the loopback server, run again)")

@@ -22,7 +22,7 @@ from pydantic import BaseModel
 from app import __version__, console
 from app.api import batches, callbacks, events, jobs, problems, system
 from app.api.chat import routes as chat
-from app.api.events import SSE_EVENTS
+from app.api.events import EVENT_ID_PATTERN, SSE_EVENTS
 from app.api.limits import BodyLimit
 from app.api.resources import Resources
 from app.gcsettle import settle_gc
@@ -82,7 +82,8 @@ def create_app(
                 routes=app.routes,
             )
             with_body_schemas(schema)
-            app.openapi_schema = with_event_schemas(as_problem_json(schema))
+            shaped = with_event_schemas(as_problem_json(schema))
+            app.openapi_schema = with_optional_auth(without_null_parameters(shaped))
         return app.openapi_schema
 
     app.openapi = openapi  # type: ignore[method-assign]
@@ -142,7 +143,63 @@ def with_event_schemas(schema: dict[str, Any]) -> dict[str, Any]:
     for path, operations in schema.get("paths", {}).items():
         if path.startswith("/v1/jobs/") and path.endswith("/events"):
             for operation in operations.values():
-                operation["responses"]["200"]["x-sse-events"] = named
+                ok = operation["responses"]["200"]
+                ok["x-sse-events"] = named
+                ok["content"]["text/event-stream"]["schema"] = event_stream_schema(named)
+    return schema
+
+
+def event_stream_schema(named: dict[str, dict[str, str]]) -> dict[str, Any]:
+    """One event of the stream, as SSE tools read it (``id``, ``event``, ``data``): one of
+    the named events, its ``data`` the JSON of that event's schema (``: ping`` comment lines
+    between events carry none)."""
+    return {
+        "description": "One Server-Sent Event; the stream sends them oldest first until "
+        "job_end. Its data is the JSON of its name's schema (also listed in x-sse-events).",
+        "oneOf": [
+            {
+                "type": "object",
+                "title": name,
+                "required": ["id", "event", "data"],
+                "properties": {
+                    "id": {"type": "string", "pattern": EVENT_ID_PATTERN},
+                    "event": {"const": name},
+                    "data": {
+                        "type": "string",
+                        "contentMediaType": "application/json",
+                        "contentSchema": ref,
+                    },
+                },
+            }
+            for name, ref in named.items()
+        ],
+    }
+
+
+def without_null_parameters(schema: dict[str, Any]) -> dict[str, Any]:
+    """Optional query and header parameters as what they are when sent: strings, never
+    null (FastAPI writes ``str | None`` as ``anyOf [string, null]``; a client taking the
+    null branch would send the text "null", a 422)."""
+    for operations in schema.get("paths", {}).values():
+        for operation in operations.values():
+            for parameter in operation.get("parameters", []):
+                shown = parameter.get("schema", {})
+                kinds = shown.get("anyOf")
+                if kinds and {"type": "null"} in kinds and len(kinds) == 2:
+                    (kept,) = [kind for kind in kinds if kind != {"type": "null"}]
+                    del shown["anyOf"]
+                    shown.update(kept)
+    return schema
+
+
+def with_optional_auth(schema: dict[str, Any]) -> dict[str, Any]:
+    """Each operation's bearer requirement, with none as the alternative: a service
+    without ``REPROMPT_API_KEYS`` takes requests without ``Authorization``."""
+    for operations in schema.get("paths", {}).values():
+        for operation in operations.values():
+            security = operation.get("security")
+            if security and {} not in security:
+                security.append({})
     return schema
 
 

@@ -19,7 +19,7 @@ from typing import Annotated, Final
 from fastapi import APIRouter, Header
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
-from app.api.fairness import Fairness
+from app.api.fairness import Held
 from app.api.problems import NotFound
 from app.api.resources import Authed
 from app.api.schemas import problems
@@ -56,12 +56,14 @@ END: Final = "job_end"
 
 router = APIRouter(tags=["jobs"])
 
+# An event's ``id:``: its number in the job (app/store/reading.py reads it back).
+EVENT_ID_PATTERN: Final = r"^[0-9]{1,9}$"
 _STREAM_EXAMPLE: Final = (
-    "id: 1732254000123-0\nevent: turn_start\n"
+    "id: 3\nevent: turn_start\n"
     'data: {"turn": 0, "type": "must_return", "attempt": 1, "model": null, …}\n\n'
-    "id: 1732254001163-0\nevent: turn_end\n"
+    "id: 4\nevent: turn_end\n"
     'data: {"turn": 0, "result": "invalid", "errorCode": "llm-invalid-output", …}\n\n'
-    "id: 1732254002310-0\nevent: job_end\n"
+    "id: 7\nevent: job_end\n"
     'data: {"status": "succeeded", "result": {"status": "success", …}}\n\n'
 )
 
@@ -87,8 +89,10 @@ async def job_events(
         str | None,
         Header(
             alias="Last-Event-ID",
-            max_length=64,
-            description="Resume after this event id (the `id:` of the last event seen).",
+            max_length=9,
+            pattern=EVENT_ID_PATTERN,
+            description="Resume after this event id (the `id:` of the last event seen: a "
+            "decimal number, 1 to 9 digits).",
         ),
     ] = None,
 ) -> EventSourceResponse:
@@ -98,23 +102,27 @@ async def job_events(
         raise NotFound(f"no job {job_id[:64]!r}")
     # Read the backlog before answering: a malformed Last-Event-ID is still a 422 here.
     backlog = await res.store.events(job.id, after=last_event_id, block_ms=0, count=BATCH)
-    with res.fairness.waiting(tenant):  # 429 now if this tenant holds too many open
-        pass
-    stream = _stream(res.store, job.id, tenant, last_event_id, backlog, ended=job.terminal)
+    held = await res.fairness.hold(tenant)  # 429 now if this tenant holds too many open
+    stream = _stream(
+        res.store, job.id, tenant, last_event_id, backlog, ended=job.terminal, held=held
+    )
     # no-store: a tenant's events are never kept by a cache (older sse-starlette sends
     # no-cache by default).
     return EventSourceResponse(
-        _held(res.fairness, tenant, stream), ping=PING_S, headers={"Cache-Control": "no-store"}
+        _held(held, stream), ping=PING_S, headers={"Cache-Control": "no-store"}
     )
 
 
 async def _held(
-    fairness: Fairness, tenant: str, stream: AsyncIterator[ServerSentEvent]
+    held: Held, stream: AsyncIterator[ServerSentEvent]
 ) -> AsyncIterator[ServerSentEvent]:
-    """The stream, counted among the tenant's open waits while it runs."""
-    with fairness.waiting(tenant):
+    """The stream, counted among the tenant's open waits while it runs (a stream never
+    started is freed when its lease ends)."""
+    try:
         async for event in stream:
             yield event
+    finally:
+        await held.release()
 
 
 async def _stream(
@@ -125,8 +133,10 @@ async def _stream(
     batch: list[Event],
     *,
     ended: bool,
+    held: Held,
 ) -> AsyncIterator[ServerSentEvent]:
-    """``ended``: the job was terminal before ``batch`` was read, so nothing follows it."""
+    """``ended``: the job was terminal before ``batch`` was read, so nothing follows it;
+    ``held``: the stream's open wait, renewed as it goes on."""
     while True:
         for event in batch:
             after = event.id
@@ -138,6 +148,7 @@ async def _stream(
             continue
         if ended:
             return  # resumed past job_end, or job_end was trimmed away
+        await held.keep()
         batch = await store.events(job_id, after=after, block_ms=BLOCK_MS, count=BATCH)
         if batch:
             continue

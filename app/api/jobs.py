@@ -37,6 +37,8 @@ from app.tracecontext import MAX_TRACESTATE, TraceContext
 DEFAULT_GENERATE_WAIT_MS: Final = 30_000
 DEFAULT_PAGE: Final = 20
 MAX_PAGE: Final = 100
+# A list cursor: a job id (30 characters) in URL-safe base64 without padding (listing.py).
+CURSOR_PATTERN: Final = r"^[A-Za-z0-9_-]{40}$"
 # How soon a client should look again at a job that is not finished.
 POLL_AFTER_S: Final = "1"
 TRACEPARENT_EXAMPLE: Final = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
@@ -195,10 +197,9 @@ async def get_job(job_id: str, caller: Authed, wait_ms: WaitMs = 0) -> Response:
     (``requires_action``), at most ``waitMs`` later."""
     res, tenant = caller.res, caller.tenant
     if wait_ms > 0:
-        with res.fairness.waiting(tenant):
-            job = await res.store.wait(
-                job_id, tenant=tenant, wait_ms=clamp_wait(wait_ms, res.settings)
-            )
+        wait = clamp_wait(wait_ms, res.settings)
+        async with res.fairness.waiting(tenant, for_ms=wait):
+            job = await res.store.wait(job_id, tenant=tenant, wait_ms=wait)
     else:
         job = await res.store.get(job_id, tenant=tenant)
     if job is None:
@@ -225,7 +226,14 @@ async def get_job(job_id: str, caller: Authed, wait_ms: WaitMs = 0) -> Response:
 async def list_jobs(
     request: Request,
     caller: Authed,
-    cursor: Annotated[str | None, Query(description="`next` from the previous page.")] = None,
+    cursor: Annotated[
+        str | None,
+        Query(
+            pattern=CURSOR_PATTERN,
+            description="`next` from the previous page: opaque, 40 URL-safe base64 "
+            "characters; only a value this API returned is a cursor (others are a 422).",
+        ),
+    ] = None,
     limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = DEFAULT_PAGE,
     status: Annotated[
         Literal["queued", "in_progress", "requires_action", "succeeded", "failed", "cancelled"]
@@ -326,8 +334,9 @@ async def generate(
     wait = clamp_wait(wait_ms, caller.res.settings)
     # The store waits as part of the submit (the new job watched from before it is queued:
     # one read for the answer), so a caller at its cap of open waits gets its 429 first.
-    waiting = caller.res.fairness.waiting(caller.tenant) if wait else contextlib.nullcontext()
-    with waiting:
+    fairness = caller.res.fairness
+    waiting = fairness.waiting(caller.tenant, for_ms=wait) if wait else contextlib.nullcontext()
+    async with waiting:
         job, _ = await _submit(caller, spec, idempotency_key, _trace(request), wait)
     if job.terminal:
         return _job(job, 200)

@@ -41,6 +41,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException
 from starlette.responses import JSONResponse, Response
+from starlette.routing import Match
 
 from app.api.fairness import TOO_MANY_REQUESTS
 from app.core.wire import codes
@@ -253,9 +254,11 @@ def install(app: FastAPI) -> None:
         detail = exc.detail if isinstance(exc.detail, str) else _phrase(status)
         if status == 404 and detail == _phrase(404):
             detail = f"nothing at {request.method} {request.url.path}"
-        elif status == 405:
+        headers = exc.headers
+        if status == 405:
             detail = f"{request.method} is not allowed on {request.url.path}"
-        return problem(status, code, detail, instance=request.url.path, headers=exc.headers)
+            headers = {**(headers or {}), "Allow": _allowed(request)}
+        return problem(status, code, detail, instance=request.url.path, headers=headers)
 
     async def unexpected(request: Request, exc: Exception) -> Response:
         # Logged with its traceback for operators; the client learns nothing internal.
@@ -271,6 +274,21 @@ def install(app: FastAPI) -> None:
     app.add_exception_handler(RequestValidationError, validation_error)
     app.add_exception_handler(HTTPException, http_error)
     app.add_exception_handler(Exception, unexpected)
+
+
+_METHODS: Final = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
+
+
+def _allowed(request: Request) -> str:
+    """Every method some route serves at the request's path (Starlette's 405 names only the
+    first route that matched the path: ``POST`` for ``/v1/jobs``, where ``GET`` is one too).
+    Each method is tried against the routes as a request would be."""
+    allowed = []
+    for method in _METHODS:
+        scope = {**request.scope, "method": method}
+        if any(route.matches(scope)[0] is Match.FULL for route in request.app.routes):
+            allowed.append(method)
+    return ", ".join(allowed)
 
 
 def _phrase(status: int) -> str:

@@ -104,7 +104,7 @@ class Bearer(SecurityBase):
         res = resources_of(request)
         tenant = authenticate(token, res.keys, present=authorization is not None)
         body_bytes = int(declared) if declared is not None and declared.isdigit() else 0
-        res.fairness.admit(tenant, body_bytes=body_bytes)  # 429 when faster than its share
+        await res.fairness.admit(tenant, body_bytes=body_bytes)  # 429 when faster than its share
         return Caller(res, tenant)
 
 
@@ -117,7 +117,10 @@ def require_json(content_type: str) -> None:
 
 
 BEARER_DESCRIPTION: Final = (
-    "An API key from REPROMPT_API_KEYS. Not needed when none are configured."
+    "An API key from REPROMPT_API_KEYS, as `Authorization: Bearer <key>`. Needed when the "
+    "service has keys configured (else 401); a service without keys (loopback, or "
+    "REPROMPT_INSECURE_NO_AUTH) takes requests without it, so each operation also lists "
+    "no security requirement."
 )
 
 Res = Annotated[Resources, Depends(get_resources)]

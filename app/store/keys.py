@@ -23,6 +23,8 @@ spread over the slot space so any number of masters shares them::
     keys.wake_channel(token)       # rp:work:<token>         pub/sub: one worker's own wake-ups
     keys.console_session(d)        # rp:console:session:<d>  a sign-in (d: sha256 of its token)
     keys.console_signins(d)        # rp:console:signins:<d>  sign-ins this minute (d: of address)
+    keys.rate("acme")              # rp:rate:acme            string: acme's request bucket (GCRA)
+    keys.waits("acme")             # rp:waits:acme           zset: acme's open waits → lease end
 
 A callback delivery's state is a field of its job's hash (``cb:<event>``), so it lives and
 expires with the job. The Lua library ``lua/outbox.lua`` derives the outbox key and channel
@@ -154,6 +156,15 @@ class Keys:
     def wake_channel(self, token: str) -> str:
         """One worker's own channel: a submit that finds it idle wakes it alone (the shard)."""
         return f"{self.prefix}:work:{token}"
+
+    # -- the per-tenant quotas every API replica shares (app/store/quotas.py) -----------
+    # One key each, outside the shards (no script touches a job with them); each expires.
+
+    def rate(self, tenant: str) -> str:
+        return f"{self.prefix}:rate:{tenant}"
+
+    def waits(self, tenant: str) -> str:
+        return f"{self.prefix}:waits:{tenant}"
 
     def shard_for(self, tenant: str, idempotency_key: str | None, fallback: int) -> int:
         """Where a new job goes: the Idempotency-Key's shard (so a replay finds the first

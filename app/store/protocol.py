@@ -393,6 +393,37 @@ class RedeliverArgs(Sent):
     notify_channel: str
 
 
+# -- the per-tenant quotas every API replica shares (app/store/quotas.py) ---------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RateKeys(Sent):
+    bucket: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RateArgs(Sent):
+    interval_ms: float  # one token comes back every this long
+    burst: int
+    cost: int
+    now: int | str  # '' = the server's clock
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HoldKeys(Sent):
+    waits: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HoldArgs(Sent):
+    id: str
+    most: int
+    lease_ms: int
+    keep_ms: int  # the longest lease: how long the set outlives its last change
+    renew: str  # '1': extend the lease of ``id``
+    now: int | str  # '' = the server's clock
+
+
 SUBMIT: Final = Script("submit", SubmitKeys, SubmitArgs)
 CLAIM: Final = Script("claim", ClaimKeys, ClaimArgs)
 WRITE: Final = Script("write", WriteKeys, WriteArgs)
@@ -409,6 +440,8 @@ EXPIRE: Final = Script("expire", ExpireKeys, ExpireArgs)
 DELIVERY_LEASE: Final = Script("delivery_lease", OutboxKeys, DeliveryLeaseArgs)
 DELIVERY_RECORD: Final = Script("delivery_record", OutboxKeys, DeliveryRecordArgs)
 DELIVERY_REDELIVER: Final = Script("delivery_redeliver", RedeliverKeys, RedeliverArgs)
+RATE: Final = Script("rate", RateKeys, RateArgs)
+HOLD: Final = Script("hold", HoldKeys, HoldArgs)
 
 SCRIPTS: Final[tuple[Script[Any, Any], ...]] = (
     SUBMIT,
@@ -427,4 +460,6 @@ SCRIPTS: Final[tuple[Script[Any, Any], ...]] = (
     DELIVERY_LEASE,
     DELIVERY_RECORD,
     DELIVERY_REDELIVER,
+    RATE,
+    HOLD,
 )

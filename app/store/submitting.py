@@ -96,6 +96,10 @@ class Submitting(Reading):
         # nodes have clocks of their own, and no hand-off).
         self._clock = ServerClock(self._server_time) if self._exact_publish else None
 
+    def server_now_ms(self) -> int | None:
+        """Redis's clock as estimated here; None: a script reads ``TIME`` (app.store.quotas)."""
+        return None if self._clock is None else self._clock.now_ms()
+
     async def _server_time(self) -> tuple[int, int]:
         """One ``TIME``, sent as the scripts are.
 

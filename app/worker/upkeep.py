@@ -33,8 +33,10 @@ class Upkeep:
         """Renew every held lease once a heartbeat period, forever."""
         period = self.settings.heartbeat_ms / 1000
         while True:
-            await asyncio.sleep(period)
+            # Stamped before the wait too: a worker just started is not one whose loop is
+            # stuck (RepromptWorkerStalled read its 0 as 56 years behind).
             metrics.HEARTBEAT_AT.set(time.time())
+            await asyncio.sleep(period)
             jobs = [job for job in self.jobs.values() if job.stopped is None]
             if jobs:
                 await self._beat(jobs, period)

@@ -192,7 +192,9 @@ def test_an_unknown_job_is_a_404_problem(alice: httpx.Client) -> None:
 def test_a_wrong_method_is_a_405_problem(alice: httpx.Client) -> None:
     response = alice.delete("/v1/jobs")
     assert_problem(response, 405, "method-not-allowed")
-    assert response.headers["allow"]
+    # Every method of the path, not only the first route's (Starlette's "POST").
+    assert response.headers["allow"] == "GET, POST"
+    assert alice.put("/v1/jobs/job_x").headers["allow"] == "GET"
 
 
 @pytest.mark.parametrize(

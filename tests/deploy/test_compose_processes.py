@@ -6,8 +6,10 @@ port; bind-mounted paths and volumes map to files and folders of the test. Redis
 embedded wheel's redis-server with the compose file's arguments, the simulator is the
 compose file's ``reprompt sim ...``, the API ``reprompt api`` and the workers (as many as
 ``deploy.replicas``) ``reprompt worker``. The image's HEALTHCHECK command is run against
-each. Prometheus and Grafana have no binaries here: their files are checked statically
-(tests/deploy/test_compose.py), and their scrape targets are scraped below instead.
+each. Grafana has no binary here: its files are checked statically
+(tests/deploy/test_compose.py). Prometheus is Debian's package (scripts/apt-packages.txt):
+a real one scrapes the API and both workers and evaluates deploy/base/alerts.yaml's rules
+(its compose config is checked by promtool, tests/deploy/test_alerts.py).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from typing import Any
 import httpx
 import pytest
 import redis
+import yaml
 
 from app.child import free_loopback_port
 from app.redis_server import find_redis_server
@@ -318,3 +321,106 @@ def test_one_job_runs_through_the_compose_services_as_processes(stack: dict[str,
         if path.is_file()
     )
     assert job_id in aof
+
+
+def test_a_real_prometheus_scrapes_the_api_and_two_workers_and_evaluates_the_alerts(
+    stack: dict[str, Any], tmp_path: Path
+) -> None:
+    """Debian's prometheus on loopback, a temp config: the API's and both workers' /metrics
+    as its targets (with the labels the Kubernetes scrape adds), deploy/base/alerts.yaml's
+    groups as its rules. Every rule evaluates without error, and RepromptNoWorkers'
+    expression finds no worker missing until both are stopped."""
+    procs: list[Process] = stack["procs"]
+    api_url: str = stack["api_url"]
+    binary = shutil.which("prometheus")
+    if binary is None:  # scripts/apt-packages.txt installs it: missing is a failure
+        pytest.fail("prometheus is not on PATH: install Debian's prometheus package")
+    _wait("the API to be ready", lambda: httpx.get(f"{api_url}/readyz").status_code == 200, procs)
+    ports = [
+        _wait(f"{w.name}'s metrics", lambda w=w: _metrics_port(w), procs) for w in stack["workers"]
+    ]
+    rule = yaml.safe_load((ROOT / "deploy" / "base" / "alerts.yaml").read_text())
+    (tmp_path / "rules.yaml").write_text(yaml.safe_dump({"groups": rule["spec"]["groups"]}))
+    labels = {"namespace": "reprompt"}
+    targets = [
+        {
+            "targets": [api_url.removeprefix("http://")],
+            "labels": labels | {"component": "api", "pod": "api-1"},
+        },
+        *(
+            {
+                "targets": [f"127.0.0.1:{port}"],
+                "labels": labels | {"component": "worker", "pod": f"worker-{i + 1}"},
+            }
+            for i, port in enumerate(ports)
+        ),
+    ]
+    config = {
+        "global": {"scrape_interval": "1s", "scrape_timeout": "1s", "evaluation_interval": "1s"},
+        "rule_files": ["rules.yaml"],
+        "scrape_configs": [{"job_name": "reprompt", "static_configs": targets}],
+    }
+    (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(config))
+    port = free_loopback_port()
+    with (tmp_path / "prometheus.log").open("wb") as log:
+        server = subprocess.Popen(
+            [
+                binary,
+                f"--config.file={tmp_path / 'prometheus.yml'}",
+                f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+                f"--web.listen-address=127.0.0.1:{port}",
+            ],
+            cwd=tmp_path,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    procs.append(Process("prometheus", server, tmp_path / "prometheus.log"))
+    prom = f"http://127.0.0.1:{port}/api/v1"
+
+    def query(expr: str) -> list[dict[str, Any]]:
+        body = httpx.get(f"{prom}/query", params={"query": expr}).json()
+        assert body["status"] == "success", body
+        result: list[dict[str, Any]] = body["data"]["result"]
+        return result
+
+    def scraped() -> bool:
+        active = httpx.get(f"{prom}/targets").json()["data"]["activeTargets"]
+        return len(active) == 3 and all(t["health"] == "up" for t in active)
+
+    _wait("prometheus to scrape the API and both workers", scraped, procs)
+
+    def evaluated() -> list[dict[str, Any]] | None:
+        groups = httpx.get(f"{prom}/rules").json()["data"]["groups"]
+        rules = [r for g in groups for r in g["rules"]]
+        done = all(r["lastEvaluation"] > "0001-01-01T00:00:01Z" for r in rules)
+        return rules if rules and done else None
+
+    rules = _wait("prometheus to evaluate every rule", evaluated, procs)
+    assert len(rules) == 10
+    assert [(r["name"], r["health"], r.get("lastError", "")) for r in rules] == [
+        (r["name"], "ok", "") for r in rules
+    ]
+    stalled = next(r for r in rules if r["name"] == "RepromptWorkerStalled")
+    # The heartbeat stamp each worker exports, by pod, and no worker stalled.
+    inner = stalled["query"].split(" - ", 1)[1].split(" > ", 1)[0]
+    pods = sorted(s["metric"]["pod"] for s in query(inner))
+    assert pods == ["worker-1", "worker-2"]
+    assert query(stalled["query"]) == []
+    no_workers = next(r for r in rules if r["name"] == "RepromptNoWorkers")
+    assert query(no_workers["query"]) == []
+    stuck = next(r for r in rules if r["name"] == "RepromptQueueStuck")
+    assert query(stuck["query"]) == []  # nothing queued
+    assert len(query(stuck["query"].removesuffix(" > 300"))) == 1  # the API's gauge is there
+
+    # Both workers stopped: their series go stale at the next failed scrape, and the
+    # alert's expression names the missing component.
+    for worker in stack["workers"]:
+        worker.proc.send_signal(signal.SIGTERM)
+    for worker in stack["workers"]:
+        assert worker.proc.wait(timeout=STOP_S) == 0, worker.text()[-2000:]
+    missing = _wait(
+        "RepromptNoWorkers' expression to find no worker",
+        lambda: query(no_workers["query"]) or None,
+        [p for p in procs if not p.name.startswith("worker")],
+    )
+    assert [s["metric"] for s in missing] == [{"namespace": "reprompt", "component": "worker"}]

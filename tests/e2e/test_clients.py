@@ -37,6 +37,8 @@ from app.assembly import api_app
 from app.providers.config import ModelConfig, ProviderConfig, ProvidersConfig
 from app.redis_server import EmbeddedRedis
 from reprompt_sim.server import SimConfig, serve_in_background
+from tests.api.test_tools import ANSWER as TOOL_ANSWER
+from tests.api.test_tools import calls, tool_job
 from tests.service import KEYS, api_keys, serve, settings_for
 
 pytestmark = pytest.mark.slow
@@ -407,3 +409,48 @@ def test_typescript_types_are_regenerated_from_openapi_json(tmp_path: Path) -> N
     generated = (TS / "src" / "schema.d.ts").read_text(encoding="utf-8")
     block = generated.split("export interface SseEvents {", 1)[1].split("}", 1)[0]
     assert sorted(re.findall(r"^\s+(\w+): ", block, re.MULTILINE)) == sorted(events)
+
+
+@pytest.fixture
+def limited(tmp_path: Path) -> Iterator[str]:
+    """A service whose tenants may make one request a second (429 beyond it)."""
+    with (
+        EmbeddedRedis(tmp_path / "redis") as redis,
+        serve_in_background(SimConfig(seed=7)) as sim,
+    ):
+        providers = ProvidersConfig(
+            default="sim-model",
+            providers={"sim": ProviderConfig(kind="openai", base_url=f"{sim}/v1")},
+            models={"sim-model": ModelConfig(provider="sim", structured="prompt")},
+        )
+        settings = settings_for(
+            redis.url,
+            tmp_path,
+            key_prefix="limited",
+            api_keys=api_keys(),
+            rate_per_tenant=1,
+            burst_per_tenant=1,
+        )
+        with serve(api_app(settings, embedded_worker=True, providers=providers)) as url:
+            yield url
+
+
+def test_client_retries_429_and_answers_client_tools(
+    client: Client, limited: str, tmp_path: Path
+) -> None:
+    """#29, item 11: against a tenant allowed one request a second, each client waits out
+    each 429's Retry-After, and runs a job that pauses for two client tools (its --tools:
+    the outputs posted, the job goes on)."""
+    url = limited
+    job = tmp_path / "tool-job.json"
+    job.write_text(json.dumps(tool_job([calls("lookup", "stock"), "ok"])), encoding="utf-8")
+    outputs = tmp_path / "outputs.json"
+    outputs.write_text(json.dumps({"lookup": {"price": 9.5}, "stock": {"available": 7}}))
+    proc = client("--tools", str(outputs), "--wait-ms", "5000", str(job), url=url)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    envelope = json.loads(proc.stdout)
+    assert envelope["status"] == "success", envelope
+    assert envelope["data"] == TOOL_ANSWER
+    assert 'tool: lookup {"sku":"A1"}' in proc.stderr
+    assert 'tool: stock {"sku":"A1"}' in proc.stderr
+    assert re.search(r"^retry: 429, again in \d+ ms$", proc.stderr, re.MULTILINE), proc.stderr

@@ -3,7 +3,10 @@
  * envelope.
  *
  *   REPROMPT_API_KEY=... node dist/cli.js [--url URL] [--idempotency-key KEY]
- *       [--follow both|poll|sse] [--wait-ms N] [--timeout-s N] JOB.json
+ *       [--follow both|poll|sse] [--wait-ms N] [--timeout-s N] [--tools OUTPUTS.json] JOB.json
+ *
+ * --tools: the job's client tools answered from a JSON object (tool name → its output, the
+ * same for every call), by long-poll: RepromptClient.run.
  *
  * stdout: the final envelope (JSON), or the problem+json of a refused request.
  * stderr: what happened on the way (submission, each event, each poll).
@@ -27,7 +30,7 @@ import {
 
 const USAGE =
   "usage: node dist/cli.js [--url URL] [--idempotency-key KEY] [--follow both|poll|sse] " +
-  "[--wait-ms N] [--timeout-s N] JOB.json";
+  "[--wait-ms N] [--timeout-s N] [--tools OUTPUTS.json] JOB.json";
 
 interface Outcome {
   status: JobStatus;
@@ -105,6 +108,7 @@ async function main(argv: string[]): Promise<number> {
         follow: { type: "string", default: "both" },
         "wait-ms": { type: "string", default: "30000" },
         "timeout-s": { type: "string", default: "600" },
+        tools: { type: "string" },
       },
     });
   } catch (err) {
@@ -134,9 +138,28 @@ async function main(argv: string[]): Promise<number> {
     return 2;
   }
 
-  const api = new RepromptClient({ baseUrl: values.url, apiKey: process.env.REPROMPT_API_KEY });
+  const api = new RepromptClient({
+    baseUrl: values.url,
+    apiKey: process.env.REPROMPT_API_KEY,
+    onRetry: (status, wait) => log(`retry: ${status}, again in ${wait} ms`),
+  });
   const idempotencyKey = values["idempotency-key"] ?? randomUUID();
   try {
+    if (values.tools !== undefined) {
+      const answers = JSON.parse(await readFile(values.tools, "utf8")) as Record<string, unknown>;
+      const tools = Object.fromEntries(
+        Object.entries(answers).map(([name, output]) => [
+          name,
+          (args: unknown) => {
+            log(`tool: ${name} ${JSON.stringify(args)}`);
+            return output;
+          },
+        ]),
+      );
+      const job = await api.run(spec, tools, { idempotencyKey, waitMs, timeoutMs });
+      process.stdout.write(`${JSON.stringify(job.result, null, 2)}\n`);
+      return job.status === "succeeded" ? 0 : 1;
+    }
     const { job, replayed } = await api.submit(spec, { idempotencyKey });
     log(
       replayed

@@ -5,8 +5,13 @@
  *   const { job } = await api.submit(spec, { idempotencyKey: randomUUID() });
  *   const done = await api.waitFor(job.id);                 // long-poll GET /v1/jobs/{id}?waitMs=
  *   for await (const e of api.events(job.id)) { ... }       // Server-Sent Events until job_end
+ *   const ended = await api.run(spec, { lookup: async (args) => ({ price: 12.5 }) });
  *
- * Every non-2xx answer is thrown as an `ApiError` carrying the problem+json body.
+ * Every non-2xx answer is thrown as an `ApiError` carrying the problem+json body. A 429 (too
+ * fast, queue full, too many open waits) or 503 (Redis or the provider not reachable) is
+ * retried after its Retry-After, at most `maxRetryWaitMs` a wait and `maxAttempts` tries; a
+ * submission is retried after a 503 only with an Idempotency-Key (the first try may have
+ * stored the job).
  */
 import createClient, { type Client } from "openapi-fetch";
 import type { components, paths, SseEvents } from "./schema.js";
@@ -15,6 +20,10 @@ export type Job = components["schemas"]["Job"];
 export type JobSpec = components["schemas"]["JobSpec"];
 export type Envelope = components["schemas"]["Envelope"];
 export type Problem = components["schemas"]["Problem"];
+export type ToolOutput = components["schemas"]["ToolOutputIn"];
+/** Runs a client tool: the call's arguments in, its output (any JSON value) out; a throw
+ * answers the call with an `error` the model reads. */
+export type ToolFunction = (args: unknown) => unknown;
 export type JobStatus = Job["status"];
 // Batches (#30)
 export type Batch = components["schemas"]["Batch"];
@@ -54,6 +63,12 @@ export interface ClientOptions {
   apiKey?: string;
   /** Added to every request's own wait (waitMs) to bound it: the server's answer time. */
   requestTimeoutMs?: number;
+  /** Tries of a request answered 429 or 503 (default 4). */
+  maxAttempts?: number;
+  /** The longest wait before a retry, whatever Retry-After says (default 30 s). */
+  maxRetryWaitMs?: number;
+  /** Told of each retry: the status and the wait before the next try. */
+  onRetry?: (status: number, waitMs: number) => void;
 }
 
 export interface Submitted {
@@ -91,7 +106,11 @@ export class RepromptClient {
   constructor(options: ClientOptions) {
     const headers: Record<string, string> = {};
     if (options.apiKey) headers.Authorization = `Bearer ${options.apiKey}`;
-    this.http = createClient<paths>({ baseUrl: options.baseUrl, headers });
+    this.http = createClient<paths>({
+      baseUrl: options.baseUrl,
+      headers,
+      fetch: retrying(options.maxAttempts ?? 4, options.maxRetryWaitMs ?? 30_000, options.onRetry),
+    });
     this.requestTimeoutMs = options.requestTimeoutMs ?? 30_000;
   }
 
@@ -119,6 +138,37 @@ export class RepromptClient {
     });
     if (data === undefined) throw new ApiError(response.status, error);
     return data;
+  }
+
+  /** POST /v1/jobs/{id}/tool-outputs: answer every call of the job's requiredAction. */
+  async submitToolOutputs(jobId: string, outputs: ToolOutput[]): Promise<Job> {
+    const { data, error, response } = await this.http.POST("/v1/jobs/{job_id}/tool-outputs", {
+      params: { path: { job_id: jobId } },
+      body: { outputs },
+      signal: AbortSignal.timeout(this.requestTimeoutMs),
+    });
+    if (data === undefined) throw new ApiError(response.status, error);
+    return data;
+  }
+
+  /**
+   * Submit `spec` and follow it to its end, answering each pause for client tools
+   * (`requires_action`) with `tools`: each call run by the function of its name, the outputs
+   * posted, the job goes on. An unknown tool or a function that throws answers with an error.
+   */
+  async run(
+    spec: JobSpec,
+    tools: Record<string, ToolFunction>,
+    options: WaitOptions & { idempotencyKey?: string } = {},
+  ): Promise<Job> {
+    const { job } = await this.submit(spec, { idempotencyKey: options.idempotencyKey });
+    for (;;) {
+      const now = await this.waitFor(job.id, options);
+      if (now.status !== "requires_action") return now;
+      const calls = now.requiredAction?.toolCalls ?? [];
+      const outputs = await Promise.all(calls.map((call) => answer(call, tools)));
+      await this.submitToolOutputs(job.id, outputs);
+    }
   }
 
   /** Long-poll the job until it is terminal (or requires client tools: returned as is). */
@@ -280,6 +330,48 @@ export class RepromptClient {
     }
     throw new Error(`the event stream of ${jobId} ended before job_end`);
   }
+}
+
+async function answer(
+  call: components["schemas"]["ActionCall"],
+  tools: Record<string, ToolFunction>,
+): Promise<ToolOutput> {
+  const tool = Object.hasOwn(tools, call.name) ? tools[call.name] : undefined;
+  if (!tool) return { toolCallId: call.id, error: `no tool ${JSON.stringify(call.name)} here` };
+  try {
+    return { toolCallId: call.id, output: (await tool(call.arguments)) ?? null };
+  } catch (err) {
+    return { toolCallId: call.id, error: String((err as Error)?.message ?? err).slice(0, 2000) };
+  }
+}
+
+/** Retry-After in milliseconds (delta-seconds; 1 s when absent or an HTTP date). */
+export function retryAfterMs(value: string | null): number {
+  const seconds = value === null ? NaN : Number(value);
+  return Number.isFinite(seconds) ? Math.max(0, seconds) * 1000 : 1000;
+}
+
+/** fetch, with 429 and 503 answers retried after Retry-After (bounded). */
+function retrying(
+  maxAttempts: number,
+  maxWaitMs: number,
+  onRetry?: (status: number, waitMs: number) => void,
+): (request: Request) => Promise<Response> {
+  return async (request: Request) => {
+    const path = new URL(request.url).pathname;
+    // A submission that got a 503 may have been stored: again only under the same key.
+    const submits = request.method === "POST" && /\/v1\/(jobs|generate)$/.test(path);
+    const again503 = !submits || request.headers.has("Idempotency-Key");
+    for (let attempt = 1; ; attempt++) {
+      const response = await fetch(request.clone());
+      const retried = response.status === 429 || (response.status === 503 && again503);
+      if (!retried || attempt >= Math.max(1, maxAttempts)) return response;
+      const waitMs = Math.min(retryAfterMs(response.headers.get("Retry-After")), maxWaitMs);
+      onRetry?.(response.status, waitMs);
+      await response.body?.cancel();
+      await new Promise((resolve) => setTimeout(resolve, waitMs));
+    }
+  };
 }
 
 export class TimeoutError extends Error {

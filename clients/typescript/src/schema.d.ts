@@ -2391,7 +2391,7 @@ export interface operations {
             };
             header?: {
                 /** @description Same key and same body: the same job, not a second one (for REPROMPT_IDEMPOTENCY_TTL_S, default 24 h). Same key, different body: 422. Keys are scoped to the tenant. */
-                "Idempotency-Key"?: string | null;
+                "Idempotency-Key"?: string;
                 /** @description W3C trace context: the worker's span of this job is a child of this span when the service exports traces (docs/tracing.md). Not valid: ignored. */
                 traceparent?: string;
                 /** @description W3C trace context, with a valid traceparent; up to 512 characters. Not valid: ignored. */
@@ -2496,11 +2496,11 @@ export interface operations {
     list_jobs: {
         parameters: {
             query?: {
-                /** @description `next` from the previous page. */
-                cursor?: string | null;
+                /** @description `next` from the previous page: opaque, 40 URL-safe base64 characters; only a value this API returned is a cursor (others are a 422). */
+                cursor?: string;
                 limit?: number;
                 /** @description Only jobs in this state. */
-                status?: ("queued" | "in_progress" | "requires_action" | "succeeded" | "failed" | "cancelled") | null;
+                status?: "queued" | "in_progress" | "requires_action" | "succeeded" | "failed" | "cancelled";
             };
             header?: never;
             path?: never;
@@ -2571,7 +2571,7 @@ export interface operations {
             query?: never;
             header?: {
                 /** @description Same key and same body: the same job, not a second one (for REPROMPT_IDEMPOTENCY_TTL_S, default 24 h). Same key, different body: 422. Keys are scoped to the tenant. */
-                "Idempotency-Key"?: string | null;
+                "Idempotency-Key"?: string;
                 /** @description W3C trace context: the worker's span of this job is a child of this span when the service exports traces (docs/tracing.md). Not valid: ignored. */
                 traceparent?: string;
                 /** @description W3C trace context, with a valid traceparent; up to 512 characters. Not valid: ignored. */
@@ -2921,8 +2921,8 @@ export interface operations {
         parameters: {
             query?: never;
             header?: {
-                /** @description Resume after this event id (the `id:` of the last event seen). */
-                "Last-Event-ID"?: string | null;
+                /** @description Resume after this event id (the `id:` of the last event seen: a decimal number, 1 to 9 digits). */
+                "Last-Event-ID"?: string;
             };
             path: {
                 job_id: string;
@@ -2938,19 +2938,64 @@ export interface operations {
                 };
                 content: {
                     /**
-                     * @example id: 1732254000123-0
+                     * @example id: 3
                      *     event: turn_start
                      *     data: {"turn": 0, "type": "must_return", "attempt": 1, "model": null, …}
                      *
-                     *     id: 1732254001163-0
+                     *     id: 4
                      *     event: turn_end
                      *     data: {"turn": 0, "result": "invalid", "errorCode": "llm-invalid-output", …}
                      *
-                     *     id: 1732254002310-0
+                     *     id: 7
                      *     event: job_end
                      *     data: {"status": "succeeded", "result": {"status": "success", …}}
                      */
-                    "text/event-stream": string;
+                    "text/event-stream": {
+                        data: string;
+                        /** @constant */
+                        event: "turn_start";
+                        id: string;
+                    } | {
+                        data: string;
+                        /** @constant */
+                        event: "turn_end";
+                        id: string;
+                    } | {
+                        data: string;
+                        /** @constant */
+                        event: "job_end";
+                        id: string;
+                    } | {
+                        data: string;
+                        /** @constant */
+                        event: "job_queued";
+                        id: string;
+                    } | {
+                        data: string;
+                        /** @constant */
+                        event: "job_start";
+                        id: string;
+                    } | {
+                        data: string;
+                        /** @constant */
+                        event: "job_requeued";
+                        id: string;
+                    } | {
+                        data: string;
+                        /** @constant */
+                        event: "requires_action";
+                        id: string;
+                    } | {
+                        data: string;
+                        /** @constant */
+                        event: "tool_outputs_received";
+                        id: string;
+                    } | {
+                        data: string;
+                        /** @constant */
+                        event: "tool_outputs";
+                        id: string;
+                    };
                 };
             };
             /** @description No API key, or an unknown one (when keys are configured). */

@@ -26,8 +26,12 @@ import java.util.stream.Collectors;
  *
  * <pre>
  * REPROMPT_API_KEY=... java -cp build reprompt.client.Example [--url URL]
- *     [--idempotency-key KEY] [--follow both|poll|sse] [--wait-ms N] [--timeout-s N] JOB.json
+ *     [--idempotency-key KEY] [--follow both|poll|sse] [--wait-ms N] [--timeout-s N]
+ *     [--tools OUTPUTS.json] JOB.json
  * </pre>
+ *
+ * <p>--tools: the job's client tools answered from a JSON object (tool name to its output, the
+ * same for every call), by long-poll: {@link RepromptClient#run}.
  *
  * <p>stdout: the final envelope (JSON), or the problem+json of a refused request. stderr: what
  * happened on the way. Exit: 0 success; 1 the job ended without success; 2 usage, unreadable
@@ -35,7 +39,8 @@ import java.util.stream.Collectors;
  */
 public final class Example {
   private static final String USAGE = "usage: java -cp build reprompt.client.Example [--url URL] "
-      + "[--idempotency-key KEY] [--follow both|poll|sse] [--wait-ms N] [--timeout-s N] JOB.json";
+      + "[--idempotency-key KEY] [--follow both|poll|sse] [--wait-ms N] [--timeout-s N] "
+      + "[--tools OUTPUTS.json] JOB.json";
 
   private record Outcome(String status, Object result) {}
 
@@ -60,6 +65,7 @@ public final class Example {
     long waitMs = 30_000;
     long timeoutS = 600;
     String file = null;
+    String toolsFile = null;
     try {
       for (int i = 0; i < args.length; i++) {
         switch (args[i]) {
@@ -68,6 +74,7 @@ public final class Example {
           case "--follow" -> follow = args[++i];
           case "--wait-ms" -> waitMs = Long.parseLong(args[++i]);
           case "--timeout-s" -> timeoutS = Long.parseLong(args[++i]);
+          case "--tools" -> toolsFile = args[++i];
           default -> {
             if (args[i].startsWith("--") || file != null) throw new IllegalArgumentException(args[i]);
             file = args[i];
@@ -92,7 +99,9 @@ public final class Example {
       return 2;
     }
 
-    RepromptClient api = new RepromptClient(url, System.getenv("REPROMPT_API_KEY"));
+    RepromptClient api = new RepromptClient(url, System.getenv("REPROMPT_API_KEY"))
+        .retries(4, Duration.ofSeconds(30),
+            (status, wait) -> log("retry: " + status + ", again in " + wait.toMillis() + " ms"));
     String idempotencyKey = key != null ? key : UUID.randomUUID().toString();
     Duration timeout = Duration.ofSeconds(timeoutS);
     ExecutorService background = Executors.newSingleThreadExecutor(r -> {
@@ -101,6 +110,20 @@ public final class Example {
       return thread;
     });
     try {
+      if (toolsFile != null) {
+        Map<String, Object> answers =
+            Json.parseObject(Files.readString(Path.of(toolsFile), StandardCharsets.UTF_8));
+        Map<String, RepromptClient.ToolFunction> tools = new TreeMap<>();
+        for (Map.Entry<String, Object> entry : answers.entrySet()) {
+          tools.put(entry.getKey(), arguments -> {
+            log("tool: " + entry.getKey() + " " + Json.write(arguments));
+            return entry.getValue();
+          });
+        }
+        Map<String, Object> job = api.run(spec, tools, idempotencyKey, waitMs, timeout);
+        System.out.println(Json.pretty(job.get("result")));
+        return "succeeded".equals(job.get("status")) ? 0 : 1;
+      }
       RepromptClient.Submitted submitted = api.submit(spec, idempotencyKey);
       String id = submitted.id();
       log(submitted.replayed()

@@ -30,6 +30,11 @@ import java.util.stream.Stream;
  * </pre>
  *
  * <p>JSON values are those of {@link Json}. Every non-2xx answer is an {@link ApiException}.
+ * A 429 (too fast, queue full, too many open waits) or 503 (Redis or the provider not
+ * reachable) is retried after its Retry-After, at most {@code maxRetryWait} a wait and
+ * {@code maxAttempts} tries ({@link #retries}); a submission is retried after a 503 only with
+ * an Idempotency-Key (the first try may have stored the job). {@link #run} answers a job's
+ * pauses for client tools ({@code requires_action}) with the caller's functions.
  */
 public final class RepromptClient {
   public static final Set<String> TERMINAL = Set.of("succeeded", "failed", "cancelled");
@@ -42,6 +47,19 @@ public final class RepromptClient {
   private final String baseUrl;
   private final String apiKey;
   private final Duration requestTimeout;
+  private int maxAttempts = 4;
+  private Duration maxRetryWait = Duration.ofSeconds(30);
+  private RetryListener onRetry;
+
+  /** Told of each retry: the status and the wait before the next try. */
+  public interface RetryListener {
+    void onRetry(int status, Duration wait);
+  }
+
+  /** Runs a client tool: the call's arguments (a {@link Json} value) in, its output out. */
+  public interface ToolFunction {
+    Object apply(Object arguments) throws Exception;
+  }
 
   /** The job as submitted; {@code replayed}: the Idempotency-Key had already made it (200). */
   public record Submitted(Map<String, Object> job, boolean replayed, String location) {
@@ -66,6 +84,62 @@ public final class RepromptClient {
         .version(HttpClient.Version.HTTP_1_1)
         .connectTimeout(Duration.ofSeconds(10))
         .build();
+  }
+
+  /** How 429 and 503 answers are retried (defaults: 4 tries, 30 s at most a wait, no listener). */
+  public RepromptClient retries(int maxAttempts, Duration maxRetryWait, RetryListener onRetry) {
+    this.maxAttempts = Math.max(1, maxAttempts);
+    this.maxRetryWait = maxRetryWait;
+    this.onRetry = onRetry;
+    return this;
+  }
+
+  /** POST /v1/jobs/{id}/tool-outputs: one {toolCallId, output | error} per call of the pause. */
+  public Map<String, Object> submitToolOutputs(String jobId, List<Map<String, Object>> outputs)
+      throws IOException, InterruptedException, ApiException {
+    HttpRequest request = request(jobPath(jobId) + "/tool-outputs", requestTimeout)
+        .header("Content-Type", "application/json")
+        .POST(HttpRequest.BodyPublishers.ofString(
+            Json.write(Map.of("outputs", outputs)), StandardCharsets.UTF_8))
+        .build();
+    return Json.parseObject(send(request).body());
+  }
+
+  /**
+   * Submit {@code spec} and long-poll it to its end, answering each pause for client tools
+   * with {@code tools} (each call run by the function of its name; an unknown tool or a
+   * function that throws answers with an {@code error} the model reads).
+   */
+  public Map<String, Object> run(
+      Object spec, Map<String, ToolFunction> tools, String idempotencyKey, long waitMs,
+      Duration timeout)
+      throws IOException, InterruptedException, ApiException, java.util.concurrent.TimeoutException {
+    String id = submit(spec, idempotencyKey).id();
+    while (true) {
+      Map<String, Object> job = waitFor(id, waitMs, timeout, null);
+      if (!"requires_action".equals(job.get("status"))) return job;
+      Object action = job.get("requiredAction");
+      Object calls = action instanceof Map<?, ?> a ? a.get("toolCalls") : null;
+      List<Map<String, Object>> outputs = new ArrayList<>();
+      for (Object each : calls instanceof List<?> l ? l : List.of()) {
+        Map<?, ?> call = (Map<?, ?>) each;
+        Map<String, Object> output = new LinkedHashMap<>();
+        output.put("toolCallId", call.get("id"));
+        ToolFunction tool = tools.get(String.valueOf(call.get("name")));
+        if (tool == null) {
+          output.put("error", "no tool \"" + call.get("name") + "\" here");
+        } else {
+          try {
+            output.put("output", tool.apply(call.get("arguments")));
+          } catch (Exception e) {
+            String text = e.getClass().getSimpleName() + ": " + e.getMessage();
+            output.put("error", text.length() > 2000 ? text.substring(0, 2000) : text);
+          }
+        }
+        outputs.add(output);
+      }
+      submitToolOutputs(id, outputs);
+    }
   }
 
   /** POST /v1/jobs. The same Idempotency-Key and body again returns the same job (200). */
@@ -214,10 +288,30 @@ public final class RepromptClient {
 
   private HttpResponse<String> send(HttpRequest request)
       throws IOException, InterruptedException, ApiException {
-    HttpResponse<String> response =
-        http.send(request, HttpResponse.BodyHandlers.ofString(StandardCharsets.UTF_8));
-    if (response.statusCode() / 100 != 2) throw problem(response.statusCode(), response.body());
-    return response;
+    String path = request.uri().getPath();
+    boolean submits = request.method().equals("POST") && path.matches(".*/v1/(jobs|generate)$");
+    boolean again503 = !submits || request.headers().firstValue("Idempotency-Key").isPresent();
+    for (int attempt = 1; ; attempt++) {
+      HttpResponse<String> response =
+          http.send(request, HttpResponse.BodyHandlers.ofString(StandardCharsets.UTF_8));
+      int status = response.statusCode();
+      if (status / 100 == 2) return response;
+      boolean retried = status == 429 || (status == 503 && again503);
+      if (!retried || attempt >= maxAttempts) throw problem(status, response.body());
+      Duration wait = retryAfter(response.headers().firstValue("Retry-After").orElse(null));
+      if (wait.compareTo(maxRetryWait) > 0) wait = maxRetryWait;
+      if (onRetry != null) onRetry.onRetry(status, wait);
+      Thread.sleep(wait.toMillis());
+    }
+  }
+
+  /** Retry-After as a wait (delta-seconds; 1 s when absent or an HTTP date). */
+  static Duration retryAfter(String value) {
+    try {
+      return Duration.ofMillis(Math.max(0, Math.round(Double.parseDouble(value) * 1000)));
+    } catch (NullPointerException | NumberFormatException e) {
+      return Duration.ofSeconds(1);
+    }
   }
 
   private static ApiException problem(int status, String body) {
