@@ -62,6 +62,8 @@ class SimConfig:
     # OpenAI also caches prompts sent without a ``prompt_cache_key`` (best effort, routed
     # by their prefix): with this, keyless requests share one cache namespace here.
     cache_keyless: bool = False
+    # Streaming (``"stream": true``): the time between two tokens of a streamed answer.
+    token_delay_ms: float = 0.0
 
     def __post_init__(self) -> None:
         check_rates(self.failure_rates)
@@ -73,7 +75,7 @@ class SimConfig:
             "slow_rate",
         ):
             _check_probability(name, getattr(self, name))
-        for name in ("retry_after_s", "latency_ms", "jitter_ms", "slow_ms"):
+        for name in ("retry_after_s", "latency_ms", "jitter_ms", "slow_ms", "token_delay_ms"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0")
         if self.verbose_tokens < 0:

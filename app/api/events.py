@@ -2,7 +2,8 @@
 
 Every stored event is sent with ``id:`` (its number), ``event:`` (its name:
 ``job_queued``, ``job_start``, ``turn_start``, ``turn_end``, ``job_requeued``,
-``requires_action``, ``tool_outputs_received``, ``tool_outputs``, ``job_end``) and
+``requires_action``, ``tool_outputs_received``, ``tool_outputs``, ``partial``,
+``partial_discarded``, ``job_end``) and
 ``data:`` (JSON). ``Last-Event-ID`` resumes after that id. ``requires_action`` comes as
 soon as the job pauses for client tools, and the stream stays open: the resumed run's
 events follow once the outputs are posted. The stream ends after ``job_end``; while
@@ -33,6 +34,7 @@ from app.core.wire.events import (
     TurnStarted,
     TurnSummary,
 )
+from app.core.wire.partial import PartialAnswer, PartialDiscarded
 from app.store import Event, JobStore
 
 # The data of each event, by name (documented in openapi.json as ``x-sse-events``). The
@@ -47,6 +49,8 @@ SSE_EVENTS: Final[dict[str, type[Wire]]] = {
     "requires_action": RequiredAction,
     "tool_outputs_received": ToolOutputsEvent,
     ToolsAnswered.name: ToolsAnswered,
+    PartialAnswer.name: PartialAnswer,  # streaming jobs (#31): docs/streaming.md
+    PartialDiscarded.name: PartialDiscarded,
 }
 PING_S: Final = 15
 # How long one read blocks before the job is looked at again (it may have expired).
@@ -100,15 +104,16 @@ async def job_events(
     backlog = await res.store.events(job.id, after=last_event_id, block_ms=0, count=BATCH)
     with res.fairness.waiting(tenant):  # 429 now if this tenant holds too many open
         pass
-    stream = _stream(res.store, job.id, tenant, last_event_id, backlog, ended=job.terminal)
+    events = stream_events(res.store, job.id, tenant, last_event_id, backlog, ended=job.terminal)
+    stream = (_sse(event) async for event in events)
     # no-store: a tenant's events are never kept by a cache (older sse-starlette sends
     # no-cache by default).
     return EventSourceResponse(
-        _held(res.fairness, tenant, stream), ping=PING_S, headers={"Cache-Control": "no-store"}
+        held(res.fairness, tenant, stream), ping=PING_S, headers={"Cache-Control": "no-store"}
     )
 
 
-async def _held(
+async def held(
     fairness: Fairness, tenant: str, stream: AsyncIterator[ServerSentEvent]
 ) -> AsyncIterator[ServerSentEvent]:
     """The stream, counted among the tenant's open waits while it runs."""
@@ -117,7 +122,7 @@ async def _held(
             yield event
 
 
-async def _stream(
+async def stream_events(
     store: JobStore,
     job_id: str,
     tenant: str,
@@ -125,12 +130,15 @@ async def _stream(
     batch: list[Event],
     *,
     ended: bool,
-) -> AsyncIterator[ServerSentEvent]:
-    """``ended``: the job was terminal before ``batch`` was read, so nothing follows it."""
+) -> AsyncIterator[Event]:
+    """A job's events from ``batch`` on, until ``job_end`` (``app.api.streaming`` reuses it).
+
+    ``ended``: the job was terminal before ``batch`` was read, so nothing follows it.
+    """
     while True:
         for event in batch:
             after = event.id
-            yield _sse(event)
+            yield event
             if event.name == END:
                 return
         if len(batch) == BATCH:
