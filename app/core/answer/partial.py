@@ -28,14 +28,15 @@ from app.core.answer.check import MAX_VALUE_DEPTH
 from app.core.answer.contract import Contract
 from app.core.answer.grounding import Grounded
 from app.core.answer.incremental import Completed, Opened, Path, Reader
-from app.core.schema.steps import BASE_STEPS, STEPS_PER_CHAR, TooMuchWork, work_budget
+from app.core.schema.steps import BASE_STEPS, STEPS_PER_CHAR, TooMuchWork, carried_budget
 from app.core.schema.validation import Schema, compiled, json_path
 
 # The subschemas kept per answer (by path, indices past the schema's longest prefixItems
 # folded together): an array of many items needs one.
 _SCHEMAS_KEPT: Final = 4096
-# What checking one value may cost at least (a closed object checks its fields again).
-_STEPS_PER_VALUE: Final = 200
+# The checks of one answer's values share steps in proportion to its length: a closed
+# container is checked again whole, so each character is paid for a few times over.
+_CHECKS_PER_CHAR: Final = 4
 
 
 @dataclass(slots=True)
@@ -45,7 +46,6 @@ class _Shown:
     path: Path
     shown: dict[str, Any] | list[Any]
     schema: Schema | None  # None: held back (no subschema of its own)
-    opened_at: int  # the reader's character count when it opened
     attached: bool = False  # placed in its parent's shown container
     broken: bool = False  # an array that left an item out: no later item is shown
 
@@ -66,14 +66,16 @@ class PartialAnswer:
     _stack: list[_Shown] = field(default_factory=list)
     _data: Any = None
     _schemas: dict[Path, Schema | None] = field(default_factory=dict)
-    _steps_left: int = 0
+    _budget: carried_budget = field(init=False)
 
     def __post_init__(self) -> None:
         self._reader = Reader(max_chars=self.max_chars, max_depth=MAX_VALUE_DEPTH)
         self._root = compiled(self.contract.output_schema)
         self._fold_at = _longest_prefix(self.contract.output_schema)
         self._grounded = tuple(v for v in self.contract.validators if isinstance(v, Grounded))
-        self._steps_left = BASE_STEPS + STEPS_PER_CHAR * 4 * self.max_chars
+        self._budget = carried_budget(
+            BASE_STEPS + STEPS_PER_CHAR * _CHECKS_PER_CHAR * self.max_chars
+        )
 
     def feed(self, text: str) -> bool:
         """Read ``text``; True when more is shown than before."""
@@ -104,11 +106,11 @@ class PartialAnswer:
         parent = self._stack[-1] if self._stack else None
         shown: dict[str, Any] | list[Any] = {} if event.kind == "object" else []
         if parent is None:
-            frame = _Shown(event.path, shown, self._root, self._reader.chars, attached=True)
+            frame = _Shown(event.path, shown, self._root, attached=True)
             self._data = shown
         else:
             schema = self._schema(event.path) if parent.schema is not None else None
-            frame = _Shown(event.path, shown, schema, self._reader.chars)
+            frame = _Shown(event.path, shown, schema)
         self._stack.append(frame)
 
     def _completed(self, event: Completed) -> None:
@@ -116,27 +118,22 @@ class PartialAnswer:
         closing = isinstance(value, dict | list)
         if closing:
             frame = self._stack.pop()
-            schema, size = frame.schema, self._reader.chars - frame.opened_at
+            schema = frame.schema
         else:
             frame = None
             parent = self._stack[-1]
             schema = self._schema(path) if parent.schema is not None else None
-            size = len(value) if isinstance(value, str) else 8
         if schema is None:
             return  # held back: shown with the value around it, if that passes
-        if self._passes(path, value, schema, size):
+        if self._passes(path, value, schema):
             if self._show(path, value):
                 self.complete.append(json_path(path))
         else:
             self.rejected += 1
             self._hide(path, frame)
 
-    def _passes(self, path: Path, value: Any, schema: Schema, size: int) -> bool:
-        steps = _STEPS_PER_VALUE + STEPS_PER_CHAR * size
-        self._steps_left -= steps
-        if self._steps_left < 0:
-            raise TooMuchWork(steps)
-        with work_budget(steps):
+    def _passes(self, path: Path, value: Any, schema: Schema) -> bool:
+        with self._budget:
             if not schema.is_valid(value):
                 return False
             for grounded in self._grounded:
