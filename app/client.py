@@ -106,28 +106,48 @@ class ApiClient:
         with self._http.stream(
             "GET", f"/v1/jobs/{job_id}/events", headers=headers, timeout=None
         ) as response:
-            if response.status_code != 200:
-                response.read()
-                self._json(response)
-            event_id: str | None = None
-            name = "message"
-            data: list[str] = []
-            for line in response.iter_lines():
-                if not line:
-                    if data:
-                        yield ServerEvent(event_id, name, json.loads("\n".join(data)))
-                    event_id, name, data = None, "message", []
-                elif line.startswith(":"):
-                    continue
-                else:
-                    field, _, value = line.partition(":")
-                    value = value.removeprefix(" ")
-                    if field == "id":
-                        event_id = value
-                    elif field == "event":
-                        name = value
-                    elif field == "data":
-                        data.append(value)
+            yield from self._events(response)
+
+    # -- streamed partials (#31) --------------------------------------------------------------
+
+    def generate_stream(
+        self, spec: dict[str, Any], *, idempotency_key: str | None = None
+    ) -> Iterator[ServerEvent]:
+        """Submit ``spec`` to ``/v1/generate`` streaming: its events as they come, the
+        ``partial`` ones (answer so far: complete, checked values) among them, ending with
+        ``job_end``. Leaving the loop early closes the stream, which cancels the job."""
+        headers = {"accept": "text/event-stream"}
+        if idempotency_key:
+            headers["idempotency-key"] = idempotency_key
+        body = {**spec, "stream": True}
+        with self._http.stream(
+            "POST", "/v1/generate", json=body, headers=headers, timeout=None
+        ) as response:
+            yield from self._events(response)
+
+    def _events(self, response: httpx.Response) -> Iterator[ServerEvent]:
+        if response.status_code != 200:
+            response.read()
+            self._json(response)
+        event_id: str | None = None
+        name = "message"
+        data: list[str] = []
+        for line in response.iter_lines():
+            if not line:
+                if data:
+                    yield ServerEvent(event_id, name, json.loads("\n".join(data)))
+                event_id, name, data = None, "message", []
+            elif line.startswith(":"):
+                continue
+            else:
+                field, _, value = line.partition(":")
+                value = value.removeprefix(" ")
+                if field == "id":
+                    event_id = value
+                elif field == "event":
+                    name = value
+                elif field == "data":
+                    data.append(value)
 
     @staticmethod
     def _json(response: httpx.Response) -> dict[str, Any]:

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import itertools
 import json
+import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -166,3 +168,38 @@ def test_leaving_a_generate_stream_cancels_the_job_and_closes_the_model_call(
 
         stream = sync_until(closed, what="the simulator to see the stream closed")
     assert 0 < stream["sent"] < stream["tokens"]
+
+
+def test_the_python_client_streams_generate_with_partials(stream_api: str) -> None:
+    with ApiClient(stream_api, key=KEYS["alice"]) as api:
+        events = list(api.generate_stream(job("Describe a village", ["ok"])))
+    names = [e.name for e in events]
+    assert "partial" in names
+    assert names[-1] == "job_end"
+    assert events[-1].data["status"] == "succeeded"
+
+
+def test_reprompt_submit_stream_prints_partials_as_they_come(
+    stream_api: str, tmp_path: Path
+) -> None:
+    spec = job("Describe a harbour", ["ok"])
+    del spec["stream"]  # --stream asks for it
+    path = tmp_path / "job.json"
+    path.write_text(json.dumps(spec))
+    command = [sys.executable, "-m", "app.cli", "submit", str(path), "--stream"]
+    proc = subprocess.run(
+        [*command, "--url", stream_api, "--key", KEYS["alice"]],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    shown = [
+        json.loads(line.removeprefix("[partial] "))
+        for line in proc.stderr.splitlines()
+        if line.startswith("[partial] ")
+    ]
+    assert shown
+    assert shown[-1] == result["data"]
