@@ -44,8 +44,15 @@ def streaming_sim() -> Iterator[str]:
 def stream_api(streaming_sim: str, redis_url: str, data_dir: Path) -> Iterator[str]:
     providers = ProvidersConfig(
         default="sim-model",
-        providers={"sim": ProviderConfig(kind="openai", base_url=f"{streaming_sim}/v1")},
-        models={"sim-model": ModelConfig(provider="sim", structured="prompt")},
+        providers={
+            "sim": ProviderConfig(kind="openai", base_url=f"{streaming_sim}/v1"),
+            "claude": ProviderConfig(kind="anthropic", base_url=streaming_sim, api_key="k"),
+        },
+        models={
+            "sim-model": ModelConfig(provider="sim", structured="prompt"),
+            "sim-json": ModelConfig(provider="sim", structured="json_schema"),
+            "claude-sim": ModelConfig(provider="claude", structured="tool"),
+        },
     )
     settings = settings_for(
         redis_url, data_dir, key_prefix="stream", api_keys=api_keys(), stream_interval_ms=0
@@ -203,3 +210,19 @@ def test_reprompt_submit_stream_prints_partials_as_they_come(
     ]
     assert shown
     assert shown[-1] == result["data"]
+
+
+@pytest.mark.parametrize("model", ["sim-json", "claude-sim"])
+def test_each_wire_streams_with_usage_from_the_stream(stream_api: str, model: str) -> None:
+    with ApiClient(stream_api, key=KEYS["alice"]) as api:
+        submitted = api.submit(job(f"Describe a port on {model}", ["ok"], model=model))
+        events = list(api.events(submitted["id"]))
+    partials = [e.data for e in events if e.name == "partial"]
+    result = events[-1].data["result"]
+    assert result["status"] == "success", result
+    assert len(partials) >= 2
+    assert partials[-1]["data"] == result["data"]
+    assert not any("did not stream" in w for w in result["warnings"])
+    execution = result["execution"]
+    assert execution["inputTokens"] > 0  # the usage came with the stream
+    assert execution["outputTokens"] > 0
