@@ -46,7 +46,7 @@ def stream_api(streaming_sim: str, redis_url: str, data_dir: Path) -> Iterator[s
         default="sim-model",
         providers={
             "sim": ProviderConfig(kind="openai", base_url=f"{streaming_sim}/v1"),
-            "claude": ProviderConfig(kind="anthropic", base_url=streaming_sim, api_key="k"),
+            "claude": ProviderConfig(kind="anthropic", base_url=streaming_sim),
         },
         models={
             "sim-model": ModelConfig(provider="sim", structured="prompt"),
