@@ -407,3 +407,18 @@ def test_typescript_types_are_regenerated_from_openapi_json(tmp_path: Path) -> N
     generated = (TS / "src" / "schema.d.ts").read_text(encoding="utf-8")
     block = generated.split("export interface SseEvents {", 1)[1].split("}", 1)[0]
     assert sorted(re.findall(r"^\s+(\w+): ", block, re.MULTILINE)) == sorted(events)
+
+
+def test_typescript_client_streams_generate_and_prints_partials(
+    typescript: Client, service: str, tmp_path: Path
+) -> None:
+    job = invoice_job(tmp_path, label="stream")
+    proc = typescript("--url", service, "--follow", "stream", str(job))
+    assert proc.returncode == 0, proc.stderr
+    envelope = json.loads(proc.stdout)
+    assert_invoice_envelope(envelope)
+    partials = re.findall(r"^stream: partial (.*)$", proc.stderr, re.MULTILINE)
+    assert partials, proc.stderr
+    # The first answer left a field out: its partials were discarded, the second one's stand.
+    assert re.search(r"^stream: partial_discarded the answer was rejected", proc.stderr, re.M)
+    assert json.loads(partials[-1]) == envelope["data"]

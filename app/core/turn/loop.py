@@ -37,7 +37,7 @@ from app.core.turn.runtime import Runtime, WebhookCheck
 from app.core.turn.setup import Setup
 from app.core.turn.state import RunState
 from app.core.turn.stop import Ended, Paused
-from app.core.turn.streaming import CallStream
+from app.core.turn.streaming import CallStream, whole_partial
 from app.core.turn.tools import Handled, Tool, handle_calls, work_messages
 from app.core.wire import codes
 from app.core.wire.envelope import Envelope, Progress
@@ -175,6 +175,8 @@ class _Run:
             self.state.patch = None
         if stream is not None and not isinstance(verdict, Accepted):
             stream.discard(_discarded(verdict))
+        elif stream is None and isinstance(verdict, Accepted):
+            whole_partial(self.runtime, call, verdict.value)
         turn = Answered(call, answer, answer.content or "", merged, best)
         return await self._act(setup, conversation, turn, verdict)
 

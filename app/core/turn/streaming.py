@@ -15,7 +15,7 @@ copies of itself, never one per token.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Any, Final
 
 from app.core.answer.contract import Contract
 from app.core.answer.partial import PartialAnswer as Partial
@@ -30,6 +30,19 @@ from app.core.wire.partial import PartialAnswer, PartialDiscarded
 MAX_PARTIALS: Final = 500
 MAX_PARTIAL_CHARS: Final = 256 * 1024
 RETRIED: Final = "the model call was tried again; its answer starts over"
+
+
+def whole_partial(runtime: Runtime, call: Call, value: Any) -> None:
+    """A streaming job's accepted answer that did not stream (a field-level re-ask, several
+    candidates): one partial with all of it, so the last partial is always the answer."""
+    if runtime.partials is None:
+        return
+    elapsed = round((runtime.clock.monotonic() - call.began) * 1000)
+    runtime.partials(
+        PartialAnswer(
+            turn=call.index, attempt=call.attempt, data=value, complete=("$",), elapsed_ms=elapsed
+        )
+    )
 
 
 @dataclass(slots=True)
