@@ -95,7 +95,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             return run_worker(_settings())
         if ns.command == "submit":
             return _submit(
-                ns.file, url=ns.url, key=ns.key, quiet=ns.quiet, tool_command=ns.tool_command
+                ns.file,
+                url=ns.url,
+                key=ns.key,
+                quiet=ns.quiet,
+                tool_command=ns.tool_command,
+                stream=ns.stream,
             )
         if ns.command == "get":
             return _get(ns.id, url=ns.url, key=ns.key, wait_ms=ns.wait_ms)
@@ -192,6 +197,11 @@ def _client_commands(commands: _Commands) -> None:
         )
     submit.add_argument("--quiet", action="store_true", help="no progress, only the result")
     submit.add_argument(
+        "--stream",
+        action="store_true",
+        help="stream the answer: print each partial (complete, checked values) as it comes",
+    )
+    submit.add_argument(
         "--tool-command",
         metavar="CMD",
         help="answer the job's client tool calls by running CMD once per call: it reads "
@@ -239,12 +249,20 @@ def _settings(**overrides: Any) -> Settings:
 
 
 def _submit(
-    path: str, *, url: str, key: str | None, quiet: bool, tool_command: str | None = None
+    path: str,
+    *,
+    url: str,
+    key: str | None,
+    quiet: bool,
+    tool_command: str | None = None,
+    stream: bool = False,
 ) -> int:
     spec = _read_job(path)
     if spec is None:
         return 2
     command = shlex.split(tool_command) if tool_command else None
+    if stream:
+        spec["stream"] = True
     with ApiClient(url, key=key) as api:
         job = api.submit(spec)
         print(f"submitted {job['id']}", file=sys.stderr)
@@ -270,6 +288,11 @@ def _follow(
                 print("[worker lost] the job went back to the queue", file=sys.stderr)
         elif event.name == "requires_action":
             _requires_action(api, job_id, event.data, tool_command)
+        elif event.name == "partial":  # only a streaming job has them (#31)
+            data = json.dumps(event.data.get("data"), ensure_ascii=False)
+            print(f"[partial] {data}", file=sys.stderr, flush=True)
+        elif event.name == "partial_discarded":
+            print(f"[partial discarded] {event.data.get('reason')}", file=sys.stderr, flush=True)
         if event.name == "job_end":
             break
     job = api.get(job_id)

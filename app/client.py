@@ -143,6 +143,19 @@ class ApiClient:
         headers = {"last-event-id": last_event_id} if last_event_id else {}
         return self._sse(f"/v1/jobs/{job_id}/events", headers)
 
+    # -- streamed partials (#31) --------------------------------------------------------------
+
+    def generate_stream(
+        self, spec: dict[str, Any], *, idempotency_key: str | None = None
+    ) -> Iterator[ServerEvent]:
+        """Submit ``spec`` to ``/v1/generate`` streaming: its events as they come, the
+        ``partial`` ones (answer so far: complete, checked values) among them, ending with
+        ``job_end``. Leaving the loop early closes the stream, which cancels the job."""
+        headers = {"accept": "text/event-stream"}
+        if idempotency_key:
+            headers["idempotency-key"] = idempotency_key
+        return self._sse("/v1/generate", headers, body={**spec, "stream": True})
+
     # -- batches (#30) --------------------------------------------------------------------
 
     def submit_batch(
@@ -201,8 +214,12 @@ class ApiClient:
         """``progress`` events (the batch, each time it changes) until it ends."""
         return self._sse(f"/v1/batches/{batch_id}/events", {})
 
-    def _sse(self, path: str, headers: dict[str, str]) -> Iterator[ServerEvent]:
-        with self._http.stream("GET", path, headers=headers, timeout=None) as response:
+    def _sse(
+        self, path: str, headers: dict[str, str], *, body: dict[str, Any] | None = None
+    ) -> Iterator[ServerEvent]:
+        """Server-Sent Events from ``path`` (a POST of ``body`` when given)."""
+        method = "GET" if body is None else "POST"
+        with self._http.stream(method, path, json=body, headers=headers, timeout=None) as response:
             if response.status_code != 200:
                 response.read()
                 self._json(response)

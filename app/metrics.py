@@ -210,6 +210,28 @@ CALLBACK_ATTEMPT_DURATION = Histogram(
     registry=REGISTRY,
 )
 
+# Streamed partials (#31): how soon a streaming job shows something, and how much it sends.
+STREAM_FIRST_PARTIAL = Histogram(
+    f"{P}stream_first_partial_seconds",
+    "Time from a model call's start to its first partial written to the job's events.",
+    ["model"],
+    buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 4, 8, 16, 32, 64),
+    registry=REGISTRY,
+)
+STREAM_FIRST_FIELD = Histogram(
+    f"{P}stream_first_field_seconds",
+    "Time from a model call's start to the first complete value that passed its checks.",
+    ["model"],
+    buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 4, 8, 16, 32, 64),
+    registry=REGISTRY,
+)
+STREAM_PARTIALS = Counter(
+    f"{P}stream_partials",
+    "Partial events of streaming jobs: sent (partial) and discarded (partial_discarded).",
+    ["event"],
+    registry=REGISTRY,
+)
+
 QUEUE_DEPTH = Gauge(f"{P}queue_depth", "Jobs waiting to be claimed.", registry=REGISTRY)
 QUEUE_OLDEST_AGE = Gauge(
     f"{P}queue_oldest_age_seconds", "Age of the oldest queued job.", registry=REGISTRY

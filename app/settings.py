@@ -367,6 +367,14 @@ class Settings(BaseSettings):
         le=1_000,
         description="Batch steps one worker runs at once (0: this worker runs none).",
     )
+    # -- Streamed partials (#31): docs/streaming.md ----------------------------------------
+    stream_interval_ms: int = Field(
+        default=50,
+        ge=0,
+        le=5_000,
+        description="The shortest time between two partial events of one streaming answer "
+        "(the newest partial wins; the last one of an answer is always sent).",
+    )
 
     @field_validator("api_keys", mode="before")
     @classmethod

@@ -58,6 +58,12 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="cache OpenAI prompts sent without a prompt_cache_key too (as OpenAI does)",
     )
+    add(
+        "--token-delay-ms",
+        type=float,
+        default=0.0,
+        help='time between two tokens of a streamed answer ("stream": true)',
+    )
     add("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
     return parser
 
@@ -81,6 +87,7 @@ def main(argv: list[str] | None = None) -> int:
             slow_ms=args.slow_ms,
             verbose_tokens=args.verbose_tokens,
             cache_keyless=args.cache_keyless,
+            token_delay_ms=args.token_delay_ms,
         )
     except ValueError as exc:
         parser.error(str(exc))

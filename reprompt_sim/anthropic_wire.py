@@ -44,8 +44,8 @@ def parse_request(body: object) -> Scenario:
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise InvalidRequest("messages: must be a non-empty array")
-    if body.get("stream"):
-        raise InvalidRequest("stream: reprompt sim does not stream; send stream=false")
+    if not isinstance(body.get("stream", False), bool):
+        raise InvalidRequest("stream: must be a boolean")
     max_tokens = body.get("max_tokens")
     if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
         raise InvalidRequest("max_tokens: Field required (a positive integer)")

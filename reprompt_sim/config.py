@@ -66,6 +66,8 @@ class SimConfig:
     # and, to test expiry, how many lines a batch answers before it expires (None: all).
     batch_turnaround_ms: float = 0.0
     batch_expire_after: int | None = None
+    # Streaming (``"stream": true``): the time between two tokens of a streamed answer.
+    token_delay_ms: float = 0.0
 
     def __post_init__(self) -> None:
         check_rates(self.failure_rates)
@@ -79,7 +81,14 @@ class SimConfig:
             _check_probability(name, getattr(self, name))
         if self.batch_expire_after is not None and self.batch_expire_after < 0:
             raise ValueError("batch_expire_after must be >= 0")
-        for name in ("retry_after_s", "latency_ms", "jitter_ms", "slow_ms", "batch_turnaround_ms"):
+        for name in (
+            "retry_after_s",
+            "latency_ms",
+            "jitter_ms",
+            "slow_ms",
+            "batch_turnaround_ms",
+            "token_delay_ms",
+        ):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0")
         if self.verbose_tokens < 0:

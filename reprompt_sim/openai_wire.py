@@ -48,8 +48,8 @@ def parse_request(body: object) -> Scenario:
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise InvalidRequest("'messages' must be a non-empty array")
-    if body.get("stream"):
-        raise InvalidRequest("stream: reprompt sim does not stream; send stream=false")
+    if not isinstance(body.get("stream", False), bool):
+        raise InvalidRequest("stream: must be a boolean")
     tools = _tools(body.get("tools"))
     choice = _tool_choice(tools, body.get("tool_choice"))
     output_tool = choice.output_tool(tools)

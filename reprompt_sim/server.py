@@ -14,6 +14,7 @@ cache would hold (``reprompt_sim.cache``), and a bounded journal of recent reque
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 from collections import OrderedDict
@@ -24,11 +25,11 @@ from datetime import UTC, datetime
 from typing import Any, Final
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException
 
 from app.loopback import serve_in_thread
-from reprompt_sim import anthropic_wire, batch, behaviour, chance, openai_wire
+from reprompt_sim import anthropic_wire, batch, behaviour, chance, openai_wire, streaming
 from reprompt_sim.behaviour import Fault, Reply
 from reprompt_sim.cache import PromptCache
 from reprompt_sim.config import SimConfig
@@ -127,8 +128,9 @@ class _Simulator:
         self.answered = _Tally()
         self.cache = PromptCache(keyless=config.cache_keyless)
         self.journal = Journal()
+        self.streams = streaming.StreamLog()
 
-    async def serve(self, request: Request, wire: _Wire) -> JSONResponse:
+    async def serve(self, request: Request, wire: _Wire) -> Response:
         """One chat request: the scripted fault, after the simulated latency, or the answer."""
         read = await _read_scenario(request, wire)
         if isinstance(read, JSONResponse):
@@ -161,7 +163,27 @@ class _Simulator:
                 recent=_recent(body),
             )
         )
+        if body.get("stream") is True and response.status_code == 200:
+            return self._streamed(body, response, wire)
         return response
+
+    def _streamed(self, body: dict[str, Any], answer: JSONResponse, wire: _Wire) -> Response:
+        """The answer a token at a time, as the provider streams (``reprompt_sim.streaming``)."""
+        payload = json.loads(bytes(answer.body))
+        if wire.api == "openai":
+            options = body.get("stream_options")
+            usage = isinstance(options, dict) and options.get("include_usage") is True
+            pieces = list(streaming.openai_chunks(payload, include_usage=usage))
+        else:
+            pieces = list(streaming.anthropic_events(payload))
+        stream = streaming.Stream(wire.api, streaming.count_tokens(pieces))
+        self.streams.add(stream)
+        headers = {k: v for k, v in answer.headers.items() if k.startswith("x-sim-")}
+        return StreamingResponse(
+            streaming.sse(iter(pieces), stream, self.config.token_delay_ms / 1000),
+            media_type="text/event-stream",
+            headers={**headers, "cache-control": "no-cache"},
+        )
 
     async def _respond(self, body: dict[str, Any], scenario: Scenario, wire: _Wire) -> JSONResponse:
         convo = scenario.conversation
@@ -243,11 +265,11 @@ def create_app(config: SimConfig | None = None) -> FastAPI:
     app.state.sim_config = config
 
     @app.post("/v1/chat/completions")
-    async def chat_completions(request: Request) -> JSONResponse:
+    async def chat_completions(request: Request) -> Response:
         return await sim.serve(request, _OPENAI)
 
     @app.post("/v1/messages")
-    async def messages(request: Request) -> JSONResponse:
+    async def messages(request: Request) -> Response:
         return await sim.serve(request, _ANTHROPIC)
 
     @app.get("/v1/models")
@@ -273,6 +295,10 @@ def create_app(config: SimConfig | None = None) -> FastAPI:
     async def forget_requests() -> Response:
         sim.journal.clear()
         return Response(status_code=204)
+
+    @app.get("/sim/streams")
+    async def streams() -> JSONResponse:
+        return JSONResponse(sim.streams.entries())
 
     @app.get("/healthz")
     async def healthz() -> dict[str, Any]:

@@ -2,7 +2,8 @@
 
 Every stored event is sent with ``id:`` (its number), ``event:`` (its name:
 ``job_queued``, ``job_start``, ``turn_start``, ``turn_end``, ``job_requeued``,
-``requires_action``, ``tool_outputs_received``, ``tool_outputs``, ``job_end``) and
+``requires_action``, ``tool_outputs_received``, ``tool_outputs``, ``partial``,
+``partial_discarded``, ``job_end``) and
 ``data:`` (JSON). ``Last-Event-ID`` resumes after that id. ``requires_action`` comes as
 soon as the job pauses for client tools, and the stream stays open: the resumed run's
 events follow once the outputs are posted. The stream ends after ``job_end``; while
@@ -33,6 +34,7 @@ from app.core.wire.events import (
     TurnStarted,
     TurnSummary,
 )
+from app.core.wire.partial import PartialAnswer, PartialDiscarded
 from app.store import Event, JobStore
 
 # The data of each event, by name (documented in openapi.json as ``x-sse-events``). The
@@ -47,6 +49,8 @@ SSE_EVENTS: Final[dict[str, type[Wire]]] = {
     "requires_action": RequiredAction,
     "tool_outputs_received": ToolOutputsEvent,
     ToolsAnswered.name: ToolsAnswered,
+    PartialAnswer.name: PartialAnswer,  # streaming jobs (#31): docs/streaming.md
+    PartialDiscarded.name: PartialDiscarded,
 }
 PING_S: Final = 15
 # How long one read blocks before the job is looked at again (it may have expired).
@@ -103,17 +107,18 @@ async def job_events(
     # Read the backlog before answering: a malformed Last-Event-ID is still a 422 here.
     backlog = await res.store.events(job.id, after=last_event_id, block_ms=0, count=BATCH)
     held = await res.fairness.hold(tenant)  # 429 now if this tenant holds too many open
-    stream = _stream(
+    events = stream_events(
         res.store, job.id, tenant, last_event_id, backlog, ended=job.terminal, held=held
     )
+    stream = (_sse(event) async for event in events)
     # no-store: a tenant's events are never kept by a cache (older sse-starlette sends
     # no-cache by default).
     return EventSourceResponse(
-        _held(held, stream), ping=PING_S, headers={"Cache-Control": "no-store"}
+        holding(held, stream), ping=PING_S, headers={"Cache-Control": "no-store"}
     )
 
 
-async def _held(
+async def holding(
     held: Held, stream: AsyncIterator[ServerSentEvent]
 ) -> AsyncIterator[ServerSentEvent]:
     """The stream, counted among the tenant's open waits while it runs (a stream never
@@ -125,7 +130,7 @@ async def _held(
         await held.release()
 
 
-async def _stream(
+async def stream_events(
     store: JobStore,
     job_id: str,
     tenant: str,
@@ -133,14 +138,17 @@ async def _stream(
     batch: list[Event],
     *,
     ended: bool,
-    held: Held,
-) -> AsyncIterator[ServerSentEvent]:
-    """``ended``: the job was terminal before ``batch`` was read, so nothing follows it;
-    ``held``: the stream's open wait, renewed as it goes on."""
+    held: Held | None = None,
+) -> AsyncIterator[Event]:
+    """A job's events from ``batch`` on, until ``job_end`` (``app.api.streaming`` reuses it).
+
+    ``ended``: the job was terminal before ``batch`` was read, so nothing follows it;
+    ``held``: the stream's open wait, renewed as it goes on.
+    """
     while True:
         for event in batch:
             after = event.id
-            yield _sse(event)
+            yield event
             if event.name == END:
                 return
         if len(batch) == BATCH:
@@ -148,7 +156,8 @@ async def _stream(
             continue
         if ended:
             return  # resumed past job_end, or job_end was trimmed away
-        await held.keep()
+        if held is not None:
+            await held.keep()
         batch = await store.events(job_id, after=after, block_ms=BLOCK_MS, count=BATCH)
         if batch:
             continue

@@ -26,6 +26,7 @@ from app.api.limits import clamp_wait, stored_spec_json
 from app.api.problems import NotFound
 from app.api.resources import Authed, AuthedJson, Caller
 from app.api.schemas import JOB_EXAMPLES, JobList, ToolOutputsBody, problems
+from app.api.streaming import stream_job, wants_events
 from app.core.admission.admit import admit
 from app.core.admission.caps import check_data
 from app.core.turn.checkpoint import ToolOutput
@@ -314,7 +315,12 @@ async def submit_tool_outputs(job_id: str, caller: AuthedJson, body: ToolOutputs
     summary="Submit a job and wait for it",
     openapi_extra=_JOB_INPUTS,
     responses={
-        200: {"description": "The job ended within waitMs."},
+        200: {
+            "description": 'The job ended within waitMs; with `"stream": true` or '
+            "`Accept: text/event-stream`, its events as Server-Sent Events (partials "
+            "included) until job_end.",
+            "content": {"text/event-stream": {"schema": {"type": "string"}}},
+        },
         202: {
             "model": Job,
             "description": "Still running after waitMs: poll the Location.",
@@ -329,8 +335,16 @@ async def generate(
     wait_ms: WaitMs = DEFAULT_GENERATE_WAIT_MS,
     idempotency_key: IdempotencyKey = None,
 ) -> Response:
-    """For simple clients: the same job as ``POST /v1/jobs``, answered when it ends."""
+    """For simple clients: the same job as ``POST /v1/jobs``, answered when it ends.
+
+    Streaming (``"stream": true`` or ``Accept: text/event-stream``): the job's events as
+    they come, partial answers included; a client that leaves cancels the job.
+    """
     spec = await job_spec(request)
+    if spec.stream or wants_events(request):
+        spec = spec.model_copy(update={"stream": True})
+        job, _ = await _submit(caller, spec, idempotency_key, _trace(request))
+        return await stream_job(caller, job)
     wait = clamp_wait(wait_ms, caller.res.settings)
     # The store waits as part of the submit (the new job watched from before it is queued:
     # one read for the answer), so a caller at its cap of open waits gets its 429 first.

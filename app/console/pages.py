@@ -27,6 +27,8 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from jinja2 import Environment, PackageLoader, select_autoescape
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
+from app.api.events import holding
+from app.api.fairness import Held
 from app.api.jobs import _submit
 from app.api.problems import Unauthorized
 from app.api.resources import Caller, Resources, resources_of
@@ -217,26 +219,16 @@ async def job_live(request: Request, job_id: str) -> Response:
     job = await find(res, viewer, job_id)
     if job is None:
         return _missing(request, viewer, job_id)
-    with res.fairness.waiting(job.tenant):  # 429 now if the tenant holds too many open
-        pass
+    held = await res.fairness.hold(job.tenant)  # 429 now if the tenant holds too many open
     return EventSourceResponse(
-        _held(res, job.tenant, _live(request, res, viewer, job)),
+        holding(held, _live(request, res, viewer, job, held)),
         ping=15,
         headers={"Cache-Control": "no-store"},
     )
 
 
-async def _held(
-    res: Resources, tenant: str, stream: AsyncIterator[ServerSentEvent]
-) -> AsyncIterator[ServerSentEvent]:
-    """The stream, counted among the tenant's open waits (as the API's event streams)."""
-    with res.fairness.waiting(tenant):
-        async for event in stream:
-            yield event
-
-
 async def _live(
-    request: Request, res: Resources, viewer: Viewer, job: JobView
+    request: Request, res: Resources, viewer: Viewer, job: JobView, held: Held
 ) -> AsyncIterator[ServerSentEvent]:
     """The job's body again whenever it has new events, until it ends (then ``end``)."""
     body = templates.get_template("_job_body.html")
@@ -244,6 +236,7 @@ async def _live(
     after = last[-1].id if last else None
     stop = time.monotonic() + LIVE_MAX_S
     while not job.terminal and time.monotonic() < stop:
+        await held.keep()
         new = await res.store.events(job.id, after=after, block_ms=LIVE_BLOCK_MS, count=1000)
         if not new:
             continue

@@ -5,13 +5,14 @@ their wire format: the path, the auth header, the request body and the reply par
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, ClassVar, Final
+from typing import Any, ClassVar, Final, Protocol
 
 import httpx
 
-from app.core.turn.model import LLMRequest, LLMResponse
+from app.core.turn.model import LLMRequest, LLMResponse, TextSink
 from app.core.wire.errors import ProviderUnavailable
 from app.providers.config import ModelConfig, ProviderConfig
+from app.providers.streaming import post_events
 from app.providers.structured import Capability
 from app.providers.transport import Edge, post_json, reply_cap
 
@@ -23,6 +24,15 @@ def reported_model(body: Mapping[str, Any]) -> str | None:
     """The model a reply says answered (its ``model`` field), bounded; None without one."""
     model = body.get("model")
     return model[:MAX_REPORTED_MODEL] if isinstance(model, str) and model else None
+
+
+class StreamReader(Protocol):
+    """One streamed reply being read: its events in, the reply's body (as the provider
+    would have sent it whole) out."""
+
+    def event(self, name: str | None, data: str) -> None: ...
+
+    def body(self) -> Mapping[str, Any]: ...
 
 
 class HttpAdapter:
@@ -92,15 +102,30 @@ class HttpAdapter:
         headers = dict(self._extra_headers)
         if key:
             headers.update(self.auth_headers(key))
-        answer, _ = await post_json(
-            self._http,
-            self._target(),
-            headers=headers,
-            body=body,
-            timeout_s=timeout_s,
-            edge=edge,
-            max_bytes=reply_cap(request.max_output_tokens),
-        )
+        sink = request.stream
+        try:
+            if sink is not None and request.n <= 1 and self.streams:
+                sink.restart()  # a retry or a fallback model: the answer starts over
+                answer: Mapping[str, Any] = await self._streamed(
+                    request, body, headers, timeout_s, edge, sink, mechanism, wrapped
+                )
+            else:
+                answer, _ = await post_json(
+                    self._http,
+                    self._target(),
+                    headers=headers,
+                    body=body,
+                    timeout_s=timeout_s,
+                    edge=edge,
+                    max_bytes=reply_cap(request.max_output_tokens),
+                )
+        except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
+            raise ProviderUnavailable(
+                f"{self._provider} sent a malformed stream for model {model}"
+                f" ({type(exc).__name__}: {edge.scrub(str(exc))})",
+                provider=self._provider,
+                model=model,
+            ) from None
         try:
             return self.parse_response(
                 answer, model=model, provider=self._provider, mechanism=mechanism, wrapped=wrapped
@@ -113,7 +138,44 @@ class HttpAdapter:
                 model=model,
             ) from None
 
+    async def _streamed(
+        self,
+        request: LLMRequest,
+        body: dict[str, Any],
+        headers: dict[str, str],
+        timeout_s: float,
+        edge: Edge,
+        sink: TextSink,
+        mechanism: Capability,
+        wrapped: bool,
+    ) -> Mapping[str, Any]:
+        """The reply read as it streams, its answer's text sent to ``sink`` on the way."""
+        reader = self.stream_reader(sink, mechanism=mechanism, wrapped=wrapped, edge=edge)
+        await post_events(
+            self._http,
+            self._target(),
+            headers=headers,
+            body=self.streaming_body(body),
+            timeout_s=timeout_s,
+            edge=edge,
+            max_bytes=reply_cap(request.max_output_tokens),
+            on_event=reader.event,
+        )
+        return reader.body()
+
     # -- the wire format ------------------------------------------------------------------
+
+    # Whether this wire can stream an answer (``LLMRequest.stream``).
+    streams: ClassVar[bool] = False
+
+    def streaming_body(self, body: dict[str, Any]) -> dict[str, Any]:
+        """``body`` asking for the answer as a stream."""
+        raise NotImplementedError
+
+    def stream_reader(
+        self, sink: TextSink, *, mechanism: Capability, wrapped: bool, edge: Edge
+    ) -> StreamReader:
+        raise NotImplementedError
 
     def fixed_headers(self, config: ProviderConfig) -> dict[str, str]:
         return dict(config.headers)

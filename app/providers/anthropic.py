@@ -22,9 +22,18 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from app.core.turn.budget import estimate_tokens
-from app.core.turn.model import FinishReason, LLMRequest, LLMResponse, Message, ToolCall, Usage
-from app.providers.adapter import HttpAdapter, reported_model
+from app.core.turn.model import (
+    FinishReason,
+    LLMRequest,
+    LLMResponse,
+    Message,
+    TextSink,
+    ToolCall,
+    Usage,
+)
+from app.providers.adapter import HttpAdapter, StreamReader, reported_model
 from app.providers.config import ModelConfig, ProviderConfig
+from app.providers.streaming import malformed
 from app.providers.structured import (
     OUTPUT_TOOL,
     OUTPUT_TOOL_DESCRIPTION,
@@ -33,6 +42,7 @@ from app.providers.structured import (
     tool_parameters,
     unwrap,
 )
+from app.providers.transport import Edge
 
 MESSAGES_PATH: Final = "/v1/messages"
 REFUSED: Final = "the model declined to answer (stop_reason: refusal)"
@@ -246,6 +256,83 @@ def _usage(raw: Any) -> Usage | None:
     )
 
 
+class EventReader:
+    """A streamed message (``message_start``, per content block ``content_block_start``,
+    ``content_block_delta``s and ``content_block_stop``, ``message_delta`` with the stop
+    reason and the usage, ``message_stop``; ``ping`` between) read into the body Anthropic
+    would have sent whole. The answer's text (a text block's, or the output tool's input
+    JSON when that is how the answer comes) goes to ``sink`` as it arrives."""
+
+    def __init__(self, sink: TextSink, *, mechanism: Capability, wrapped: bool, edge: Edge):
+        self.sink = sink
+        self.edge = edge
+        self.tool_answer = mechanism == "tool"
+        self.wrapped = wrapped
+        self.message: dict[str, Any] = {}
+        self.usage: dict[str, Any] = {}
+        self.blocks: dict[int, dict[str, Any]] = {}
+        self.parts: dict[int, list[str]] = {}
+        self.stop: Any = None
+        self.whole: dict[str, Any] | None = None
+
+    def event(self, name: str | None, data: str) -> None:
+        try:
+            payload = json.loads(data)
+        except ValueError:
+            raise malformed(self.edge, "an event that is not JSON") from None
+        if not isinstance(payload, dict):
+            raise malformed(self.edge, "an event that is not a JSON object")
+        kind = payload.get("type", name)
+        if name == "whole":
+            self.whole = payload
+        elif kind == "message_start":
+            self.message = dict(payload.get("message") or {})
+            self.usage.update(self.message.get("usage") or {})
+        elif kind == "content_block_start":
+            index = int(payload["index"])
+            self.blocks[index] = dict(payload.get("content_block") or {})
+            self.parts[index] = []
+        elif kind == "content_block_delta":
+            self._delta(int(payload["index"]), payload.get("delta") or {})
+        elif kind == "message_delta":
+            self.stop = (payload.get("delta") or {}).get("stop_reason", self.stop)
+            self.usage.update(payload.get("usage") or {})  # cumulative counts
+        elif kind == "error":
+            error = payload.get("error") or {}
+            said = self.edge.scrub(str(error.get("message", "")))[:300]
+            raise malformed(self.edge, f"an error event ({error.get('type')}): {said}")
+
+    def _delta(self, index: int, delta: Mapping[str, Any]) -> None:
+        block = self.blocks.get(index)
+        if block is None:
+            raise malformed(self.edge, f"a delta for content block {index}, never started")
+        if delta.get("type") == "text_delta":
+            text = str(delta.get("text", ""))
+            self.parts[index].append(text)
+            if not self.tool_answer and text:
+                self.sink.text(text)
+        elif delta.get("type") == "input_json_delta":
+            text = str(delta.get("partial_json", ""))
+            self.parts[index].append(text)
+            if self.tool_answer and not self.wrapped and block.get("name") == OUTPUT_TOOL:
+                self.sink.text(text)
+
+    def body(self) -> Mapping[str, Any]:
+        if self.whole is not None:
+            return self.whole
+        content = []
+        for index, block in sorted(self.blocks.items()):
+            text = "".join(self.parts[index])
+            if block.get("type") == "text":
+                content.append({**block, "text": text})
+            elif block.get("type") == "tool_use":
+                try:
+                    content.append({**block, "input": json.loads(text) if text else {}})
+                except ValueError:  # cut short (max_tokens): the text goes to repair as is
+                    content.append({"type": "text", "text": text})
+        return {**self.message, "content": content, "stop_reason": self.stop, "usage": self.usage}
+
+
 class AnthropicAdapter(HttpAdapter):
     """Speaks ``POST {base_url}/v1/messages`` with ``x-api-key`` and ``anthropic-version``."""
 
@@ -260,3 +347,13 @@ class AnthropicAdapter(HttpAdapter):
 
     request_body = staticmethod(request_body)
     parse_response = staticmethod(parse_response)
+
+    streams = True
+
+    def streaming_body(self, body: dict[str, Any]) -> dict[str, Any]:
+        return {**body, "stream": True}
+
+    def stream_reader(
+        self, sink: TextSink, *, mechanism: Capability, wrapped: bool, edge: Edge
+    ) -> StreamReader:
+        return EventReader(sink, mechanism=mechanism, wrapped=wrapped, edge=edge)

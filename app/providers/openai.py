@@ -28,11 +28,13 @@ from app.core.turn.model import (
     LLMRequest,
     LLMResponse,
     Message,
+    TextSink,
     ToolCall,
     Usage,
 )
-from app.providers.adapter import HttpAdapter, reported_model
+from app.providers.adapter import HttpAdapter, StreamReader, reported_model
 from app.providers.config import ModelConfig
+from app.providers.streaming import malformed
 from app.providers.structured import (
     OUTPUT_TOOL,
     OUTPUT_TOOL_DESCRIPTION,
@@ -42,6 +44,7 @@ from app.providers.structured import (
     tool_parameters,
     unwrap,
 )
+from app.providers.transport import Edge
 
 CHAT_PATH: Final = "/chat/completions"
 SCHEMA_NAME: Final = "output"
@@ -262,6 +265,99 @@ def _usage(raw: Any) -> Usage | None:
     )
 
 
+class ChunkReader:
+    """A streamed chat completion (``chat.completion.chunk`` events, ``[DONE]`` last) read
+    into the body the provider would have sent whole; the first choice's answer text (its
+    content, or the output tool's arguments when that is how the answer comes) goes to
+    ``sink`` as it arrives. Usage comes in the last chunk (``stream_options.include_usage``).
+    """
+
+    def __init__(self, sink: TextSink, *, mechanism: Capability, wrapped: bool, edge: Edge):
+        self.sink = sink
+        self.edge = edge
+        # The answer is the output tool's arguments, streamed as they are when not wrapped.
+        self.tool_answer = mechanism == "tool"
+        self.wrapped = wrapped
+        self.content: list[str] = []
+        self.refusal: list[str] = []
+        self.calls: dict[int, dict[str, Any]] = {}
+        self.finish: str | None = None
+        self.usage: Any = None
+        self.model: Any = None
+        self.whole: dict[str, Any] | None = None
+
+    def event(self, name: str | None, data: str) -> None:
+        if data == "[DONE]":
+            return
+        try:
+            chunk = json.loads(data)
+        except ValueError:
+            raise malformed(self.edge, "an event that is not JSON") from None
+        if not isinstance(chunk, dict):
+            raise malformed(self.edge, "an event that is not a JSON object")
+        if name == "whole":  # the server answered whole
+            self.whole = chunk
+            return
+        if "error" in chunk:
+            raise malformed(self.edge, f"an error: {self.edge.scrub(str(chunk['error']))[:300]}")
+        self.model = chunk.get("model") or self.model
+        if isinstance(chunk.get("usage"), Mapping):
+            self.usage = chunk["usage"]
+        for choice in chunk.get("choices") or ():
+            if not isinstance(choice, Mapping) or choice.get("index", 0) != 0:
+                continue
+            self._delta(choice.get("delta") or {})
+            if choice.get("finish_reason"):
+                self.finish = str(choice["finish_reason"])
+
+    def _delta(self, delta: Mapping[str, Any]) -> None:
+        text = delta.get("content")
+        if isinstance(text, str) and text:
+            self.content.append(text)
+            if not self.tool_answer:
+                self.sink.text(text)
+        refusal = delta.get("refusal")
+        if isinstance(refusal, str) and refusal:
+            self.refusal.append(refusal)
+        for raw in delta.get("tool_calls") or ():
+            index = int(raw.get("index", 0))
+            call = self.calls.setdefault(index, {"id": None, "name": "", "arguments": []})
+            if raw.get("id"):
+                call["id"] = raw["id"]
+            function = raw.get("function") or {}
+            if function.get("name"):
+                call["name"] = function["name"]
+            arguments = function.get("arguments")
+            if isinstance(arguments, str) and arguments:
+                call["arguments"].append(arguments)
+                if self.tool_answer and not self.wrapped and call["name"] == OUTPUT_TOOL:
+                    self.sink.text(arguments)
+
+    def body(self) -> Mapping[str, Any]:
+        if self.whole is not None:
+            return self.whole
+        message: dict[str, Any] = {
+            "content": "".join(self.content) if self.content else None,
+            "refusal": "".join(self.refusal) or None,
+        }
+        if self.calls:
+            message["tool_calls"] = [
+                {
+                    "id": call["id"],
+                    "type": "function",
+                    "function": {"name": call["name"], "arguments": "".join(call["arguments"])},
+                }
+                for _, call in sorted(self.calls.items())
+            ]
+        body: dict[str, Any] = {
+            "choices": [{"index": 0, "message": message, "finish_reason": self.finish}],
+            "usage": self.usage,
+        }
+        if self.model is not None:
+            body["model"] = self.model
+        return body
+
+
 class OpenAIAdapter(HttpAdapter):
     """Speaks ``POST {base_url}/chat/completions`` with a bearer key (when one is set)."""
 
@@ -274,3 +370,14 @@ class OpenAIAdapter(HttpAdapter):
 
     request_body = staticmethod(request_body)
     parse_response = staticmethod(parse_response)
+
+    streams = True
+
+    def streaming_body(self, body: dict[str, Any]) -> dict[str, Any]:
+        # The usage comes in a last chunk of its own: cost from the stream, exact.
+        return {**body, "stream": True, "stream_options": {"include_usage": True}}
+
+    def stream_reader(
+        self, sink: TextSink, *, mechanism: Capability, wrapped: bool, edge: Edge
+    ) -> StreamReader:
+        return ChunkReader(sink, mechanism=mechanism, wrapped=wrapped, edge=edge)

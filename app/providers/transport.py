@@ -163,11 +163,11 @@ async def post_json(
             response = await http.send(request, stream=True)
             try:
                 if response.status_code >= 400:
-                    cut = await _read(response, MAX_ERROR_BYTES, edge, cut=True)
+                    cut = await read_body(response, MAX_ERROR_BYTES, edge, cut=True)
                     raise classify_status(
-                        response.status_code, response.headers, _text(response, cut), edge
+                        response.status_code, response.headers, text_of(response, cut), edge
                     )
-                reply = await _read(response, max_bytes, edge)
+                reply = await read_body(response, max_bytes, edge)
             finally:
                 await response.aclose()
     try:
@@ -177,21 +177,23 @@ async def post_json(
     if not isinstance(decoded, dict):
         raise ProviderUnavailable(
             f"{edge.provider} sent a malformed body ({response.status_code}) for model "
-            f"{edge.model}: {edge.scrub(_excerpt(_text(response, reply[:MAX_ERROR_BYTES])))}",
+            f"{edge.model}: {edge.scrub(_excerpt(text_of(response, reply[:MAX_ERROR_BYTES])))}",
             provider=edge.provider,
             model=edge.model,
         )
     return decoded, response.headers
 
 
-async def _read(response: httpx.Response, limit: int, edge: Edge, *, cut: bool = False) -> bytes:
+async def read_body(
+    response: httpx.Response, limit: int, edge: Edge, *, cut: bool = False
+) -> bytes:
     """The body, at most ``limit`` bytes of it; nothing more is read.
 
     Past ``limit``: ``ProviderOversized``, or with ``cut`` the first ``limit`` bytes.
     """
     declared = response.headers.get("content-length", "").strip()
     if not cut and declared.isdigit() and int(declared) > limit:
-        raise _oversized(edge, limit, f"declared {int(declared)} bytes")
+        raise oversized(edge, limit, f"declared {int(declared)} bytes")
     content = bytearray()
     # Decoded when the provider compressed it; else as it comes, past httpx's decoder (a
     # reply already read, as a mock transport's, is only there for aiter_bytes).
@@ -201,11 +203,11 @@ async def _read(response: httpx.Response, limit: int, edge: Edge, *, cut: bool =
         if len(content) > limit:
             if cut:
                 return bytes(content[:limit])
-            raise _oversized(edge, limit, "still sending")
+            raise oversized(edge, limit, "still sending")
     return bytes(content)
 
 
-def _oversized(edge: Edge, limit: int, seen: str) -> ProviderOversized:
+def oversized(edge: Edge, limit: int, seen: str) -> ProviderOversized:
     return ProviderOversized(
         f"{edge.provider} sent a reply over {limit} bytes ({seen}) for model {edge.model}: "
         "more than any answer within the request's output-token limit needs; it was "
@@ -215,7 +217,7 @@ def _oversized(edge: Edge, limit: int, seen: str) -> ProviderOversized:
     )
 
 
-def _text(response: httpx.Response, content: bytes) -> str:
+def text_of(response: httpx.Response, content: bytes) -> str:
     try:
         return content.decode(response.charset_encoding or "utf-8", errors="replace")
     except LookupError:  # a charset Python does not know

@@ -94,6 +94,15 @@ class ProgressWriter:
         if job.pending and not job.committing and job.flushing is None:
             job.flushing = asyncio.create_task(self._flush_in_background(job))
 
+    def flush_soon(self, job: Job) -> asyncio.Task[None] | None:
+        """Write the outbox now, in the background (a streamed partial must not wait for
+        the phase to last); the write already under way, if one is; None while committing."""
+        if job.committing:
+            return None
+        if job.flushing is None and job.pending:
+            job.flushing = asyncio.create_task(self._flush_in_background(job))
+        return job.flushing
+
     async def _flush_in_background(self, job: Job) -> None:
         try:
             async with self._flushes:

@@ -35,6 +35,7 @@ from app.tracing import Tracing
 from app.worker.bookkeeping import Bookkeeping, started
 from app.worker.commit import Committer
 from app.worker.job import Job, LeaseLost
+from app.worker.partials import Partials
 from app.worker.pause import Paused, Pauser, resume_of
 from app.worker.progress import ProgressWriter
 
@@ -60,6 +61,7 @@ class Runner:
         progress: ProgressWriter,
         committer: Committer,
         pauser: Pauser,
+        partial_interval_s: float = 0.05,
     ) -> None:
         self.client = client
         self.outbound = outbound
@@ -68,6 +70,8 @@ class Runner:
         self.progress = progress
         self.committer = committer
         self.pauser = pauser
+        self.partials = Partials(progress)  # streaming jobs' partials (#31)
+        self.partial_interval_s = partial_interval_s
 
     async def process(self, job: Job) -> None:
         """Run ``job`` to its end: committed, paused, or stopped."""
@@ -105,6 +109,7 @@ class Runner:
             if job.stopped is not None:  # ended between turns, or by a refused write
                 await self._stopped(job)
         finally:
+            self.partials.forget(job)
             self.books.catch_up()
             metrics.job_left()
 
@@ -132,6 +137,8 @@ class Runner:
             cancelled=lambda: job.stopped is not None,
             tools=http_tools(self.outbound, spec, job.claim),
             webhook=webhook_check(self.outbound, spec, job.claim),
+            partials=self.partials.sink(job) if spec.stream else None,
+            partial_interval_s=self.partial_interval_s,
         )
         resume = resume_of(job.claim)
         try:

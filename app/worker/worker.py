@@ -69,6 +69,7 @@ class Worker:
             progress=progress,
             committer=committer,
             pauser=pauser,
+            partial_interval_s=settings.stream_interval_ms / 1000,
         )
         self.claims = Claims(
             store, self.worker_id, settings.worker_concurrency, self.runner.process, books

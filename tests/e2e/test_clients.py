@@ -454,3 +454,18 @@ def test_client_retries_429_and_answers_client_tools(
     assert 'tool: lookup {"sku":"A1"}' in proc.stderr
     assert 'tool: stock {"sku":"A1"}' in proc.stderr
     assert re.search(r"^retry: 429, again in \d+ ms$", proc.stderr, re.MULTILINE), proc.stderr
+
+
+def test_typescript_client_streams_generate_and_prints_partials(
+    typescript: Client, service: str, tmp_path: Path
+) -> None:
+    job = invoice_job(tmp_path, label="stream")
+    proc = typescript("--url", service, "--follow", "stream", str(job))
+    assert proc.returncode == 0, proc.stderr
+    envelope = json.loads(proc.stdout)
+    assert_invoice_envelope(envelope)
+    partials = re.findall(r"^stream: partial (.*)$", proc.stderr, re.MULTILINE)
+    assert partials, proc.stderr
+    # The first answer left a field out: its partials were discarded, the second one's stand.
+    assert re.search(r"^stream: partial_discarded the answer was rejected", proc.stderr, re.M)
+    assert json.loads(partials[-1]) == envelope["data"]

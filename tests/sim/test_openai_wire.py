@@ -134,7 +134,7 @@ def test_server_faults_use_the_openai_error_shape(
             "unknown tool",
         ),
         (openai(msg("user", "hi"), schema={"type": "objekt"}), "schema"),
-        (openai(msg("user", "hi"), stream=True), "stream"),
+        (openai(msg("user", "hi"), stream="yes"), "stream"),
         (openai(msg("user", '[[sim {"script": ["explode"]}]]')), "explode"),
         (openai(msg("user", '[[sim {"fix": 2}]]')), "fix"),
     ],

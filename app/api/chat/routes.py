@@ -230,7 +230,7 @@ async def _job_answer(caller: Caller, chat: ChatRequest, trace: TraceContext | N
     deadline_ms: int = stored["budget"]["deadlineMs"]
     give_up = time.monotonic() + (deadline_ms + GRACE_MS) / 1000
     poll_ms = max(res.settings.max_wait_ms, 1000)
-    with res.fairness.waiting(tenant):
+    async with res.fairness.waiting(tenant, for_ms=deadline_ms + GRACE_MS):
         job, _ = await res.store.submit(
             tenant=tenant,
             spec=stored,
@@ -360,7 +360,7 @@ async def _plain_answer(caller: Caller, chat: ChatRequest) -> Answer:
             param="reprompt.maxTurns",
         )
     # A call held open counts as one of the tenant's open waits, as a long-poll does.
-    with res.fairness.waiting(caller.tenant):
+    async with res.fairness.waiting(caller.tenant, for_ms=deadline_ms):
         called = await checked_call(router, request, toolbox, attempts=attempts)
     response = called.response
     calls: tuple[ToolCall, ...] = response.tool_calls

@@ -200,6 +200,21 @@ class Grounded:
             self.check(value)
         return () if self._passed is None else self._passed[1]
 
+    def leaf(self, at: Path, value: Any) -> bool | None:
+        """Whether one complete value of a streaming answer is in the input (a partial's
+        check, ``app.core.answer.partial``); None when this validator does not look at it,
+        or cannot say quickly (a large input: the whole answer is checked at the end)."""
+        if not any(_under(at, steps) for steps in self.paths):
+            return None
+        if isinstance(value, dict | list):
+            return None  # its leaves were checked one by one as they came
+        if not (isinstance(value, str) or (self.numbers and value_of(value) is not None)):
+            return None
+        if not self._small():
+            return False  # not shown early; the check at the end decides
+        source = self._load()
+        return self._lookup(source, value) is not None
+
     # -- the values ---------------------------------------------------------------------------
 
     def _leaves(self, value: Any, steps: tuple[jsonpath.Step, ...]) -> Iterator[tuple[Path, Any]]:
@@ -429,6 +444,22 @@ class _Source:
         if self._folded is None:
             self._folded = fold_text(self.text)
         return self._folded
+
+
+def _under(at: Path, steps: tuple[jsonpath.Step, ...]) -> bool:
+    """Whether the concrete path ``at`` is at or below a value ``steps`` reaches (a negative
+    index is taken to reach any element: such a value is held back rather than missed)."""
+    if len(at) < len(steps):
+        return False
+    for step, part in zip(steps, at, strict=False):
+        if step is None:
+            continue
+        if isinstance(step, int):
+            if not isinstance(part, int) or (step >= 0 and step != part):
+                return False
+        elif step != part:
+            return False
+    return True
 
 
 def _in_event_loop() -> bool:

@@ -81,6 +81,28 @@ class own_budget(work_budget):  # noqa: N801 (used as a function, as ``work_budg
         self._token = _BUDGET.set(_Budget(self._steps))
 
 
+class carried_budget:  # noqa: N801 (used as a function, as ``work_budget``)
+    """One budget for checks made at different times, each inside ``with`` (a streaming
+    answer's values, checked as they complete): what one spends, the next has less of.
+
+        budget = carried_budget(steps_for(answer_limit))
+        with budget:
+            schema.is_valid(value)     # TooMuchWork once all of them together pass it
+    """
+
+    __slots__ = ("_budget", "_tokens")
+
+    def __init__(self, steps: int) -> None:
+        self._budget = _Budget(steps)
+        self._tokens: list[Token[_Budget | None]] = []
+
+    def __enter__(self) -> None:
+        self._tokens.append(_BUDGET.set(self._budget))
+
+    def __exit__(self, *exc: object) -> None:
+        _BUDGET.reset(self._tokens.pop())
+
+
 def grant(steps: int) -> None:
     """Give the budget in force ``steps`` more (none in force: nothing to give).
 

@@ -185,6 +185,7 @@ class Schema:
         # A plain schema (the ones signatures make) has a quick check: its yes is final.
         self._plain = plain_check(schema)
         self._resolvers: dict[int, Resolver] | None = None  # by id(): ``resolver_of``
+        self._has_id: bool | None = None  # whether any subschema sets "$id" (schema_at)
 
     def resolver_of(self, node: Any) -> Resolver | None:
         """The resolver a subschema of this document resolves its ``$ref``s against (for
@@ -294,7 +295,9 @@ class Schema:
         )  # fmt: skip
         root = self.schema if isinstance(self.schema, Mapping) else {}
         text = json.dumps(found)
-        if '"$id"' in json.dumps(root) or '"$dynamicRef"' in text:
+        if self._has_id is None:  # asked once per schema, not once per path
+            self._has_id = '"$id"' in json.dumps(root)
+        if self._has_id or '"$dynamicRef"' in text:
             return None
         if '"$ref"' in text:
             if any(not ref.startswith("#/$defs/") for ref in _refs(found)):

@@ -37,6 +37,7 @@ from app.core.turn.runtime import Runtime, WebhookCheck
 from app.core.turn.setup import Setup
 from app.core.turn.state import RunState
 from app.core.turn.stop import Ended, Paused
+from app.core.turn.streaming import CallStream, whole_partial
 from app.core.turn.tools import Handled, Tool, handle_calls, work_messages
 from app.core.wire import codes
 from app.core.wire.envelope import Envelope, Progress
@@ -134,14 +135,26 @@ class _Run:
     ) -> Accepted | None:
         """One model call and what follows from it; the accepted answer ends the job."""
         call = await prepare(setup, self.state, conversation)
-        response = await call_model(self.runtime.client, self.state, self.record, call)
+        stream = CallStream.of(setup.contract, self.runtime, call)
+        if stream is not None:
+            call = replace(call, request=replace(call.request, stream=stream))
+        try:
+            response = await call_model(self.runtime.client, self.state, self.record, call)
+        except Ended as end:
+            if stream is not None:
+                stream.discard(f"the model call failed: {end.code}")
+            raise
         self.state.ledger.account(response, call.request.messages)
+        if stream is not None and (note := stream.finish(response)) is not None:
+            self.state.ledger.warn(note)
         # Best-of-N: the first valid answer is kept (``choices`` carries the usage and cost
         # of them all); with none valid, the first answer's verdict stands.
         choices = response.choices
         try:
             verdict, merged, chosen = await reader.pick(call, choices)
         except ValidatorUnavailable as exc:
+            if stream is not None:
+                stream.discard("a validator could not check the answer")
             # Not the model's fault: no re-ask; the answer it could not check is recorded.
             content = _scrubbed(response).content or ""
             await self.record(
@@ -160,6 +173,10 @@ class _Run:
         best = Best(len(choices), chosen) if call.request.n > 1 else None
         if not isinstance(verdict, Rejected | Work):
             self.state.patch = None
+        if stream is not None and not isinstance(verdict, Accepted):
+            stream.discard(_discarded(verdict))
+        elif stream is None and isinstance(verdict, Accepted):
+            whole_partial(self.runtime, call, verdict.value)
         turn = Answered(call, answer, answer.content or "", merged, best)
         return await self._act(setup, conversation, turn, verdict)
 
@@ -239,6 +256,20 @@ class _Run:
             transcript=tuple(transcript),
             history=tuple(ledger.history),
         )
+
+
+def _discarded(verdict: Verdict) -> str:
+    """Why a streamed answer's partials do not stand."""
+    match verdict:
+        case Rejected(failure=failure):
+            return f"the answer was rejected ({failure.code}): {failure.diagnosis}"[:2000]
+        case Work():
+            return "the model called tools instead of answering"
+        case Refused(reason=reason):
+            return f"the model refused: {reason}"[:2000]
+        case GaveUp(reason=reason):
+            return f"the model gave up: {reason}"[:2000]
+    return "the answer does not stand"
 
 
 def _invalid(error: InvalidInput) -> Envelope:

@@ -71,6 +71,19 @@ class Usage:
         return self.input_tokens + self.output_tokens
 
 
+class TextSink(Protocol):
+    """Where a streaming adapter sends the answer's text as it arrives (``LLMRequest.stream``)."""
+
+    def restart(self) -> None:
+        """A new attempt at the call begins (a transport retry, a fallback model): what
+        came before does not stand."""
+        ...
+
+    def text(self, delta: str) -> None:
+        """The next piece of the answer's text."""
+        ...
+
+
 @dataclass(frozen=True, slots=True)
 class LLMRequest:
     """One model call; ``model`` None means the client's default.
@@ -101,6 +114,9 @@ class LLMRequest:
     # schema (llama.cpp's) bounds its unbounded arrays to this many items. The answer is
     # still checked against the job's schema; other mechanisms ignore it.
     max_items: int | None = None
+    # Set when the answer is to stream: an adapter that can stream sends its text here as
+    # it arrives (one answer only: ``n`` is 1); one that cannot answers whole, as always.
+    stream: TextSink | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True, slots=True)

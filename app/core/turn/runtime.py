@@ -15,18 +15,23 @@ from app.core.turn.clock import Clock, SystemClock
 from app.core.turn.model import ModelClient
 from app.core.turn.tools import Tool
 from app.core.wire.events import Tracer
+from app.core.wire.partial import PartialEvent
 from app.core.wire.spec import ValidatorSpec
 
 # A webhook validator's call: (spec, candidate, attempt) → its finding, or
 # ValidatorUnavailable. The worker's goes through the outbound guard.
 WebhookCheck = Callable[[ValidatorSpec, Any, int], Awaitable[Finding]]
+# Where a streaming job's partials go (``app.core.turn.streaming``): called as they come,
+# from inside the model call, so it must not block.
+PartialSink = Callable[[PartialEvent], None]
 
 
 @dataclass(frozen=True, slots=True)
 class Runtime:
     """The loop's outside; ``cancelled`` is polled before each call.
 
-    ``validators`` run after the job's own; ``webhook`` calls a webhook validator.
+    ``validators`` run after the job's own; ``webhook`` calls a webhook validator;
+    ``partials`` gets a streaming job's partial answers (``app.core.turn.streaming``).
     """
 
     client: ModelClient
@@ -36,3 +41,6 @@ class Runtime:
     validators: Sequence[Validator] = ()
     cancelled: Callable[[], bool] | None = None
     webhook: WebhookCheck | None = None
+    # Set for a job that streams: its checked partials, at most one per interval.
+    partials: PartialSink | None = None
+    partial_interval_s: float = 0.05

@@ -298,6 +298,11 @@ class JobSpec(_Wire):
         "the outputs, on a must-return turn.",
     )
     metadata: dict[str, StrictStr] = Field(default_factory=dict, max_length=64)
+    stream: StrictBool = Field(
+        default=False,
+        description="Stream the answer as it is written: partial events (complete, checked "
+        "values only) on the job's events and on /v1/generate.",
+    )
     callback: CallbackSpec | None = Field(
         default=None, description="POST the job to a URL when it ends (or pauses), signed."
     )

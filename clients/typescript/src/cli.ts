@@ -3,10 +3,11 @@
  * envelope.
  *
  *   REPROMPT_API_KEY=... node dist/cli.js [--url URL] [--idempotency-key KEY]
- *       [--follow both|poll|sse] [--wait-ms N] [--timeout-s N] [--tools OUTPUTS.json] JOB.json
+ *       [--follow both|poll|sse|stream] [--wait-ms N] [--timeout-s N] [--tools OUTPUTS.json] JOB.json
  *
  * --tools: the job's client tools answered from a JSON object (tool name → its output, the
  * same for every call), by long-poll: RepromptClient.run.
+ * --follow stream: POST /v1/generate streaming instead, each partial printed as it comes.
  *
  * stdout: the final envelope (JSON), or the problem+json of a refused request.
  * stderr: what happened on the way (submission, each event, each poll).
@@ -29,7 +30,7 @@ import {
 } from "./client.js";
 
 const USAGE =
-  "usage: node dist/cli.js [--url URL] [--idempotency-key KEY] [--follow both|poll|sse] " +
+  "usage: node dist/cli.js [--url URL] [--idempotency-key KEY] [--follow both|poll|sse|stream] " +
   "[--wait-ms N] [--timeout-s N] [--tools OUTPUTS.json] JOB.json";
 
 interface Outcome {
@@ -52,6 +53,10 @@ function describe(event: JobEvent): string {
     }
     case "job_end":
       return `status=${event.data.status} envelope=${event.data.result.status}`;
+    case "partial":
+      return JSON.stringify(event.data.data);
+    case "partial_discarded":
+      return event.data.reason;
     case "job_start":
     case "job_requeued":
       return `attempt=${event.data.attempt ?? "?"}` + (event.data.reason ? ` ${event.data.reason}` : "");
@@ -67,6 +72,15 @@ async function viaEvents(api: RepromptClient, id: string, timeoutMs: number): Pr
     { timeoutMs, onReconnect: (after) => log(`sse: reconnecting after ${after ?? "the start"}`) },
   );
   return { status: ended.status, result: ended.result };
+}
+
+/** POST /v1/generate streaming: each event logged (partials with their data) as it comes. */
+async function viaStream(api: RepromptClient, spec: JobSpec, idempotencyKey: string): Promise<Outcome> {
+  for await (const event of api.generateStream(spec, { idempotencyKey })) {
+    log(`stream: ${event.event} ${describe(event)}`.trimEnd());
+    if (event.event === "job_end") return { status: event.data.status, result: event.data.result };
+  }
+  throw new Error("the generate stream ended before job_end");
 }
 
 async function viaLongPoll(
@@ -121,7 +135,7 @@ async function main(argv: string[]): Promise<number> {
   const timeoutMs = Number(values["timeout-s"]) * 1000;
   if (
     positionals.length !== 1 ||
-    !["both", "poll", "sse"].includes(follow) ||
+    !["both", "poll", "sse", "stream"].includes(follow) ||
     !Number.isInteger(waitMs) ||
     waitMs < MIN_WAIT_MS ||
     !(timeoutMs > 0)
@@ -159,6 +173,11 @@ async function main(argv: string[]): Promise<number> {
       const job = await api.run(spec, tools, { idempotencyKey, waitMs, timeoutMs });
       process.stdout.write(`${JSON.stringify(job.result, null, 2)}\n`);
       return job.status === "succeeded" ? 0 : 1;
+    }
+    if (follow === "stream") {
+      const streamed = await viaStream(api, spec, idempotencyKey);
+      process.stdout.write(`${JSON.stringify(streamed.result, null, 2)}\n`);
+      return streamed.status === "succeeded" ? 0 : 1;
     }
     const { job, replayed } = await api.submit(spec, { idempotencyKey });
     log(

@@ -6,6 +6,7 @@
  *   const done = await api.waitFor(job.id);                 // long-poll GET /v1/jobs/{id}?waitMs=
  *   for await (const e of api.events(job.id)) { ... }       // Server-Sent Events until job_end
  *   const ended = await api.run(spec, { lookup: async (args) => ({ price: 12.5 }) });
+ *   for await (const e of api.generateStream(spec)) { ... }  // partials as the answer is written
  *
  * Every non-2xx answer is thrown as an `ApiError` carrying the problem+json body. A 429 (too
  * fast, queue full, too many open waits) or 503 (Redis or the provider not reachable) is
@@ -318,6 +319,41 @@ export class RepromptClient {
     return data;
   }
 
+  /**
+   * POST /v1/generate streaming (#31): the new job's events as they come, `partial` ones
+   * (the answer so far: complete, checked values) among them, ending with `job_end`.
+   * Breaking out of the loop (or aborting `signal`) closes the stream, which cancels the job.
+   */
+  async *generateStream(
+    spec: JobSpec,
+    options: { idempotencyKey?: string; signal?: AbortSignal } = {},
+  ): AsyncGenerator<JobEvent> {
+    const { data, error, response } = await this.http.POST("/v1/generate", {
+      body: { ...spec, stream: true },
+      params: { header: { "Idempotency-Key": options.idempotencyKey } },
+      headers: { Accept: "text/event-stream" },
+      parseAs: "stream",
+      signal: options.signal ?? AbortSignal.timeout(600_000),
+    });
+    if (!response.ok || !data) throw new ApiError(response.status, error);
+    const body = data as ReadableStream<Uint8Array>;
+    let ended = false;
+    try {
+      for await (const event of parseSse(body)) {
+        if (!isJobEvent(event)) continue;
+        yield event;
+        if (event.event === "job_end") {
+          ended = true;
+          return;
+        }
+      }
+    } finally {
+      // Left early: close the connection now (the service then cancels the job).
+      if (!ended) await body.cancel().catch(() => undefined);
+    }
+    throw new Error("the generate stream ended before job_end");
+  }
+
   /** Follow the events to the end: `onEvent` sees each; resolves with `job_end`'s data. */
   async followEvents(
     jobId: string,
@@ -399,6 +435,8 @@ const EVENT_NAMES: Record<keyof SseEvents, true> = {
   tool_outputs_received: true,
   tool_outputs: true,
   job_end: true,
+  partial: true,
+  partial_discarded: true,
 };
 
 function isJobEvent(event: RawEvent): event is JobEvent {

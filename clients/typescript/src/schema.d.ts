@@ -192,6 +192,9 @@ export interface paths {
         /**
          * Submit a job and wait for it
          * @description For simple clients: the same job as ``POST /v1/jobs``, answered when it ends.
+         *
+         *     Streaming (``"stream": true`` or ``Accept: text/event-stream``): the job's events as
+         *     they come, partial answers included; a client that leaves cancels the job.
          */
         post: operations["generate"];
         delete?: never;
@@ -1172,6 +1175,12 @@ export interface components {
              */
             simplifyOnFinalAttempt?: boolean;
             /**
+             * Stream
+             * @description Stream the answer as it is written: partial events (complete, checked values only) on the job's events and on /v1/generate.
+             * @default false
+             */
+            stream?: boolean;
+            /**
              * Strict
              * @description No repairs: the JSON must be right.
              * @default false
@@ -1282,6 +1291,52 @@ export interface components {
             models: components["schemas"]["ModelInfo"][];
             /** Routes */
             routes: components["schemas"]["RouteInfo"][];
+        };
+        /**
+         * PartialAnswer
+         * @description The data of a ``partial`` event: what may be shown of the answer being written.
+         */
+        PartialAnswer: {
+            /**
+             * Attempt
+             * @description The answer's attempt number, from 1.
+             */
+            attempt: number;
+            /**
+             * Complete
+             * @description JSON paths of the complete values shown, in the order they closed.
+             */
+            complete: string[];
+            /**
+             * Data
+             * @description The answer so far: complete, checked values only.
+             */
+            data: unknown;
+            /**
+             * Elapsedms
+             * @description Milliseconds since the model call began.
+             */
+            elapsedMs: number;
+            /**
+             * Turn
+             * @description The turn (model call) the answer belongs to, from 0.
+             */
+            turn: number;
+        };
+        /**
+         * PartialDiscarded
+         * @description The data of ``partial_discarded``: the partials of this turn do not stand.
+         */
+        PartialDiscarded: {
+            /** Attempt */
+            attempt: number;
+            /**
+             * Reason
+             * @description Why: the rejection's diagnosis, a retry, a refusal.
+             */
+            reason: string;
+            /** Turn */
+            turn: number;
         };
         /**
          * PassIf
@@ -2406,13 +2461,14 @@ export interface operations {
             };
         };
         responses: {
-            /** @description The job ended within waitMs. */
+            /** @description The job ended within waitMs; with `"stream": true` or `Accept: text/event-stream`, its events as Server-Sent Events (partials included) until job_end. */
             200: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["Job"];
+                    "text/event-stream": string;
                 };
             };
             /** @description Still running after waitMs: poll the Location. */
@@ -3226,6 +3282,8 @@ export interface SseEvents {
     job_queued: components["schemas"]["QueueEvent"];
     job_requeued: components["schemas"]["QueueEvent"];
     job_start: components["schemas"]["QueueEvent"];
+    partial: components["schemas"]["PartialAnswer"];
+    partial_discarded: components["schemas"]["PartialDiscarded"];
     requires_action: components["schemas"]["RequiredAction"];
     tool_outputs: components["schemas"]["ToolsAnswered"];
     tool_outputs_received: components["schemas"]["ToolOutputsEvent"];
