@@ -31,7 +31,7 @@ from fastapi.responses import JSONResponse, Response
 from reprompt_sim import anthropic_wire, openai_wire
 from reprompt_sim.config import SimConfig
 
-Answer = Callable[[object], Awaitable[JSONResponse]]
+Answer = Callable[[object], Awaitable[Response]]
 Api = Literal["openai", "anthropic"]
 
 MAX_FILE_BYTES: Final = 200 * 1024 * 1024  # OpenAI's limit per batch input file

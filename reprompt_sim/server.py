@@ -137,7 +137,7 @@ class _Simulator:
             return read
         return await self.answer(read[0], read[1], wire)
 
-    async def answer_body(self, body: object, wire: _Wire) -> JSONResponse:
+    async def answer_body(self, body: object, wire: _Wire) -> Response:
         """One request given as its JSON body (a batch's line): the answer or the error."""
         try:
             scenario = wire.parse(body)
@@ -146,7 +146,7 @@ class _Simulator:
         assert isinstance(body, dict)  # parse accepts only an object
         return await self.answer(body, scenario, wire)
 
-    async def answer(self, body: dict[str, Any], scenario: Scenario, wire: _Wire) -> JSONResponse:
+    async def answer(self, body: dict[str, Any], scenario: Scenario, wire: _Wire) -> Response:
         """The answer to a parsed request, journalled."""
         response = await self._respond(body, scenario, wire)
         self.journal.add(

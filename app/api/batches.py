@@ -136,7 +136,9 @@ async def create_batch(
         caps=settings,
         models=router_,
         check_url=res.outbound.guard.check_url,
-        check_headers=lambda headers: secrets.check_headers(headers, tenant),
+        check_headers=lambda headers, url: secrets.check_headers(
+            headers, tenant, host=res.outbound.guard.host_of(url)
+        ),
     )
     target = router_.target(options.template.model)
     has_batch_api = batch_api(target) is not None

@@ -213,7 +213,9 @@ async def _job_answer(caller: Caller, chat: ChatRequest, trace: TraceContext | N
             caps=res.settings,
             models=router,
             check_url=res.outbound.guard.check_url,
-            check_headers=lambda headers: secrets.check_headers(headers, tenant),
+            check_headers=lambda headers, url: secrets.check_headers(
+                headers, tenant, host=res.outbound.guard.host_of(url)
+            ),
         )
     except InvalidInput as exc:
         first = exc.errors[0]

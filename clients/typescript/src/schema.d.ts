@@ -180,6 +180,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/chat/completions": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * OpenAI-compatible chat completions (validated, re-asked structured output)
+         * @description Answer the conversation; with a JSON response format, with validated JSON.
+         */
+        post: operations["chat_completions"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/generate": {
         parameters: {
             query?: never;
@@ -2003,7 +2023,7 @@ export interface operations {
             query?: never;
             header?: {
                 /** @description Same key and same body: the same job, not a second one (for REPROMPT_IDEMPOTENCY_TTL_S, default 24 h). Same key, different body: 422. Keys are scoped to the tenant. */
-                "Idempotency-Key"?: string | null;
+                "Idempotency-Key"?: string;
             };
             path?: never;
             cookie?: never;
@@ -2303,8 +2323,8 @@ export interface operations {
     list_batch_items: {
         parameters: {
             query?: {
-                status?: ("pending" | "succeeded" | "failed") | null;
-                cursor?: string | null;
+                status?: "pending" | "succeeded" | "failed";
+                cursor?: string;
                 limit?: number;
             };
             header?: never;
@@ -2434,6 +2454,192 @@ export interface operations {
                 };
                 content: {
                     "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    chat_completions: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": Record<string, never>;
+            };
+        };
+        responses: {
+            /** @description A chat.completion, or chat.completion.chunk events with stream. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": unknown;
+                };
+            };
+            /** @description The request; `code` is reprompt's (`invalid-input`), `param` the field. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: {
+                            cause?: string | null;
+                            code: string;
+                            job_id?: string;
+                            message: string;
+                            param: string | null;
+                            type: string;
+                        };
+                    };
+                };
+            };
+            /** @description No valid API key. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: {
+                            cause?: string | null;
+                            code: string;
+                            job_id?: string;
+                            message: string;
+                            param: string | null;
+                            type: string;
+                        };
+                    };
+                };
+            };
+            /** @description No such model (a plain call). */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: {
+                            cause?: string | null;
+                            code: string;
+                            job_id?: string;
+                            message: string;
+                            param: string | null;
+                            type: string;
+                        };
+                    };
+                };
+            };
+            /** @description The budget was spent without a valid answer; the last diagnosis. */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: {
+                            cause?: string | null;
+                            code: string;
+                            job_id?: string;
+                            message: string;
+                            param: string | null;
+                            type: string;
+                        };
+                    };
+                };
+            };
+            /** @description Rate limit, quota, or the provider's: Retry-After. */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: {
+                            cause?: string | null;
+                            code: string;
+                            job_id?: string;
+                            message: string;
+                            param: string | null;
+                            type: string;
+                        };
+                    };
+                };
+            };
+            /** @description A bug: logged. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: {
+                            cause?: string | null;
+                            code: string;
+                            job_id?: string;
+                            message: string;
+                            param: string | null;
+                            type: string;
+                        };
+                    };
+                };
+            };
+            /** @description The model provider failed. */
+            502: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: {
+                            cause?: string | null;
+                            code: string;
+                            job_id?: string;
+                            message: string;
+                            param: string | null;
+                            type: string;
+                        };
+                    };
+                };
+            };
+            /** @description Not ready. */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: {
+                            cause?: string | null;
+                            code: string;
+                            job_id?: string;
+                            message: string;
+                            param: string | null;
+                            type: string;
+                        };
+                    };
+                };
+            };
+            /** @description The deadline passed. */
+            504: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: {
+                            cause?: string | null;
+                            code: string;
+                            job_id?: string;
+                            message: string;
+                            param: string | null;
+                            type: string;
+                        };
+                    };
                 };
             };
         };
@@ -3051,6 +3257,16 @@ export interface operations {
                         /** @constant */
                         event: "tool_outputs";
                         id: string;
+                    } | {
+                        data: string;
+                        /** @constant */
+                        event: "partial";
+                        id: string;
+                    } | {
+                        data: string;
+                        /** @constant */
+                        event: "partial_discarded";
+                        id: string;
                     };
                 };
             };
@@ -3154,7 +3370,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The job is not waiting for tool outputs (already answered with other outputs, or never asked). */
+            /** @description The job is not waiting for tool outputs (already answered with other outputs, past requiredAction.expiresAt, or never asked). */
             409: {
                 headers: {
                     [name: string]: unknown;
