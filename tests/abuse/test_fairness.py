@@ -55,7 +55,10 @@ def test_a_tenants_flood_of_long_polls_gets_429_and_others_are_served(
             settled(lambda: silent.calls, what="the stuck job's call")
 
             def poll(i: int) -> int:
-                return own[i].get(path, params={"waitMs": 600_000}).status_code
+                # No read timeout: a held poll answers at the release, however long the steps
+                # before it take (a hang is pytest-timeout's).
+                held = httpx.Timeout(30.0, read=None)
+                return own[i].get(path, params={"waitMs": 600_000}, timeout=held).status_code
 
             with concurrent.futures.ThreadPoolExecutor(60) as pool:
                 flood = [pool.submit(poll, i) for i in range(60)]

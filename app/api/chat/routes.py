@@ -120,6 +120,8 @@ class Answer:
             400: "The request; `code` is reprompt's (`invalid-input`), `param` the field.",
             401: "No valid API key.",
             404: "No such model (a plain call).",
+            413: "The body is larger than the service takes.",
+            415: "The body is not `application/json`.",
             422: "The budget was spent without a valid answer; the last diagnosis.",
             429: "Rate limit, quota, or the provider's: Retry-After.",
             500: "A bug: logged.",

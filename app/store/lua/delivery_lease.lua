@@ -14,9 +14,9 @@
 -- Returns {flat list, 6 per delivery: id, event, tenant, callback json, attempts, pause;
 --          ms until the next delivery is due (-1: none)}
 local outbox = unpack(KEYS)
-local job_prefix, wanted, lease_ms, token, slots, scan, inflight_json, hold_ms = unpack(ARGV)
+local job_prefix, wanted, lease_ms, token, slots, scan, inflight, hold_ms = unpack(ARGV)
 wanted, slots = tonumber(wanted), tonumber(slots)
-local inflight = cjson.decode(inflight_json)
+local holding = cjson.decode(inflight)
 local now = now_ms()
 local members = redis.call('ZRANGEBYSCORE', outbox, '-inf', now, 'LIMIT', 0, tonumber(scan))
 local order, queues = {}, {}
@@ -38,7 +38,7 @@ for _, member in ipairs(members) do
   end
 end
 local tenants = #order
-for tenant, n in pairs(inflight) do
+for tenant, n in pairs(holding) do
   if not queues[tenant] and tonumber(n) > 0 then
     tenants = tenants + 1
   end
@@ -47,7 +47,7 @@ local share = math.max(1, math.floor(slots / math.max(2, tenants)))
 local out, taken, took = {}, 0, true
 local held, next_of = {}, {}
 for _, tenant in ipairs(order) do
-  held[tenant] = tonumber(inflight[tenant] or 0)
+  held[tenant] = tonumber(holding[tenant] or 0)
   next_of[tenant] = 1
 end
 while taken < wanted and took do
