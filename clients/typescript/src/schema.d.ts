@@ -2534,6 +2534,42 @@ export interface operations {
                     };
                 };
             };
+            /** @description The body is larger than the service takes. */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: {
+                            cause?: string | null;
+                            code: string;
+                            job_id?: string;
+                            message: string;
+                            param: string | null;
+                            type: string;
+                        };
+                    };
+                };
+            };
+            /** @description The body is not `application/json`. */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: {
+                            cause?: string | null;
+                            code: string;
+                            job_id?: string;
+                            message: string;
+                            param: string | null;
+                            type: string;
+                        };
+                    };
+                };
+            };
             /** @description The budget was spent without a valid answer; the last diagnosis. */
             422: {
                 headers: {
