@@ -29,7 +29,6 @@ from app.api.jobs import IdempotencyKey
 from app.api.problems import ContentTooLarge, NotFound, UnsupportedMediaType
 from app.api.resources import Authed, Caller
 from app.api.schemas import problems
-from app.core.admission.admit import admit
 from app.core.wire.base import compact_json
 from app.core.wire.batch import (
     Batch,
@@ -130,16 +129,7 @@ async def create_batch(
         raise UnsupportedMediaType(
             f"send the batch as application/json or application/x-ndjson (was {shown})"
         )
-    secrets = res.outbound.secrets
-    admit(
-        options.template,
-        caps=settings,
-        models=router_,
-        check_url=res.outbound.guard.check_url,
-        check_headers=lambda headers, url: secrets.check_headers(
-            headers, tenant, host=res.outbound.guard.host_of(url)
-        ),
-    )
+    caller.admit(options.template)
     target = router_.target(options.template.model)
     has_batch_api = batch_api(target) is not None
     stored = options.model_dump(mode="json", by_alias=True, exclude={"items"})

@@ -27,7 +27,6 @@ from app.api.problems import NotFound
 from app.api.resources import Authed, AuthedJson, Caller
 from app.api.schemas import JOB_EXAMPLES, JobList, ToolOutputsBody, problems
 from app.api.streaming import stream_job, wants_events
-from app.core.admission.admit import admit
 from app.core.admission.caps import check_data
 from app.core.turn.checkpoint import ToolOutput
 from app.core.wire.job import Job
@@ -181,7 +180,7 @@ async def submit_job(
     """Queue a job. The signature or schema, validators, model and caps are checked now,
     so a bad job is a 422 naming the field, never a failed job later."""
     spec = await job_spec(request)
-    job, created = await _submit(caller, spec, idempotency_key, _trace(request))
+    job, created = await submit_spec(caller, spec, idempotency_key, _trace(request))
     if created:
         return _job(job, 202, [_location(job), _RETRY_AFTER_HEADER])
     return _job(job, 200, [_location(job), _REPLAYED_HEADER])
@@ -343,7 +342,7 @@ async def generate(
     spec = await job_spec(request)
     if spec.stream or wants_events(request):
         spec = spec.model_copy(update={"stream": True})
-        job, _ = await _submit(caller, spec, idempotency_key, _trace(request))
+        job, _ = await submit_spec(caller, spec, idempotency_key, _trace(request))
         return await stream_job(caller, job)
     wait = clamp_wait(wait_ms, caller.res.settings)
     # The store waits as part of the submit (the new job watched from before it is queued:
@@ -351,7 +350,7 @@ async def generate(
     fairness = caller.res.fairness
     waiting = fairness.waiting(caller.tenant, for_ms=wait) if wait else contextlib.nullcontext()
     async with waiting:
-        job, _ = await _submit(caller, spec, idempotency_key, _trace(request), wait)
+        job, _ = await submit_spec(caller, spec, idempotency_key, _trace(request), wait)
     if job.terminal:
         return _job(job, 200)
     return _job(job, 202, [_location(job), _RETRY_AFTER_HEADER])
@@ -366,25 +365,18 @@ def _trace(request: Request) -> TraceContext | None:
     return TraceContext.from_headers(parents, headers.getlist("tracestate"))
 
 
-async def _submit(
+async def submit_spec(
     caller: Caller,
     spec: JobSpec,
     idempotency_key: str | None,
     trace: TraceContext | None = None,
     wait_ms: int = 0,
 ) -> tuple[JobView, bool]:
+    """Admit ``spec`` for ``caller`` and store it as a new job (or the one ``idempotency_key``
+    already names); ``created`` is False for a replay."""
     res, tenant = caller.res, caller.tenant
     router = res.require_router()
-    secrets = res.outbound.secrets
-    admit(
-        spec,
-        caps=res.settings,
-        models=router,
-        check_url=res.outbound.guard.check_url,
-        check_headers=lambda headers, url: secrets.check_headers(
-            headers, tenant, host=res.outbound.guard.host_of(url)
-        ),
-    )
+    caller.admit(spec)
     job, created = await res.store.submit(
         tenant=tenant,
         spec=stored_spec_json(spec, res.settings),  # with the default deadline filled in

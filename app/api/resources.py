@@ -21,7 +21,9 @@ from app.api.auth import authenticate
 from app.api.fairness import Fairness
 from app.api.limits import first_headers, is_json
 from app.api.problems import NotReady, UnsupportedMediaType
+from app.core.admission.admit import admit
 from app.core.wire import codes
+from app.core.wire.spec import JobSpec
 from app.outbound.kit import Outbound
 from app.providers.router import Router
 from app.settings import ApiKey, Settings
@@ -71,6 +73,21 @@ class Caller:
 
     res: Resources
     tenant: str
+
+    def admit(self, spec: JobSpec) -> None:
+        """``admit`` for this caller: 422 when ``spec`` breaks a cap, names an unknown model,
+        or sends a URL or a secret its tenant may not use."""
+        res, tenant = self.res, self.tenant
+        guard, secrets = res.outbound.guard, res.outbound.secrets
+        admit(
+            spec,
+            caps=res.settings,
+            models=res.require_router(),
+            check_url=guard.check_url,
+            check_headers=lambda headers, url: secrets.check_headers(
+                headers, tenant, host=guard.host_of(url)
+            ),
+        )
 
 
 class Bearer(SecurityBase):

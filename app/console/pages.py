@@ -29,7 +29,7 @@ from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from app.api.events import holding
 from app.api.fairness import Held
-from app.api.jobs import _submit
+from app.api.jobs import submit_spec
 from app.api.problems import Unauthorized
 from app.api.resources import Caller, Resources, resources_of
 from app.console import shown
@@ -311,7 +311,7 @@ async def again(request: Request, job_id: str) -> Response:
     errors: list[str] = []
     try:
         spec = JobSpec.model_validate_json(text)
-        new, _ = await _submit(Caller(res, job.tenant), spec, None)
+        new, _ = await submit_spec(Caller(res, job.tenant), spec, None)
     except ValueError as exc:  # pydantic's ValidationError, or JSON that does not parse
         errors = _messages(exc)
     except InvalidInput as exc:

@@ -36,7 +36,6 @@ from app.api.chat.job import chat_param, job_spec
 from app.api.chat.request import ChatRequest
 from app.api.limits import stored_spec_json
 from app.api.resources import BEARER_JSON, Caller
-from app.core.admission.admit import admit
 from app.core.turn.model import LLMRequest, ToolCall, ToolSpec
 from app.core.turn.tools import Tool, Toolbox
 from app.core.wire import codes
@@ -208,17 +207,8 @@ async def _job_answer(caller: Caller, chat: ChatRequest, trace: TraceContext | N
     res, tenant = caller.res, caller.tenant
     spec = job_spec(chat)
     router = res.require_router()
-    secrets = res.outbound.secrets
     try:
-        admit(
-            spec,
-            caps=res.settings,
-            models=router,
-            check_url=res.outbound.guard.check_url,
-            check_headers=lambda headers, url: secrets.check_headers(
-                headers, tenant, host=res.outbound.guard.host_of(url)
-            ),
-        )
+        caller.admit(spec)
     except InvalidInput as exc:
         first = exc.errors[0]
         field = first.field or ""
