@@ -45,11 +45,11 @@ OLDEST_PYTEST_FLAGS = -W "ignore:Please use \`import python_multipart\`:PendingD
 
 test-latest:
 	$(MAKE) _deps-venv RESOLUTION=highest
-	$(DEPS_VENV)-highest/bin/pytest -q
+	$(DEPS_VENV)-highest/bin/pytest -q -n $(TEST_WORKERS)
 
 test-oldest:
 	$(MAKE) _deps-venv RESOLUTION=lowest-direct
-	$(DEPS_VENV)-lowest-direct/bin/pytest -q $(OLDEST_PYTEST_FLAGS)
+	$(DEPS_VENV)-lowest-direct/bin/pytest -q -n $(TEST_WORKERS) $(OLDEST_PYTEST_FLAGS)
 
 _deps-venv:
 	rm -rf $(DEPS_VENV)-$(RESOLUTION)
