@@ -54,28 +54,34 @@ CUT_AFTER_S = 0.5  # CuttingProxy: how long after job_start the first event stre
 STAMP = ".reprompt-lock.sha256"  # in node_modules: the lock (and node) npm ci installed from
 
 
-@pytest.fixture(scope="module")
-def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    data = tmp_path_factory.mktemp("clients")
+@contextlib.contextmanager
+def sim_service(data: Path, *, seed: int, slow_ms: int = 0, **settings: Any) -> Iterator[str]:
+    """The service on its own redis-server, its one model the simulator's."""
     with (
         EmbeddedRedis(data / "redis") as redis,
-        serve_in_background(SimConfig(seed=5, slow_ms=SLOW_MS)) as sim,
+        serve_in_background(SimConfig(seed=seed, slow_ms=slow_ms)) as sim,
     ):
         providers = ProvidersConfig(
             default="sim-model",
             providers={"sim": ProviderConfig(kind="openai", base_url=f"{sim}/v1")},
             models={"sim-model": ModelConfig(provider="sim", structured="prompt")},
         )
-        settings = settings_for(
-            redis.url,
-            data,
-            key_prefix="clients",
-            api_keys=api_keys(),
-            max_deadline_ms=600_000,
-            max_wait_ms=60_000,
-        )
-        with serve(api_app(settings, embedded_worker=True, providers=providers)) as url:
+        config = settings_for(redis.url, data, api_keys=api_keys(), **settings)
+        with serve(api_app(config, embedded_worker=True, providers=providers)) as url:
             yield url
+
+
+@pytest.fixture(scope="module")
+def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    with sim_service(
+        tmp_path_factory.mktemp("clients"),
+        seed=5,
+        slow_ms=SLOW_MS,
+        key_prefix="clients",
+        max_deadline_ms=600_000,
+        max_wait_ms=60_000,
+    ) as url:
+        yield url
 
 
 def run(
@@ -414,25 +420,10 @@ def test_typescript_types_are_regenerated_from_openapi_json(tmp_path: Path) -> N
 @pytest.fixture
 def limited(tmp_path: Path) -> Iterator[str]:
     """A service whose tenants may make one request a second (429 beyond it)."""
-    with (
-        EmbeddedRedis(tmp_path / "redis") as redis,
-        serve_in_background(SimConfig(seed=7)) as sim,
-    ):
-        providers = ProvidersConfig(
-            default="sim-model",
-            providers={"sim": ProviderConfig(kind="openai", base_url=f"{sim}/v1")},
-            models={"sim-model": ModelConfig(provider="sim", structured="prompt")},
-        )
-        settings = settings_for(
-            redis.url,
-            tmp_path,
-            key_prefix="limited",
-            api_keys=api_keys(),
-            rate_per_tenant=1,
-            burst_per_tenant=1,
-        )
-        with serve(api_app(settings, embedded_worker=True, providers=providers)) as url:
-            yield url
+    with sim_service(
+        tmp_path, seed=7, key_prefix="limited", rate_per_tenant=1, burst_per_tenant=1
+    ) as url:
+        yield url
 
 
 def test_client_retries_429_and_answers_client_tools(
