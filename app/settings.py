@@ -68,7 +68,11 @@ class ApiKey:
 
 
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="REPROMPT_", extra="ignore", frozen=True)
+    # validate_by_name: Settings(redis_url=...) as well as its aliases (pydantic-settings
+    # 2.7 ignores a field's name when it has a validation alias).
+    model_config = SettingsConfigDict(
+        env_prefix="REPROMPT_", extra="ignore", frozen=True, validate_by_name=True
+    )
 
     # Where state lives.
     redis_url: SecretStr | None = Field(
