@@ -128,9 +128,10 @@ class Committer:
     async def spend(self, job: Job, envelope: Envelope, turns: tuple[TurnRecord, ...]) -> None:
         """Bill a job cancelled under this claim with what its run spent (once; nothing for a
         job that ended otherwise)."""
-        attempt = job.claim.attempt
-        records = tuple(turn.model_copy(update={"job_attempt": attempt}) for turn in turns)
         claim = job.claim
+        # A resumed run's turns begin with those before its pause: stored under their claim.
+        made = turns if claim.checkpoint is None else turns[len(claim.checkpoint.turns) :]
+        records = tuple(turn.model_copy(update={"job_attempt": claim.attempt}) for turn in made)
 
         def spend() -> Awaitable[int]:
             return self.store.spend(claim, envelope=envelope, turns=records)

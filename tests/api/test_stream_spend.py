@@ -236,3 +236,45 @@ def test_a_cancel_as_the_answer_arrives_bills_the_whole_answer_once(
     assert execution["llmCalls"] == 1
     assert execution["cost"] == pytest.approx(turn["costUsd"])
     assert execution["outputTokens"] == usage["outputTokens"]
+
+
+def test_a_resumed_job_cancelled_mid_stream_bills_only_its_own_calls(
+    spend_api: str, stalling_sim: str
+) -> None:
+    """A run resumed after client tools starts with the turns before its pause: those are
+    stored already and are not billed again."""
+    directive = json.dumps(
+        {
+            "script": [{"call": [{"name": "lookup", "arguments": {"sku": "A1"}}]}, "ok"],
+            "counter": "requests",
+        }
+    )
+    tool = {
+        "name": "lookup",
+        "description": "Price of a SKU",
+        "parameters": {"type": "object", "properties": {"sku": {"type": "string"}}},
+    }
+    spec = job("Price a SKU", "stall-openai", tools=[tool], budget={"maxTurns": 3})
+    spec["task"] = f"Price A1 ({uuid.uuid4().hex[:8]})\n[[sim {directive}]]"
+    with client(stalling_sim) as sim, client(spend_api, KEYS["alice"]) as http:
+        job_id = http.post("/v1/jobs", json=spec).json()["id"]
+
+        def paused() -> dict[str, Any] | None:
+            view: dict[str, Any] = http.get(f"/v1/jobs/{job_id}").json()
+            return view if view["status"] == "requires_action" else None
+
+        calls = sync_until(paused, what="the job to wait for its tool")["requiredAction"]
+        before = len(sim.get("/sim/streams").json())
+        outputs = [{"toolCallId": c["id"], "output": {"price": 9.5}} for c in calls["toolCalls"]]
+        assert http.post(f"/v1/jobs/{job_id}/tool-outputs", json={"outputs": outputs}).is_success
+        sync_until(
+            lambda: any(s["sent"] == STALL for s in streams(sim, before)),
+            what="the resumed answer to stall",
+        )
+        assert http.post(f"/v1/jobs/{job_id}/cancel").status_code == 200
+        view = sync_until(lambda: billed(http, job_id), what="the cancelled call to be billed")
+    assert [(t["outcome"], t["index"]) for t in view["turns"]] == [
+        ("tool_calls", 1),
+        ("cancelled", 2),
+    ]
+    assert view["result"]["execution"]["llmCalls"] == 2
