@@ -68,6 +68,9 @@ class SimConfig:
     batch_expire_after: int | None = None
     # Streaming (``"stream": true``): the time between two tokens of a streamed answer.
     token_delay_ms: float = 0.0
+    # After this many tokens a streamed answer stalls, its connection open, until the client
+    # leaves (None: never): a test cancels it knowing every token sent has arrived.
+    stall_after_tokens: int | None = None
 
     def __post_init__(self) -> None:
         check_rates(self.failure_rates)
@@ -91,6 +94,8 @@ class SimConfig:
         ):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0")
+        if self.stall_after_tokens is not None and self.stall_after_tokens < 0:
+            raise ValueError("stall_after_tokens must be >= 0")
         if self.verbose_tokens < 0:
             raise ValueError("verbose_tokens must be >= 0")
 

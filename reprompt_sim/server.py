@@ -180,7 +180,12 @@ class _Simulator:
         self.streams.add(stream)
         headers = {k: v for k, v in answer.headers.items() if k.startswith("x-sim-")}
         return StreamingResponse(
-            streaming.sse(iter(pieces), stream, self.config.token_delay_ms / 1000),
+            streaming.sse(
+                iter(pieces),
+                stream,
+                self.config.token_delay_ms / 1000,
+                self.config.stall_after_tokens,
+            ),
             media_type="text/event-stream",
             headers={**headers, "cache-control": "no-cache"},
         )

@@ -153,12 +153,17 @@ def anthropic_events(payload: dict[str, Any]) -> Iterator[Piece]:
     yield "message_stop", json.dumps({"type": "message_stop"}), False
 
 
-async def sse(pieces: Iterator[Piece], stream: Stream, delay_s: float) -> AsyncIterator[bytes]:
+async def sse(
+    pieces: Iterator[Piece], stream: Stream, delay_s: float, stall_after: int | None = None
+) -> AsyncIterator[bytes]:
     """The pieces as SSE bytes, each token ``delay_s`` after the one before; ``stream``
-    counts what went out and whether the client left first."""
+    counts what went out and whether the client left first. After ``stall_after`` tokens
+    nothing more is sent until the client leaves."""
     try:
         for name, data, is_token in pieces:
             if is_token:
+                if stream.sent == stall_after:
+                    await asyncio.Event().wait()  # until the client leaves
                 if delay_s > 0:
                     await asyncio.sleep(delay_s)
                 stream.sent += 1

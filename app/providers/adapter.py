@@ -9,7 +9,7 @@ from typing import Any, ClassVar, Final, Protocol
 
 import httpx
 
-from app.core.turn.model import LLMRequest, LLMResponse, TextSink
+from app.core.turn.model import LLMRequest, LLMResponse, StreamTally, TextSink
 from app.core.wire.errors import ProviderUnavailable
 from app.providers.config import ModelConfig, ProviderConfig
 from app.providers.streaming import post_events
@@ -105,9 +105,10 @@ class HttpAdapter:
         sink = request.stream
         try:
             if sink is not None and request.n <= 1 and self.streams:
-                sink.restart()  # a retry or a fallback model: the answer starts over
+                # A retry or a fallback model: the answer starts over, counted afresh.
+                tally = sink.restart(self._provider, model)
                 answer: Mapping[str, Any] = await self._streamed(
-                    request, body, headers, timeout_s, edge, sink, mechanism, wrapped
+                    request, body, headers, timeout_s, edge, sink, tally, mechanism, wrapped
                 )
             else:
                 answer, _ = await post_json(
@@ -146,11 +147,13 @@ class HttpAdapter:
         timeout_s: float,
         edge: Edge,
         sink: TextSink,
+        tally: StreamTally,
         mechanism: Capability,
         wrapped: bool,
     ) -> Mapping[str, Any]:
-        """The reply read as it streams, its answer's text sent to ``sink`` on the way."""
-        reader = self.stream_reader(sink, mechanism=mechanism, wrapped=wrapped, edge=edge)
+        """The reply read as it streams, its answer's text sent to ``sink`` on the way and
+        what it used counted in ``tally``."""
+        reader = self.stream_reader(sink, tally, mechanism=mechanism, wrapped=wrapped, edge=edge)
         await post_events(
             self._http,
             self._target(),
@@ -173,7 +176,13 @@ class HttpAdapter:
         raise NotImplementedError
 
     def stream_reader(
-        self, sink: TextSink, *, mechanism: Capability, wrapped: bool, edge: Edge
+        self,
+        sink: TextSink,
+        tally: StreamTally,
+        *,
+        mechanism: Capability,
+        wrapped: bool,
+        edge: Edge,
     ) -> StreamReader:
         raise NotImplementedError
 

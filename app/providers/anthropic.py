@@ -27,6 +27,7 @@ from app.core.turn.model import (
     LLMRequest,
     LLMResponse,
     Message,
+    StreamTally,
     TextSink,
     ToolCall,
     Usage,
@@ -263,8 +264,19 @@ class EventReader:
     would have sent whole. The answer's text (a text block's, or the output tool's input
     JSON when that is how the answer comes) goes to ``sink`` as it arrives."""
 
-    def __init__(self, sink: TextSink, *, mechanism: Capability, wrapped: bool, edge: Edge):
+    def __init__(
+        self,
+        sink: TextSink,
+        tally: StreamTally,
+        *,
+        mechanism: Capability,
+        wrapped: bool,
+        edge: Edge,
+    ):
         self.sink = sink
+        self.tally = tally
+        self.chunks = 0  # deltas received
+        self.reported = 0  # output tokens the provider has reported so far
         self.edge = edge
         self.tool_answer = mechanism == "tool"
         self.wrapped = wrapped
@@ -288,6 +300,7 @@ class EventReader:
         elif kind == "message_start":
             self.message = dict(payload.get("message") or {})
             self.usage.update(self.message.get("usage") or {})
+            self._tally()  # the prompt's tokens, known from the start
         elif kind == "content_block_start":
             index = int(payload["index"])
             self.blocks[index] = dict(payload.get("content_block") or {})
@@ -297,15 +310,31 @@ class EventReader:
         elif kind == "message_delta":
             self.stop = (payload.get("delta") or {}).get("stop_reason", self.stop)
             self.usage.update(payload.get("usage") or {})  # cumulative counts
+            self._tally()
         elif kind == "error":
             error = payload.get("error") or {}
             said = self.edge.scrub(str(error.get("message", "")))[:300]
             raise malformed(self.edge, f"an error event ({error.get('type')}): {said}")
 
+    def _tally(self) -> None:
+        """The usage reported so far, into the tally (for a stream closed before its end)."""
+        usage = _usage(self.usage)
+        if usage is None:
+            return
+        tally = self.tally
+        tally.input_tokens = usage.input_tokens
+        tally.cached_input_tokens = usage.cached_input_tokens
+        tally.cache_write_tokens = usage.cache_write_tokens
+        self.reported = usage.output_tokens
+        tally.output_tokens = max(self.chunks, self.reported)
+
     def _delta(self, index: int, delta: Mapping[str, Any]) -> None:
         block = self.blocks.get(index)
         if block is None:
             raise malformed(self.edge, f"a delta for content block {index}, never started")
+        # A chunk of output (a token or a few); the provider's own count, when larger.
+        self.chunks += 1
+        self.tally.output_tokens = max(self.chunks, self.reported)
         if delta.get("type") == "text_delta":
             text = str(delta.get("text", ""))
             self.parts[index].append(text)
@@ -354,6 +383,12 @@ class AnthropicAdapter(HttpAdapter):
         return {**body, "stream": True}
 
     def stream_reader(
-        self, sink: TextSink, *, mechanism: Capability, wrapped: bool, edge: Edge
+        self,
+        sink: TextSink,
+        tally: StreamTally,
+        *,
+        mechanism: Capability,
+        wrapped: bool,
+        edge: Edge,
     ) -> StreamReader:
-        return EventReader(sink, mechanism=mechanism, wrapped=wrapped, edge=edge)
+        return EventReader(sink, tally, mechanism=mechanism, wrapped=wrapped, edge=edge)

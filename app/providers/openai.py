@@ -28,6 +28,7 @@ from app.core.turn.model import (
     LLMRequest,
     LLMResponse,
     Message,
+    StreamTally,
     TextSink,
     ToolCall,
     Usage,
@@ -272,8 +273,17 @@ class ChunkReader:
     ``sink`` as it arrives. Usage comes in the last chunk (``stream_options.include_usage``).
     """
 
-    def __init__(self, sink: TextSink, *, mechanism: Capability, wrapped: bool, edge: Edge):
+    def __init__(
+        self,
+        sink: TextSink,
+        tally: StreamTally,
+        *,
+        mechanism: Capability,
+        wrapped: bool,
+        edge: Edge,
+    ):
         self.sink = sink
+        self.tally = tally
         self.edge = edge
         # The answer is the output tool's arguments, streamed as they are when not wrapped.
         self.tool_answer = mechanism == "tool"
@@ -313,11 +323,13 @@ class ChunkReader:
     def _delta(self, delta: Mapping[str, Any]) -> None:
         text = delta.get("content")
         if isinstance(text, str) and text:
+            self.tally.output_tokens += 1  # a chunk of output: a token, on most servers
             self.content.append(text)
             if not self.tool_answer:
                 self.sink.text(text)
         refusal = delta.get("refusal")
         if isinstance(refusal, str) and refusal:
+            self.tally.output_tokens += 1
             self.refusal.append(refusal)
         for raw in delta.get("tool_calls") or ():
             index = int(raw.get("index", 0))
@@ -329,6 +341,7 @@ class ChunkReader:
                 call["name"] = function["name"]
             arguments = function.get("arguments")
             if isinstance(arguments, str) and arguments:
+                self.tally.output_tokens += 1
                 call["arguments"].append(arguments)
                 if self.tool_answer and not self.wrapped and call["name"] == OUTPUT_TOOL:
                     self.sink.text(arguments)
@@ -378,6 +391,12 @@ class OpenAIAdapter(HttpAdapter):
         return {**body, "stream": True, "stream_options": {"include_usage": True}}
 
     def stream_reader(
-        self, sink: TextSink, *, mechanism: Capability, wrapped: bool, edge: Edge
+        self,
+        sink: TextSink,
+        tally: StreamTally,
+        *,
+        mechanism: Capability,
+        wrapped: bool,
+        edge: Edge,
     ) -> StreamReader:
-        return ChunkReader(sink, mechanism=mechanism, wrapped=wrapped, edge=edge)
+        return ChunkReader(sink, tally, mechanism=mechanism, wrapped=wrapped, edge=edge)

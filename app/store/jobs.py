@@ -20,7 +20,7 @@ from redis.exceptions import RedisClusterException, RedisError
 
 from app.core.turn.checkpoint import RequiredAction, ToolOutput
 from app.core.wire import codes
-from app.core.wire.envelope import Envelope
+from app.core.wire.envelope import CANCELLED_BY_CLIENT, Envelope
 from app.core.wire.errors import InvalidInput
 from app.core.wire.events import JobEnded, ToolOutputsEvent
 from app.store.errors import NotWaiting, edge
@@ -62,7 +62,7 @@ class JobStore(Submitting, Listing):
         if not is_job_id(job_id):
             return None
         shard = self.shard_of(job_id)
-        result = Envelope.failure(codes.CANCELLED, "the job was cancelled by the client")
+        result = Envelope.failure(codes.CANCELLED, CANCELLED_BY_CLIENT)
         ended = JobEnded(status="cancelled", result=result)
         outcome = await self.scripts.run(
             CANCEL,

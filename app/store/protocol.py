@@ -424,6 +424,20 @@ class HoldArgs(Sent):
     now: int | str  # '' = the server's clock
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SpendKeys(Sent):
+    job: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SpendArgs(Sent):
+    attempt: int  # the claim the run held
+    result: str  # the cancelled envelope, counting the run's calls
+    turns: str  # turn records, one a line
+    spends: str  # each one's spend, one a line
+    ids: str  # each one's "claim:index", one a line
+
+
 SUBMIT: Final = Script("submit", SubmitKeys, SubmitArgs)
 CLAIM: Final = Script("claim", ClaimKeys, ClaimArgs)
 WRITE: Final = Script("write", WriteKeys, WriteArgs)
@@ -442,6 +456,7 @@ DELIVERY_RECORD: Final = Script("delivery_record", OutboxKeys, DeliveryRecordArg
 DELIVERY_REDELIVER: Final = Script("delivery_redeliver", RedeliverKeys, RedeliverArgs)
 RATE: Final = Script("rate", RateKeys, RateArgs)
 HOLD: Final = Script("hold", HoldKeys, HoldArgs)
+SPEND: Final = Script("spend", SpendKeys, SpendArgs)
 
 SCRIPTS: Final[tuple[Script[Any, Any], ...]] = (
     SUBMIT,
@@ -462,4 +477,5 @@ SCRIPTS: Final[tuple[Script[Any, Any], ...]] = (
     DELIVERY_REDELIVER,
     RATE,
     HOLD,
+    SPEND,
 )

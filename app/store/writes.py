@@ -3,6 +3,7 @@
     ok = await leases.write(claim, turn=record, events=[...], progress=progress)
     ok = await leases.complete(claim, envelope=..., history=..., transcript=...)
     # ok is falsy when the claim is not ours any more (reaped, cancelled): nothing written
+    added = await leases.spend(claim, envelope=cancelled, turns=records)  # a cancelled run's
 
 Each script checks that the job is ``in_progress`` under the claim's token (its attempt
 number): a worker that wakes after its lease was reaped changes nothing. One exception,
@@ -30,6 +31,7 @@ from app.store.protocol import (
     COMPLETE,
     PAUSE,
     RELEASE,
+    SPEND,
     WRITE,
     CompleteArgs,
     CompleteKeys,
@@ -37,6 +39,8 @@ from app.store.protocol import (
     PauseKeys,
     ReleaseArgs,
     ReleaseKeys,
+    SpendArgs,
+    SpendKeys,
     WriteArgs,
     WriteKeys,
 )
@@ -185,6 +189,26 @@ class Writes(IdleLists):
             ),
         )
         return Written(int(reply))
+
+    @edge
+    async def spend(self, claim: Claim, *, envelope: Envelope, turns: Sequence[TurnRecord]) -> int:
+        """Record a cancelled job's spend under ``claim`` (#31): the ``turns`` it does not
+        hold yet join its turns and running total, and ``envelope`` (the cancelled result
+        counting the run's calls) becomes its result if ``claim`` is its last. One script,
+        once: a turn it holds is skipped. How many turns were added; -1: not cancelled."""
+        shard = self.shard_of(claim.job_id)
+        reply = await self.scripts.run(
+            SPEND,
+            SpendKeys(job=shard.job(claim.job_id)),
+            SpendArgs(
+                attempt=claim.attempt,
+                result=envelope.model_dump_json(),
+                turns="\n".join(turn.model_dump_json() for turn in turns),
+                spends="\n".join(Spend.of(turn).model_dump_json() for turn in turns),
+                ids="\n".join(f"{claim.attempt}:{turn.index}" for turn in turns),
+            ),
+        )
+        return int(reply)
 
     @edge
     async def release(self, claim: Claim) -> bool:

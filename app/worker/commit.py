@@ -14,8 +14,9 @@ from collections.abc import Awaitable, Callable
 
 from app import metrics
 from app.core.turn.conversation import TranscriptEntry
-from app.core.wire.envelope import Envelope
-from app.core.wire.record import Rejection, Spend
+from app.core.wire import codes
+from app.core.wire.envelope import CANCELLED_BY_CLIENT, Envelope
+from app.core.wire.record import Rejection, Spend, TurnRecord
 from app.settings import Settings
 from app.store import Claim, Leases, StoreUnavailable, Written
 from app.worker.bookkeeping import Bookkeeping, ended
@@ -71,6 +72,9 @@ class Committer:
             if job.span is not None:
                 job.span.stopped("commit-failed")
             return
+        if written is Written.ENDED and job.turns:
+            # Ended first, most likely cancelled as the answer came: the cancel bills it.
+            await self.spend(job, as_cancelled(envelope), job.turns)
         committed = written is Written.OURS
         if not committed and tries > 1:
             # An earlier try may have committed and lost only its reply.
@@ -121,6 +125,28 @@ class Committer:
             return False
         return view is not None and view.terminal and view.result == envelope
 
+    async def spend(self, job: Job, envelope: Envelope, turns: tuple[TurnRecord, ...]) -> None:
+        """Bill a job cancelled under this claim with what its run spent (once; nothing for a
+        job that ended otherwise)."""
+        claim = job.claim
+        # A resumed run's turns begin with those before its pause: stored under their claim.
+        made = turns if claim.checkpoint is None else turns[len(claim.checkpoint.turns) :]
+        records = tuple(turn.model_copy(update={"job_attempt": claim.attempt}) for turn in made)
+
+        def spend() -> Awaitable[int]:
+            return self.store.spend(claim, envelope=envelope, turns=records)
+
+        try:
+            added = await spend()
+        except (StoreUnavailable, OSError) as exc:  # once more: the script is idempotent
+            log.warning("job %s: recording the cancelled job's spend failed (%r)", job.id, exc)
+            try:
+                added = await spend()
+            except (StoreUnavailable, OSError):
+                return
+        if added > 0:
+            log.info("job %s: cancelled; %d model call(s) of its run billed", job.id, added)
+
     async def release(self, job: Job) -> None:
         """Give the job back to the front of its queue (a drain), its attempt not counted."""
         try:
@@ -131,6 +157,16 @@ class Committer:
             return
         if released:
             log.info("job %s released to the queue", job.id)
+
+
+def as_cancelled(envelope: Envelope) -> Envelope:
+    """A run's end as a cancel that came first makes it: its calls all counted, all wasted."""
+    ex = envelope.execution
+    if ex is not None:
+        ex = ex.model_copy(update={"wasted_tokens": ex.tokens_used, "wasted_cost": ex.cost})
+    return Envelope.failure(
+        codes.CANCELLED, CANCELLED_BY_CLIENT, warnings=envelope.warnings, execution=ex
+    )
 
 
 def earlier(claim: Claim) -> Spend | None:

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Final, Literal
 
 from app.core.wire.base import Wire
+from app.core.wire.envelope import Envelope
 from app.core.wire.events import TurnEnded, TurnStarted
 from app.core.wire.record import TurnRecord
 from app.store import Claim
@@ -45,6 +46,10 @@ class Job:
     flushing: asyncio.Task[None] | None = None
     writing: bool = False  # the background flush has its turn and is writing
     span: JobSpan | None = None  # with traces on: this claim's span
+    # What the run had spent when its task was cancelled (``Runtime.stopped``), and the
+    # turns of a run that ended: a cancel that came first is billed from them (#31).
+    cut: tuple[Envelope, tuple[TurnRecord, ...]] | None = None
+    turns: tuple[TurnRecord, ...] = ()
 
     @property
     def id(self) -> str:

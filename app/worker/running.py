@@ -27,13 +27,13 @@ from app.core.turn.prompting import show_input, show_input_plain
 from app.core.turn.tools import Tool, ToolAnswer
 from app.core.wire import codes
 from app.core.wire.envelope import Envelope
-from app.core.wire.record import Rejection
+from app.core.wire.record import Rejection, TurnRecord
 from app.core.wire.spec import JobSpec, ToolDef, ValidatorSpec, stored_spec
 from app.outbound.kit import Outbound
 from app.store import Claim
 from app.tracing import Tracing
 from app.worker.bookkeeping import Bookkeeping, started
-from app.worker.commit import Committer
+from app.worker.commit import Committer, earlier
 from app.worker.job import Job, LeaseLost
 from app.worker.partials import Partials
 from app.worker.pause import Paused, Pauser, resume_of
@@ -121,6 +121,9 @@ class Runner:
         log.info("job %s stopped: %s", job.id, job.stopped or "the worker is shutting down")
         if job.stopped == "drain":
             await self.committer.release(job)
+        elif job.stopped == "cancelled" and job.cut is not None:
+            envelope, turns = job.cut
+            await self.committer.spend(job, envelope.with_earlier(earlier(job.claim)), turns)
 
     async def execute(self, job: Job) -> Ended | Paused | None:
         """What to commit (envelope, history, transcript), or the pause for client tools;
@@ -139,6 +142,7 @@ class Runner:
             webhook=webhook_check(self.outbound, spec, job.claim),
             partials=self.partials.sink(job) if spec.stream else None,
             partial_interval_s=self.partial_interval_s,
+            stopped=functools.partial(_cut, job),
         )
         resume = resume_of(job.claim)
         try:
@@ -152,6 +156,7 @@ class Runner:
             return Envelope.failure(codes.INTERNAL_ERROR, detail), (), ()
         if result.paused is not None:
             return Paused(spec, result.paused)
+        job.turns = result.turns
         messages = result.transcript
         # The input is written out to be found in a message only when one is long enough
         # to hold a long input (most jobs: none is).
@@ -160,6 +165,15 @@ class Runner:
         else:
             shown = ("", "")
         return result.envelope, result.history, stored_transcript(messages, *shown)
+
+
+def _cut(job: Job, envelope: Envelope, turns: tuple[TurnRecord, ...]) -> None:
+    """``Runtime.stopped``: keep what the run spent for the cancel's bill; a call cut short
+    (not announced, so not counted yet) is counted now: the provider billed it."""
+    job.cut = envelope, turns
+    for turn in turns:
+        if turn.outcome == "cancelled":
+            metrics.record_turn(turn, calls_left=0)
 
 
 def http_tools(outbound: Outbound | None, spec: JobSpec, claim: Claim) -> list[Tool]:

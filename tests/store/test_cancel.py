@@ -3,10 +3,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
+import pytest
 from redis.asyncio import Redis
 
 from app.core.wire import codes
-from app.core.wire.envelope import Progress
+from app.core.wire.envelope import CANCELLED_BY_CLIENT, Envelope, Progress
+from app.core.wire.record import Spend, TokenUsage
 from tests.both import Store
 from tests.store.helpers import (
     all_events,
@@ -101,3 +103,38 @@ async def test_a_cancelled_job_is_not_requeued_by_the_reaper(redis: Redis, store
     assert reaped.requeued == []
     assert reaped.failed == []
     assert await redis.llen(queue_key(store, job.id)) == 0
+
+
+async def test_a_cancelled_jobs_spend_is_added_once_and_only_after_the_cancel(
+    redis: Redis, store: Store
+) -> None:
+    job = await submit(store)
+    lease = await claim(store)
+    attempt = lease.attempt
+    assert await record(store, lease, 1, cost_usd=0.001, job_attempt=attempt)
+    cut = turn(
+        2,
+        outcome="cancelled",
+        usage=TokenUsage(input_tokens=20, output_tokens=7),
+        cost_usd=0.002,
+        job_attempt=attempt,
+    )
+    run = [turn(1, cost_usd=0.001, job_attempt=attempt), cut]  # turn 1 is held already
+    billed = Envelope.failure(codes.CANCELLED, CANCELLED_BY_CLIENT, warnings=("billed",))
+
+    # Running: its worker's writes record its turns; the spend of a cancel waits for one.
+    assert await store.spend(lease, envelope=billed, turns=run) == -1
+    await store.cancel(job.id, tenant="acme")
+    assert await store.spend(lease, envelope=billed, turns=run) == 1
+    assert await store.spend(lease, envelope=billed, turns=run) == 0  # a retry adds nothing
+
+    view = await store.get(job.id, tenant="acme")
+    assert view is not None
+    assert view.status == "cancelled"
+    assert [t.index for t in view.turns] == [1, 2]
+    assert view.result == billed
+    stored = await redis.hget(store.shard_of(job.id).job(job.id), "spent")
+    assert stored is not None
+    spent = Spend.model_validate_json(stored)
+    assert (spent.calls, spent.output_tokens) == (2, 12)
+    assert spent.cost == pytest.approx(0.003)

@@ -11,19 +11,22 @@ import json
 import logging
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+from redis.asyncio import Redis
 
 from app import metrics
 from app.core.turn.model import LLMRequest, LLMResponse, StructuredMode, StructuredOutput
 from app.core.wire import codes
 from app.providers.router import Router
-from app.store import Written
+from app.store import Claim, JobView, Written
 from app.worker import Worker
 from reprompt_sim.server import SimConfig, serve_in_background
 from tests.both import Store
 from tests.waiting import forever, until
 from tests.worker.harness import (
+    LEASE_MS,
     TENANT,
     Gate,
     eventually,
@@ -439,3 +442,51 @@ async def test_a_heartbeat_racing_a_successful_commit_does_not_drop_the_job(
         await eventually(counted, what="the finished job to be counted")
     assert view.status == "succeeded"
     assert "lease lost" not in caplog.text
+
+
+class SlowCommits(Store):
+    """The real store, whose commits wait for ``let_commit``: a cancel can land first."""
+
+    def __init__(self, redis: Redis, **options: Any) -> None:
+        super().__init__(redis, **options)
+        self.committing = asyncio.Event()
+        self.let_commit = asyncio.Event()
+
+    async def complete(self, claim: Claim, **fields: Any) -> Written:
+        self.committing.set()
+        await self.let_commit.wait()
+        return await super().complete(claim, **fields)
+
+
+async def test_a_cancel_that_lands_as_the_answer_is_committed_bills_the_answer_once(
+    redis_url: str, prefix: str, router: Router
+) -> None:
+    redis = Redis.from_url(redis_url)
+    store = SlowCommits(redis, prefix=prefix, lease_ms=LEASE_MS, max_attempts=3)
+    try:
+        job_id = await submit(store, job(name="raced"))
+        async with running(Worker(store, router, worker_settings(worker_concurrency=1))):
+            await until(store.committing.is_set, what="the answer's commit to begin")
+            cancelled = await store.cancel(job_id, tenant=TENANT)
+            assert cancelled is not None
+            assert cancelled.status == "cancelled"
+            store.let_commit.set()
+
+            async def billed() -> JobView | None:
+                view = await store.get(job_id, tenant=TENANT)
+                return view if view is not None and view.turns else None
+
+            view = await until(billed, what="the answer's call to be billed")
+    finally:
+        await store.aclose()
+        await redis.aclose()
+    assert view.status == "cancelled"
+    (turn,) = view.turns  # the answer's call, once
+    assert turn.outcome == "success"
+    execution = view.result.execution
+    assert view.result.error == codes.CANCELLED
+    assert execution is not None
+    assert execution.llm_calls == 1
+    assert execution.tokens_used == turn.tokens > 0
+    assert execution.wasted_tokens == turn.tokens  # cancelled: none of it was used
+    assert await job_ends(store, job_id) == 1

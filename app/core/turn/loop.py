@@ -16,6 +16,7 @@ rejection through ``rejection.reject``). A client tool pauses the job with a che
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Coroutine
 from dataclasses import dataclass, replace
 from typing import Any, Final
@@ -26,6 +27,7 @@ from app.core.turn.budget import Limits
 from app.core.turn.calling import call_model
 from app.core.turn.checkpoint import Checkpoint, Resume
 from app.core.turn.conversation import RECORDED_ANSWER_CHARS, Conversation
+from app.core.turn.cut import Flight, record_cut
 from app.core.turn.hooks import ValidatorHooks
 from app.core.turn.model import LLMResponse, Message, ToolCall
 from app.core.turn.pause import checkpoint_of, finish_paused_turn, restore
@@ -40,7 +42,7 @@ from app.core.turn.stop import Ended, Paused
 from app.core.turn.streaming import CallStream, whole_partial
 from app.core.turn.tools import Handled, Tool, handle_calls, work_messages
 from app.core.wire import codes
-from app.core.wire.envelope import Envelope, Progress
+from app.core.wire.envelope import CANCELLED_BY_CLIENT, Envelope, Progress
 from app.core.wire.errors import InvalidInput, ValidatorUnavailable
 from app.core.wire.record import Outcome, Rejection, TurnRecord
 from app.core.wire.spec import JobSpec
@@ -87,6 +89,7 @@ class _Run:
         self.limits = Limits.of(spec.budget)
         self.hooks = ValidatorHooks(spec, runtime, self.limits, self.state)
         self.record = Recorder(self.state, runtime.tracer)
+        self.flight: Flight | None = None  # the call being made
 
     async def run(self, resume: Resume | None = None) -> JobResult:
         try:
@@ -111,6 +114,21 @@ class _Run:
             return self._finish(_invalid(exc), conversation)
         except Paused as pause:
             return self._pause(conversation, pause.handled)
+        except asyncio.CancelledError:
+            self._stopped()
+            raise
+
+    def _stopped(self) -> None:
+        """The run's task was cancelled: the call in flight recorded with what it used, and
+        the run's spend handed to ``Runtime.stopped`` (no await: the task is unwinding)."""
+        stopped = self.runtime.stopped
+        if stopped is None:
+            return
+        if self.flight is not None:
+            record_cut(self.flight, self.state, self.record, self.runtime.client)
+        ledger = self.state.ledger
+        envelope = ledger.failure(codes.CANCELLED, CANCELLED_BY_CLIENT, cause=None, fallback=None)
+        stopped(envelope, tuple(ledger.turns))
 
     async def _turns(self, setup: Setup, conversation: Conversation) -> JobResult:
         """Turns until an answer is accepted; ``Ended`` when the budget runs out first."""
@@ -138,6 +156,7 @@ class _Run:
         stream = CallStream.of(setup.contract, self.runtime, call)
         if stream is not None:
             call = replace(call, request=replace(call.request, stream=stream))
+        flight = self.flight = Flight(call, stream)
         try:
             response = await call_model(self.runtime.client, self.state, self.record, call)
         except Ended as end:
@@ -145,6 +164,7 @@ class _Run:
                 stream.discard(f"the model call failed: {end.code}")
             raise
         self.state.ledger.account(response, call.request.messages)
+        flight.response = response
         if stream is not None and (note := stream.finish(response)) is not None:
             self.state.ledger.warn(note)
         # Best-of-N: the first valid answer is kept (``choices`` carries the usage and cost

@@ -71,12 +71,30 @@ class Usage:
         return self.input_tokens + self.output_tokens
 
 
+@dataclass(slots=True)
+class StreamTally:
+    """What one streamed attempt at a call has used so far, as its adapter counts it: kept
+    for a call closed before its end (a cancel), whose usage never came.
+
+    ``output_tokens``: the chunks of output received (a token each on most servers), or
+    the provider's own running count when larger; ``input_tokens``: the prompt's tokens
+    when the wire reports them at the stream's start (Anthropic's ``message_start``).
+    """
+
+    provider: str
+    model: str  # the configured model that streams
+    output_tokens: int = 0
+    input_tokens: int | None = None
+    cached_input_tokens: int = 0
+    cache_write_tokens: int = 0
+
+
 class TextSink(Protocol):
     """Where a streaming adapter sends the answer's text as it arrives (``LLMRequest.stream``)."""
 
-    def restart(self) -> None:
+    def restart(self, provider: str, model: str) -> StreamTally:
         """A new attempt at the call begins (a transport retry, a fallback model): what
-        came before does not stand."""
+        came before does not stand. The adapter counts this attempt in the tally."""
         ...
 
     def text(self, delta: str) -> None:

@@ -53,6 +53,41 @@ class Recorder:
         repeat_of: int | None = None,
         best: Best | None = None,
     ) -> None:
+        record = self.note(
+            call,
+            response,
+            outcome,
+            code,
+            diagnosis,
+            answer=answer,
+            calls=calls,
+            details=details,
+            warnings=warnings,
+            repeat_of=repeat_of,
+            best=best,
+        )
+        budget = self.state.budget
+        ended = TurnEnded(
+            record=record, remaining=budget.retry_remaining, calls_left=budget.calls_left
+        )
+        await emit(self.tracer, ended)
+
+    def note(
+        self,
+        call: Call,
+        response: LLMResponse | None,
+        outcome: Outcome,
+        code: str | None = None,
+        diagnosis: str | None = None,
+        *,
+        answer: str | None = None,
+        calls: tuple[str, ...] = (),
+        details: tuple[ToolCallRecord, ...] = (),
+        warnings: tuple[str, ...] = (),
+        repeat_of: int | None = None,
+        best: Best | None = None,
+    ) -> TurnRecord:
+        """The record, kept in the ledger and not announced (``__call__`` announces it)."""
         state = self.state
         record = TurnRecord(
             index=call.index,
@@ -86,8 +121,4 @@ class Recorder:
             started_at=call.started_at,
         )
         state.ledger.turns.append(record)
-        budget = state.budget
-        ended = TurnEnded(
-            record=record, remaining=budget.retry_remaining, calls_left=budget.calls_left
-        )
-        await emit(self.tracer, ended)
+        return record

@@ -14,13 +14,19 @@ from app.core.answer.validators import Validator
 from app.core.turn.clock import Clock, SystemClock
 from app.core.turn.model import ModelClient
 from app.core.turn.tools import Tool
+from app.core.wire.envelope import Envelope
 from app.core.wire.events import Tracer
 from app.core.wire.partial import PartialEvent
+from app.core.wire.record import TurnRecord
 from app.core.wire.spec import ValidatorSpec
 
 # A webhook validator's call: (spec, candidate, attempt) → its finding, or
 # ValidatorUnavailable. The worker's goes through the outbound guard.
 WebhookCheck = Callable[[ValidatorSpec, Any, int], Awaitable[Finding]]
+# What a run had spent when its task was cancelled: the cancelled envelope (its execution
+# counting every call, the one cut short among them) and the run's turn records. Called
+# from the cancelled task as it unwinds, so it must not block.
+Stopped = Callable[[Envelope, tuple[TurnRecord, ...]], None]
 # Where a streaming job's partials go (``app.core.turn.streaming``): called as they come,
 # from inside the model call, so it must not block.
 PartialSink = Callable[[PartialEvent], None]
@@ -44,3 +50,5 @@ class Runtime:
     # Set for a job that streams: its checked partials, at most one per interval.
     partials: PartialSink | None = None
     partial_interval_s: float = 0.05
+    # Told what the run spent when its task is cancelled (a job cancelled mid-call bills it).
+    stopped: Stopped | None = None

@@ -21,7 +21,7 @@ from app.core.answer.contract import Contract
 from app.core.answer.partial import PartialAnswer as Partial
 from app.core.answer.verdict import answer_limit
 from app.core.turn.clock import Clock
-from app.core.turn.model import LLMResponse
+from app.core.turn.model import LLMResponse, StreamTally
 from app.core.turn.request import Call
 from app.core.turn.runtime import PartialSink, Runtime
 from app.core.wire.base import compact_json
@@ -58,6 +58,7 @@ class CallStream:
     received: bool = False  # some text came streaming
     sent: int = 0  # partials sent for this answer
     first_field_s: float | None = None  # when the first value passed, after the call began
+    tally: StreamTally | None = None  # what the attempt streaming now has used
     _last_sent: float = float("-inf")
     _unsent: bool = False
     _quiet: str | None = None  # why no more partials are sent for this answer
@@ -79,13 +80,15 @@ class CallStream:
 
     # -- TextSink ---------------------------------------------------------------------------
 
-    def restart(self) -> None:
+    def restart(self, provider: str, model: str) -> StreamTally:
         if self.received or self.sent:
             self.discard(RETRIED)
         self.partial = self._fresh()
         self.received = False
         self._unsent = False
         self._quiet = None
+        self.tally = StreamTally(provider, model)
+        return self.tally
 
     def text(self, delta: str) -> None:
         self.received = True

@@ -11,7 +11,7 @@ fields without a value are left out rather than written as null.
 
 from __future__ import annotations
 
-from typing import Any, Literal, cast
+from typing import Any, Final, Literal, cast
 
 from pydantic import Field, SerializerFunctionWrapHandler, model_serializer
 
@@ -22,6 +22,8 @@ from app.core.wire.record import Outcome, Spend, TurnType
 
 JobStatus = Literal["queued", "in_progress", "requires_action", "succeeded", "failed", "cancelled"]
 TERMINAL: frozenset[JobStatus] = frozenset({"succeeded", "failed", "cancelled"})
+# A cancelled job's error detail, whoever writes its result (the cancel, or its worker's spend).
+CANCELLED_BY_CLIENT: Final = "the job was cancelled by the client"
 
 
 class Execution(Wire):

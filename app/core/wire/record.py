@@ -20,12 +20,13 @@ Outcome = Literal[
     "refusal",  # the provider or model refused
     "error",  # the call itself failed (after transport retries)
     "unchecked",  # a validator that calls out could not judge the answer (not the model's fault)
+    "cancelled",  # the job was cancelled during the call or before its answer was used
 ]
 # Answers the loop rejected and asked again about (spec 001's retryCount counts these).
 REJECTED: Final[frozenset[str]] = frozenset({"invalid", "rejected", "truncated"})
 # Calls whose tokens bought nothing. A failed call ("error") is not here: it spent nothing
 # we know of.
-WASTED: Final[frozenset[str]] = REJECTED | {"refusal", "explicit_fail"}
+WASTED: Final[frozenset[str]] = REJECTED | {"refusal", "explicit_fail", "cancelled"}
 
 
 ToolMode = Literal["client", "http", "local"]

@@ -1426,7 +1426,7 @@ export interface components {
             /** Lasterror */
             lastError?: string | null;
             /** Lastoutcome */
-            lastOutcome?: ("success" | "invalid" | "rejected" | "truncated" | "tool_calls" | "explicit_fail" | "refusal" | "error" | "unchecked") | null;
+            lastOutcome?: ("success" | "invalid" | "rejected" | "truncated" | "tool_calls" | "explicit_fail" | "refusal" | "error" | "unchecked" | "cancelled") | null;
             /** Model */
             model?: string | null;
             /**
@@ -1495,7 +1495,7 @@ export interface components {
              * Outcome
              * @enum {string}
              */
-            outcome: "success" | "invalid" | "rejected" | "truncated" | "tool_calls" | "explicit_fail" | "refusal" | "error" | "unchecked";
+            outcome: "success" | "invalid" | "rejected" | "truncated" | "tool_calls" | "explicit_fail" | "refusal" | "error" | "unchecked" | "cancelled";
             /** Turn */
             turn: number;
             /**
@@ -1745,7 +1745,7 @@ export interface components {
              * Outcome
              * @enum {string}
              */
-            outcome: "success" | "invalid" | "rejected" | "truncated" | "tool_calls" | "explicit_fail" | "refusal" | "error" | "unchecked";
+            outcome: "success" | "invalid" | "rejected" | "truncated" | "tool_calls" | "explicit_fail" | "refusal" | "error" | "unchecked" | "cancelled";
             /**
              * Patch
              * @description A field-level re-ask: the JSON Pointers of the parts asked for again (the answer was merged into the previous one and checked whole).
@@ -1851,7 +1851,7 @@ export interface components {
              * Result
              * @enum {string}
              */
-            result: "success" | "invalid" | "rejected" | "truncated" | "tool_calls" | "explicit_fail" | "refusal" | "error" | "unchecked";
+            result: "success" | "invalid" | "rejected" | "truncated" | "tool_calls" | "explicit_fail" | "refusal" | "error" | "unchecked" | "cancelled";
             /** Turn */
             turn: number;
             /**
