@@ -273,3 +273,20 @@ def test_tool_arguments_are_checked_and_re_asked(api: str, client: openai.OpenAI
     assert answer.choices[0].finish_reason == "stop"
     assert answer.choices[0].message.content
     assert not answer.choices[0].message.tool_calls
+
+
+def test_models_list_parses_in_the_sdk(client: openai.OpenAI) -> None:
+    listed = {model.id: model for model in client.models.list()}
+    assert set(listed) == {MODEL, "fast"}
+    model = listed[MODEL]
+    assert model.object == "model"
+    assert model.owned_by == "sim"
+    assert model.created > 0
+    assert model.model_extra is not None
+    assert model.model_extra["circuit"] == {"state": "closed", "failures": 0}
+    assert listed["fast"].model_extra == {
+        "provider": None,
+        "circuit": None,
+        "price": None,
+        "route": [MODEL],
+    }

@@ -356,7 +356,7 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** Models, routes and circuit states */
+        /** Models, routes and circuit states (OpenAI's model list) */
         get: operations["list_models"];
         put?: never;
         post?: never;
@@ -1238,6 +1238,46 @@ export interface components {
             /** Validators */
             validators?: components["schemas"]["ValidatorSpec"][];
         };
+        /**
+         * ListedModel
+         * @description One model or route in OpenAI's ``model`` shape (``id``, ``object``, ``created``,
+         *     ``owned_by``), with reprompt's own fields beside them.
+         */
+        ListedModel: {
+            circuit?: components["schemas"]["Circuit"] | null;
+            /**
+             * Created
+             * @description Unix seconds: when this service started.
+             */
+            created: number;
+            /**
+             * Id
+             * @description The name a request's `model` uses.
+             */
+            id: string;
+            /**
+             * Object
+             * @default model
+             * @constant
+             */
+            object?: "model";
+            /**
+             * Owned By
+             * @description The provider's name in the providers file; a route: reprompt.
+             */
+            owned_by: string;
+            price?: components["schemas"]["ModelPrice"] | null;
+            /**
+             * Provider
+             * @description null for a route.
+             */
+            provider?: string | null;
+            /**
+             * Route
+             * @description A route's models, tried in order; null for a model.
+             */
+            route?: string[] | null;
+        };
         /** ModelInfo */
         ModelInfo: {
             circuit: components["schemas"]["Circuit"] | null;
@@ -1273,7 +1313,32 @@ export interface components {
         /**
          * Models
          * @description The models and routes a job's ``model`` may name, with each model's circuit.
+         *
+         *     ``object`` and ``data`` are OpenAI's list (the SDKs' ``models.list()`` reads them);
+         *     ``default``, ``models`` and ``routes`` are reprompt's own view of the same things.
          * @example {
+         *       "data": [
+         *         {
+         *           "circuit": {
+         *             "failures": 0,
+         *             "state": "closed"
+         *           },
+         *           "created": 1767225600,
+         *           "id": "gpt-4o-mini",
+         *           "object": "model",
+         *           "owned_by": "openai",
+         *           "provider": "openai"
+         *         },
+         *         {
+         *           "created": 1767225600,
+         *           "id": "fast",
+         *           "object": "model",
+         *           "owned_by": "reprompt",
+         *           "route": [
+         *             "gpt-4o-mini"
+         *           ]
+         *         }
+         *       ],
          *       "default": "fast",
          *       "models": [
          *         {
@@ -1293,6 +1358,7 @@ export interface components {
          *           "provider": "anthropic"
          *         }
          *       ],
+         *       "object": "list",
          *       "routes": [
          *         {
          *           "models": [
@@ -1305,10 +1371,18 @@ export interface components {
          *     }
          */
         Models: {
+            /** Data */
+            data: components["schemas"]["ListedModel"][];
             /** Default */
             default: string | null;
             /** Models */
             models: components["schemas"]["ModelInfo"][];
+            /**
+             * Object
+             * @default list
+             * @constant
+             */
+            object?: "list";
             /** Routes */
             routes: components["schemas"]["RouteInfo"][];
         };
