@@ -133,3 +133,20 @@ def test_without_a_key_nothing_runs(api: str) -> None:
     response = httpx.post(f"{api}{ROUTE}", json=chat())
     refused(response, 401, None)
     assert response.json()["error"]["type"] == "authentication_error"
+
+
+def test_tools_with_a_response_format_are_checked_as_a_jobs(alice: httpx.Client) -> None:
+    deep: dict[str, Any] = {"type": "string"}
+    for _ in range(CAPS["max_schema_depth"] + 2):
+        deep = {"type": "object", "properties": {"x": deep}}
+    tool = {"type": "function", "function": {"name": "lookup", "parameters": deep}}
+    response = alice.post(ROUTE, json=chat(tools=[tool]))
+    refused(response, 400, "tools[0].function.parameters")
+    named = {"type": "function", "function": {"name": "elsewhere"}}
+    ok_tool = {"type": "function", "function": {"name": "lookup"}}
+    response = alice.post(ROUTE, json=chat(tools=[ok_tool], tool_choice=named))
+    refused(response, 400, "tool_choice")
+    response = alice.post(ROUTE, json=chat(tools=[ok_tool, ok_tool]))
+    refused(response, 400, "tools")
+    reserved = {"type": "function", "function": {"name": "final_answer"}}
+    refused(alice.post(ROUTE, json=chat(tools=[reserved])), 400, "tools")

@@ -290,3 +290,55 @@ def test_models_list_parses_in_the_sdk(client: openai.OpenAI) -> None:
         "price": None,
         "route": [MODEL],
     }
+
+
+def test_tools_with_a_json_response_format(api: str, client: openai.OpenAI) -> None:
+    """The model may call a tool (arguments checked and re-asked by the job) or answer; the
+    answer is validated against the response format and re-asked like any job's."""
+    tool: Any = {
+        "type": "function",
+        "function": {
+            "name": "lookup",
+            "description": "Find a city's population.",
+            "strict": True,  # the SDK's parse() takes strict tools only
+            "parameters": {
+                "type": "object",
+                "properties": {"city": {"type": "string"}},
+                "required": ["city"],
+                "additionalProperties": False,
+            },
+        },
+    }
+    script = [
+        {"call": [{"name": "lookup", "arguments": {"city": 7}}]},
+        {"call": [{"name": "lookup", "arguments": {"city": "Lyon"}}]},
+        "missing_field",
+        "ok",
+    ]
+    rule = json.dumps({"script": script, "counter": "requests"})
+    messages: list[Any] = [
+        {"role": "user", "content": f"Population of Lyon? ({uuid.uuid4().hex[:8]})\n[[sim {rule}]]"}
+    ]
+    raw = client.chat.completions.with_raw_response.create(
+        model=MODEL, messages=messages, tools=[tool], response_format=city_format()
+    )
+    asked = raw.parse()
+    choice = asked.choices[0]
+    assert choice.finish_reason == "tool_calls"
+    (call,) = choice.message.tool_calls or []
+    assert json.loads(call.function.arguments) == {"city": "Lyon"}
+    assert raw.headers["x-reprompt-attempts"] == "2"
+    first = job_of(api, asked.id)
+    assert [t["outcome"] for t in first["turns"]] == ["tool_calls", "tool_calls"]
+    assert asked.usage is not None
+    assert asked.usage.prompt_tokens == sum(t["usage"]["inputTokens"] for t in first["turns"])
+    messages += [
+        choice.message.model_dump(exclude_none=True),
+        {"role": "tool", "tool_call_id": call.id, "content": '{"population": 522250}'},
+    ]
+    answer = client.chat.completions.parse(
+        model=MODEL, messages=messages, tools=[tool], response_format=City
+    )
+    assert answer.choices[0].finish_reason == "stop"
+    assert isinstance(answer.choices[0].message.parsed, City)
+    assert [t["outcome"] for t in job_of(api, answer.id)["turns"]] == ["invalid", "success"]

@@ -49,6 +49,19 @@ def job_spec(request: ChatRequest) -> JobSpec:
         body["seed"] = request.seed
     if request.metadata:
         body["metadata"] = dict(request.metadata)
+    if request.tools:
+        # Client tools: the job pauses on a call and the route hands it to the caller.
+        body["tools"] = [
+            {
+                "name": tool.function.name,
+                "description": tool.function.description,
+                "parameters": tool.function.parameters,
+            }
+            for tool in request.tools
+        ]
+    choice = request.tool_choice
+    if choice is not None:
+        body["toolChoice"] = choice if isinstance(choice, str) else {"name": choice.function.name}
     options = request.reprompt.model_dump(by_alias=True, exclude_none=True, exclude_defaults=True)
     budget = {key: options.pop(key) for key in _BUDGET if key in options}
     if budget:
@@ -72,6 +85,8 @@ _FROM: Final = {
     "seed": "seed",
     "metadata": "metadata",
     "model": "model",
+    "tools": "tools",
+    "toolChoice": "tool_choice",
 }
 
 
@@ -81,6 +96,8 @@ def chat_param(field: str) -> str:
     if head == "budget":
         return "reprompt." + rest
     bare = head.split("[", 1)[0]
+    if bare == "tools" and head != bare:  # tools[0].parameters → tools[0].function.parameters
+        return ".".join((head, "function", rest)) if rest else head
     if bare in _FROM:
         return _FROM[bare]
     return "reprompt." + field if field else "reprompt"

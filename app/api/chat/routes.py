@@ -194,17 +194,11 @@ def _refuse(chat: ChatRequest) -> None:
             "keeps the first valid one)",
             param="n",
         )
-    if chat.structured and chat.tools:
-        raise ChatError(
-            400,
-            codes.INVALID_INPUT,
-            "tools: not with a JSON response format yet; send one or the other",
-            param="tools",
-        )
 
 
 async def _job_answer(caller: Caller, chat: ChatRequest, trace: TraceContext | None) -> Answer:
     res, tenant = caller.res, caller.tenant
+    _toolbox(chat)  # names unique, tool_choice one of them: named as the request names them
     spec = job_spec(chat)
     router = res.require_router()
     try:
@@ -235,7 +229,7 @@ async def _job_answer(caller: Caller, chat: ChatRequest, trace: TraceContext | N
             wait_ms=min(poll_ms, deadline_ms + GRACE_MS),
         )
         metrics.JOBS_SUBMITTED.inc()
-        while not job.terminal:
+        while not job.terminal and job.status != "requires_action":
             left_ms = int((give_up - time.monotonic()) * 1000)
             if left_ms <= 0:
                 raise ChatError(
@@ -249,7 +243,38 @@ async def _job_answer(caller: Caller, chat: ChatRequest, trace: TraceContext | N
             if waited is None:  # pragma: no cover - the job expired while being waited on
                 raise ChatError(500, codes.INTERNAL_ERROR, f"the job {job.id} is gone")
             job = waited
+        if job.status == "requires_action":
+            return await _tool_calls(caller, job)
     return _from_job(job)
+
+
+async def _tool_calls(caller: Caller, job: JobView) -> Answer:
+    """The model called tools (arguments checked by the job): they go back to the caller,
+    who sends the results in its next request, a new job. This one ends here: cancelled,
+    its record showing the calls."""
+    action = job.required_action
+    assert action is not None
+    calls = tuple(
+        ToolCall(call.id, call.name, to_json(call.arguments).decode()) for call in action.tool_calls
+    )
+    ended = await caller.res.store.cancel(job.id, tenant=caller.tenant)
+    turns = (ended or job).turns
+    return Answer(
+        id=job.id,
+        created=_epoch(job.created_at),
+        model=next((t.model for t in reversed(turns) if t.model), None) or job.model or "",
+        message=message_of(None, calls),
+        finish_reason="tool_calls",
+        usage=usage_of(
+            sum(t.usage.input_tokens for t in turns),
+            sum(t.usage.output_tokens for t in turns),
+            sum(t.usage.cached_input_tokens for t in turns),
+        ),
+        attempts=len(turns),
+        model_ms=sum(t.latency_ms for t in turns),
+        job_id=job.id,
+        headers={"x-reprompt-job-id": job.id},
+    )
 
 
 def _from_job(job: JobView) -> Answer:
