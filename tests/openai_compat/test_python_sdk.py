@@ -18,7 +18,7 @@ import openai
 import pytest
 from pydantic import BaseModel
 
-from tests.service import KEYS
+from tests.service import KEYS, finished
 
 MODEL = "sim-model"
 
@@ -342,3 +342,72 @@ def test_tools_with_a_json_response_format(api: str, client: openai.OpenAI) -> N
     assert answer.choices[0].finish_reason == "stop"
     assert isinstance(answer.choices[0].message.parsed, City)
     assert [t["outcome"] for t in job_of(api, answer.id)["turns"]] == ["invalid", "success"]
+
+
+def test_streaming_sends_validated_partials_then_the_valid_content(client: openai.OpenAI) -> None:
+    """The rejected attempt shows only in reprompt's extension (its partials, then
+    partial_discarded); the content comes once, from the answer that passed."""
+    stream = client.chat.completions.create(
+        model=MODEL,
+        messages=[{"role": "user", "content": directive(["missing_field", "ok"])}],
+        response_format=city_format(),
+        stream=True,
+    )
+    seen: list[tuple[str, Any]] = []
+    for chunk in stream:
+        extension = (chunk.model_extra or {}).get("reprompt")
+        if extension is not None:
+            assert chunk.choices[0].delta.content is None
+            seen.append((extension["event"], extension))
+        for choice in chunk.choices:
+            if choice.delta.content:
+                seen.append(("content", choice.delta.content))
+    names = [name for name, _ in seen]
+    discarded = names.index("partial_discarded")
+    assert "partial" in names[discarded + 1 :]  # the next attempt's partials
+    first_content = names.index("content")
+    assert discarded < first_content
+    assert set(names[first_content:]) == {"content"}  # nothing after the content began
+    text = "".join(value for name, value in seen if name == "content")
+    last_partial = [value for name, value in seen if name == "partial"][-1]
+    assert "$" in last_partial["complete"]
+    assert json.loads(text) == last_partial["data"]
+    City.model_validate_json(text)
+
+
+def test_a_stream_whose_budget_is_spent_ends_in_an_error_event(
+    api: str, client: openai.OpenAI
+) -> None:
+    stream = client.chat.completions.create(
+        model=MODEL,
+        messages=[{"role": "user", "content": directive(["missing_field"] * 3)}],
+        response_format=city_format(),
+        stream=True,
+        extra_body={"reprompt": {"maxTurns": 1, "returnRetries": 1, "retryMode": "whole"}},
+    )
+    contents: list[str] = []
+
+    def read() -> None:
+        for chunk in stream:
+            contents.extend(c.delta.content for c in chunk.choices if c.delta.content)
+
+    with pytest.raises(openai.APIError) as caught:
+        read()
+    assert contents == []  # no content of an answer that did not pass
+    assert "missing required field" in caught.value.message
+    body: Any = caught.value.body
+    assert body["code"] in ("budget-exhausted", "llm-invalid-output")
+    assert len(job_of(api, body["job_id"])["turns"]) == 2
+
+
+def test_leaving_a_stream_cancels_its_job(api: str, client: openai.OpenAI) -> None:
+    stream = client.chat.completions.create(
+        model=MODEL,
+        messages=[{"role": "user", "content": directive(["slow", "ok"])}],
+        response_format=city_format(),
+        stream=True,
+    )
+    first = next(iter(stream))
+    stream.close()
+    with httpx.Client(base_url=api, headers={"authorization": f"Bearer {KEYS['alice']}"}) as http:
+        assert finished(http, first.id)["status"] == "cancelled"

@@ -49,19 +49,9 @@ def job_spec(request: ChatRequest) -> JobSpec:
         body["seed"] = request.seed
     if request.metadata:
         body["metadata"] = dict(request.metadata)
-    if request.tools:
-        # Client tools: the job pauses on a call and the route hands it to the caller.
-        body["tools"] = [
-            {
-                "name": tool.function.name,
-                "description": tool.function.description,
-                "parameters": tool.function.parameters,
-            }
-            for tool in request.tools
-        ]
-    choice = request.tool_choice
-    if choice is not None:
-        body["toolChoice"] = choice if isinstance(choice, str) else {"name": choice.function.name}
+    if request.stream:
+        body["stream"] = True  # validated partials (#31), sent as reprompt's chunks
+    body.update(_tools(request))
     options = request.reprompt.model_dump(by_alias=True, exclude_none=True, exclude_defaults=True)
     budget = {key: options.pop(key) for key in _BUDGET if key in options}
     if budget:
@@ -73,6 +63,25 @@ def job_spec(request: ChatRequest) -> JobSpec:
         error = ChatError.invalid(exc)
         error.param = chat_param(error.param or "")
         raise error from None
+
+
+def _tools(request: ChatRequest) -> dict[str, Any]:
+    """The job's ``tools`` and ``toolChoice``: client tools, so the job pauses on a call and
+    the route hands it to the caller."""
+    out: dict[str, Any] = {}
+    if request.tools:
+        out["tools"] = [
+            {
+                "name": tool.function.name,
+                "description": tool.function.description,
+                "parameters": tool.function.parameters,
+            }
+            for tool in request.tools
+        ]
+    choice = request.tool_choice
+    if choice is not None:
+        out["toolChoice"] = choice if isinstance(choice, str) else {"name": choice.function.name}
+    return out
 
 
 # Where a JobSpec field came from in the chat request, for the error's ``param``.
