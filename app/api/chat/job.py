@@ -12,6 +12,7 @@ from pydantic import ValidationError
 
 from app.api.chat.conversation import as_task
 from app.api.chat.errors import ChatError
+from app.api.chat.images import Images
 from app.api.chat.request import ChatRequest
 from app.core.wire import codes
 from app.core.wire.spec import JobSpec
@@ -22,8 +23,9 @@ ANY_OBJECT: Final = {"type": "object"}
 _BUDGET: Final = ("maxTurns", "returnRetries", "maxCostUsd", "maxTokens", "deadlineMs")
 
 
-def job_spec(request: ChatRequest) -> JobSpec:
-    """The job that answers ``request`` (which has a JSON response format)."""
+def job_spec(request: ChatRequest, images: Images | None = None) -> JobSpec:
+    """The job that answers ``request`` (which has a JSON response format); ``images``, read
+    from its image parts, are the job's, in order (``[image N]`` in its text)."""
     response_format = request.response_format
     assert response_format is not None
     if response_format.type == "json_schema":
@@ -52,6 +54,8 @@ def job_spec(request: ChatRequest) -> JobSpec:
     if request.stream:
         body["stream"] = True  # validated partials (#31), sent as reprompt's chunks
     body.update(_tools(request))
+    if images:
+        body["images"] = [{"mediaType": i.media_type, "data": i.data} for i in images.values()]
     options = request.reprompt.model_dump(by_alias=True, exclude_none=True, exclude_defaults=True)
     budget = {key: options.pop(key) for key in _BUDGET if key in options}
     if budget:
@@ -96,6 +100,7 @@ _FROM: Final = {
     "model": "model",
     "tools": "tools",
     "toolChoice": "tool_choice",
+    "images": "messages",
 }
 
 

@@ -39,6 +39,7 @@ from app.api.chat.completion import (
     usage_of,
 )
 from app.api.chat.errors import JOB_STATUS, ChatError
+from app.api.chat.images import gather_images
 from app.api.chat.job import chat_param, job_spec
 from app.api.chat.request import ChatRequest
 from app.api.fairness import Held
@@ -67,7 +68,7 @@ _leaving: set[asyncio.Task[None]] = set()
 async def job_answer(caller: Caller, chat: ChatRequest, trace: TraceContext | None) -> Answer:
     """The job's answer once it has ended (or paused on tools)."""
     res, tenant = caller.res, caller.tenant
-    spec, stored, deadline_ms = _prepared(caller, chat)
+    spec, stored, deadline_ms = await _prepared(caller, chat)
     give_up = time.monotonic() + (deadline_ms + GRACE_MS) / 1000
     poll_ms = max(res.settings.max_wait_ms, 1000)
     async with res.fairness.waiting(tenant, for_ms=deadline_ms + GRACE_MS):
@@ -94,7 +95,7 @@ async def job_stream(
     last (an error event instead when it fails). Leaving early cancels the job (the
     response, an ``EventSourceResponse``, hears the client leave while nothing is sent)."""
     res, tenant = caller.res, caller.tenant
-    spec, stored, deadline_ms = _prepared(caller, chat)
+    spec, stored, deadline_ms = await _prepared(caller, chat)
     held = await res.fairness.hold(tenant)  # 429 now if the key holds too many open
     try:
         job = await _submit(caller, spec, stored, trace, wait_ms=0)
@@ -178,10 +179,11 @@ async def _after(caller: Caller, job_id: str, held: Held, cancel: bool) -> None:
         log.warning("job %s: cancelling after the client left failed", job_id, exc_info=True)
 
 
-def _prepared(caller: Caller, chat: ChatRequest) -> tuple[JobSpec, dict[str, Any], int]:
+async def _prepared(caller: Caller, chat: ChatRequest) -> tuple[JobSpec, dict[str, Any], int]:
     """The job, admitted for the caller; as stored; its deadline in ms."""
     toolbox_of(chat)  # names unique, tool_choice one of them: named as the request names them
-    spec = job_spec(chat)
+    res = caller.res
+    spec = job_spec(chat, await gather_images(chat, res.settings, res.outbound))
     try:
         caller.admit(spec)
     except InvalidInput as exc:

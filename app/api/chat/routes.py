@@ -30,6 +30,7 @@ from app.api.chat.call import checked_call, toolbox_of
 from app.api.chat.completion import Answer, chunks, completion, message_of, role_chunk, usage_of
 from app.api.chat.conversation import as_messages
 from app.api.chat.errors import ChatError
+from app.api.chat.images import gather_images
 from app.api.chat.jobs import job_answer, job_stream, sse
 from app.api.chat.request import ChatRequest
 from app.api.events import PING_S
@@ -203,7 +204,7 @@ async def _plain_answer(caller: Caller, chat: ChatRequest) -> Answer:
         options.deadline_ms or settings.job_default_deadline_ms, settings.max_deadline_ms
     )
     toolbox = toolbox_of(chat)
-    messages = as_messages(chat)
+    messages = as_messages(chat, await gather_images(chat, settings, res.outbound))
     text_chars = sum(len(m.content) for m in messages)
     if text_chars > settings.max_task_chars:
         raise ChatError(

@@ -912,6 +912,23 @@ export interface components {
              */
             status: "ok";
         };
+        /**
+         * ImageSpec
+         * @description One image, base64, of a type its bytes show.
+         */
+        ImageSpec: {
+            /**
+             * Data
+             * @description The image, base64.
+             */
+            data: string;
+            /**
+             * Mediatype
+             * @description image/png, image/jpeg, image/gif or image/webp.
+             * @enum {string}
+             */
+            mediaType: "image/png" | "image/jpeg" | "image/gif" | "image/webp";
+        };
         /** ItemCounts */
         ItemCounts: {
             /** Failed */
@@ -1119,6 +1136,11 @@ export interface components {
              * @enum {string}
              */
             feedback?: "collapsed" | "full";
+            /**
+             * Images
+             * @description Images the model sees with the task, in order (#34); at most REPROMPT_MAX_IMAGES, each REPROMPT_MAX_IMAGE_BYTES, REPROMPT_MAX_IMAGES_BYTES in all.
+             */
+            images?: components["schemas"]["ImageSpec"][];
             /**
              * Includeexample
              * @default true
