@@ -76,6 +76,7 @@ def with_images(*urls: str, **extra: Any) -> dict[str, Any]:
         ("http://example.com/cat.png", "http"),  # clear text to a host not allowed
         ("file:///etc/passwd", "https (or http) URL or a data: URL"),
         ("ftp://example.com/cat.png", "https (or http) URL or a data: URL"),
+        ("https://[::1/cat.png", "not a valid URL"),
         ("data:text/plain;base64,aGVsbG8=", "PNG, JPEG, GIF or WebP"),
         ("data:image/png;base64," + base64.b64encode(b"GIF89a" + b"\0" * 20).decode(), "not a"),
         ("data:image/png;base64,%%%not-base64%%%", "not base64"),

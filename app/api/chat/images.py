@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import base64
 from typing import Final
-from urllib.parse import urlsplit
 
 from app.api.chat.errors import ChatError
 from app.api.chat.request import ChatRequest, ImagePart
@@ -60,7 +59,7 @@ async def gather_images(chat: ChatRequest, settings: Settings, outbound: Outboun
 
 
 async def _read(url: str, param: str, settings: Settings, outbound: Outbound) -> Image:
-    scheme = urlsplit(url).scheme.lower() if ":" in url else ""
+    scheme = url.partition(":")[0].lower() if ":" in url else ""
     if scheme == "data":
         return _data_url(url, param, settings.max_image_bytes)
     if scheme not in ("http", "https"):
