@@ -3,6 +3,7 @@
 GET /healthz      200 while the process serves requests
 GET /readyz       200 when Redis answers and a model provider can answer, else 503
 GET /v1/models    configured models and routes (OpenAI's list), the default, each model's circuit
+GET /v1/models/{id}  one of them (OpenAI's model object)
 GET /metrics      Prometheus text format (no auth: scraped from inside the network)
 """
 
@@ -15,8 +16,8 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
 from app import metrics
-from app.api.problems import NOT_READY, problem
-from app.api.resources import Authed, Res
+from app.api.problems import NOT_READY, NotFound, problem
+from app.api.resources import Authed, Caller, Res
 from app.api.schemas import (
     Circuit,
     Health,
@@ -81,6 +82,24 @@ async def readyz(request: Request, res: Res) -> Response:
     responses=problems(401, 503),
 )
 async def list_models(caller: Authed) -> Response:
+    return respond(_models(caller))
+
+
+@router.get(
+    "/v1/models/{model_id:path}",  # a name may hold slashes (openrouter/auto)
+    response_model=ListedModel,
+    tags=["models"],
+    summary="One model or route (OpenAI's model object)",
+    responses=problems(401, 404, 503),
+)
+async def get_model(model_id: str, caller: Authed) -> Response:
+    found = next((m for m in _models(caller).data if m.id == model_id), None)
+    if found is None:
+        raise NotFound(f"no model or route {model_id[:200]!r}")
+    return respond(found)
+
+
+def _models(caller: Caller) -> Models:
     res = caller.res
     router_ = res.require_router()
     circuits = router_.snapshot()
@@ -125,7 +144,7 @@ async def list_models(caller: Authed) -> Response:
                 price=shown,
             )
         )
-    return respond(Models(data=data, default=router_.default, models=listed, routes=routes))
+    return Models(data=data, default=router_.default, models=listed, routes=routes)
 
 
 @router.get(

@@ -284,6 +284,9 @@ def test_models_list_parses_in_the_sdk(client: openai.OpenAI) -> None:
     assert model.created > 0
     assert model.model_extra is not None
     assert model.model_extra["circuit"] == {"state": "closed", "failures": 0}
+    assert client.models.retrieve("fast") == listed["fast"]
+    with pytest.raises(openai.NotFoundError):
+        client.models.retrieve("gpt-nothing")
     assert listed["fast"].model_extra == {
         "provider": None,
         "circuit": None,
