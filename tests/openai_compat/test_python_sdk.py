@@ -414,3 +414,34 @@ def test_leaving_a_stream_cancels_its_job(api: str, client: openai.OpenAI) -> No
     stream.close()
     with httpx.Client(base_url=api, headers={"authorization": f"Bearer {KEYS['alice']}"}) as http:
         assert finished(http, first.id)["status"] == "cancelled"
+
+
+def test_a_streamed_json_job_that_calls_a_tool_streams_the_call(client: openai.OpenAI) -> None:
+    tool: Any = {
+        "type": "function",
+        "function": {
+            "name": "lookup",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+        },
+    }
+    script = [{"call": [{"name": "lookup", "arguments": {"city": "Lyon"}}]}]
+    rule = json.dumps({"script": script, "counter": "requests"})
+    stream = client.chat.completions.create(
+        model=MODEL,
+        messages=[{"role": "user", "content": f"Lyon? ({uuid.uuid4().hex[:8]})\n[[sim {rule}]]"}],
+        tools=[tool],
+        response_format=city_format(),
+        stream=True,
+    )
+    calls = []
+    finish = None
+    for chunk in stream:
+        for choice in chunk.choices:
+            assert not choice.delta.content
+            calls += choice.delta.tool_calls or []
+            finish = choice.finish_reason or finish
+    assert finish == "tool_calls"
+    (call,) = calls
+    assert call.function is not None
+    assert call.function.name == "lookup"
+    assert json.loads(call.function.arguments or "") == {"city": "Lyon"}
