@@ -105,13 +105,14 @@ def test_a_plain_call_passes_the_image_in_the_providers_wire(
     assert entry["images"] == ["image/png"]
 
 
+@pytest.mark.parametrize(("model", "wire"), [("oa-model", "openai"), ("an-model", "anthropic")])
 def test_a_json_job_fetches_an_image_url_through_the_guard_and_keeps_it_once(
-    client: openai.OpenAI, api_url: str, sim_url: str, pictures: str
+    client: openai.OpenAI, api_url: str, sim_url: str, pictures: str, model: str, wire: str
 ) -> None:
     marker = uuid.uuid4().hex
     rule = json.dumps({"script": ["missing_field", "ok"], "counter": "requests"})
     raw = client.chat.completions.with_raw_response.parse(
-        model="oa-model",
+        model=model,
         messages=[
             {
                 "role": "user",
@@ -127,6 +128,7 @@ def test_a_json_job_fetches_an_image_url_through_the_guard_and_keeps_it_once(
     entries = httpx.get(f"{sim_url}/sim/requests").json()
     first = next(i for i, e in enumerate(entries) if marker in "".join(e["recentMessages"]))
     assert [e["images"] for e in entries[first : first + 2]] == [["image/png"]] * 2
+    assert {e["api"] for e in entries[first : first + 2]} == {wire}
     assert entries[first + 1]["attempt"] == 2  # the re-ask, on the same task
     job_id = raw.headers["x-reprompt-job-id"]
     headers = {"Authorization": f"Bearer {KEYS['alice']}"}
