@@ -195,6 +195,27 @@ class Settings(BaseSettings):
         default=262_144, ge=256, description="Compact JSON bytes of one client tool output."
     )
 
+    # Images with a job's task (#34: chat completions' image_url parts, a job's `images`).
+    max_images: int = Field(default=8, ge=0, le=64, description="Images one request may carry.")
+    max_image_bytes: int = Field(
+        default=4 << 20,
+        ge=1024,
+        le=32 << 20,
+        description="Bytes of one image (decoded; a fetched image_url is read no further).",
+    )
+    max_images_bytes: int = Field(
+        default=8 << 20, ge=1024, le=48 << 20, description="Bytes of one request's images in all."
+    )
+
+    @model_validator(mode="after")
+    def _image_caps(self) -> Settings:
+        if self.max_image_bytes > self.max_images_bytes:
+            raise ValueError(
+                f"REPROMPT_MAX_IMAGE_BYTES ({self.max_image_bytes}) must be at most "
+                f"REPROMPT_MAX_IMAGES_BYTES ({self.max_images_bytes})"
+            )
+        return self
+
     # Fairness between tenants, per API process (0: no limit).
     rate_per_tenant: float = Field(
         default=100.0, ge=0, description="Requests per second one tenant may make."

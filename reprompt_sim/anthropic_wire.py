@@ -244,7 +244,23 @@ def _text(where: str, content: object) -> str:
             parts.append(str(block.get("text", "")))
         elif block.get("type") == "tool_result":
             parts.append(_text(where, block.get("content")))
+        elif block.get("type") == "image":
+            _check_image(where, block.get("source"))
     return "\n".join(parts)
+
+
+_IMAGE_TYPES = ("image/png", "image/jpeg", "image/gif", "image/webp")
+
+
+def _check_image(where: str, source: object) -> None:
+    """An ``image`` block's source as Anthropic takes it: base64 of a known type, or a URL."""
+    if not isinstance(source, dict):
+        raise InvalidRequest(f"{where}: an image block needs a source")
+    if source.get("type") == "base64":
+        if source.get("media_type") not in _IMAGE_TYPES or not isinstance(source.get("data"), str):
+            raise InvalidRequest(f"{where}: image.source: media_type and data are required")
+    elif source.get("type") != "url" or not isinstance(source.get("url"), str):
+        raise InvalidRequest(f"{where}: image.source.type must be base64 or url")
 
 
 def _tools(raw: object) -> dict[str, object]:

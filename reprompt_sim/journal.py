@@ -39,6 +39,8 @@ class Entry:
     # RECENT_MESSAGE_CHARS): what a test reads to see the exact re-ask or tool result the
     # model was given.
     recent: tuple[str, ...] = ()
+    # Each image the request carried, in order: its media type, or "url" (#34).
+    images: tuple[str, ...] = ()
 
 
 class Journal:
@@ -67,6 +69,7 @@ class Journal:
                 "schemaKeys": list(e.schema_keys),
                 "n": e.n,
                 "recentMessages": list(e.recent),
+                "images": list(e.images),
             }
             for seq, e in self._entries
         ]

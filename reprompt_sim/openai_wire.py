@@ -202,12 +202,28 @@ def _text(index: int, content: object) -> str:
     if isinstance(content, str):
         return content
     if isinstance(content, list):
+        for part in content:
+            if isinstance(part, dict) and part.get("type") == "image_url":
+                _check_image(index, part.get("image_url"))
         return "\n".join(
             str(part.get("text", ""))
             for part in content
             if isinstance(part, dict) and part.get("type") in ("text", "input_text")
         )
     raise InvalidRequest(f"messages[{index}].content must be a string or an array of parts")
+
+
+def _check_image(index: int, image_url: object) -> None:
+    """An ``image_url`` part as OpenAI takes it: an http(s) URL or a base64 image data URL."""
+    url = image_url.get("url") if isinstance(image_url, dict) else None
+    if not isinstance(url, str):
+        raise InvalidRequest(f"messages[{index}].content: image_url.url must be a string")
+    if url.startswith("data:"):
+        head, comma, _ = url.partition(",")
+        if not comma or not head.startswith("data:image/") or not head.endswith(";base64"):
+            raise InvalidRequest(f"messages[{index}].content: invalid image data URL")
+    elif not url.startswith(("https://", "http://")):
+        raise InvalidRequest(f"messages[{index}].content: invalid image_url.url")
 
 
 def _tools(raw: object) -> dict[str, object]:

@@ -118,6 +118,24 @@ def _recent(body: dict[str, Any]) -> tuple[str, ...]:
     return tuple(reversed(recent))
 
 
+def _images(body: dict[str, Any]) -> tuple[str, ...]:
+    """The media type of each image part (OpenAI's ``image_url`` data URL, Anthropic's
+    base64 ``image`` block), or "url"; the wires' parsers have checked their shape."""
+    out: list[str] = []
+    for message in body.get("messages") or []:
+        content = message.get("content") if isinstance(message, dict) else None
+        for part in content if isinstance(content, list) else []:
+            if not isinstance(part, dict):
+                continue
+            if part.get("type") == "image_url":
+                url = str(part["image_url"]["url"])
+                out.append(url[5:].partition(";")[0] if url.startswith("data:") else "url")
+            elif part.get("type") == "image":
+                source = part["source"]
+                out.append(str(source.get("media_type")) if source["type"] == "base64" else "url")
+    return tuple(out)
+
+
 class _Simulator:
     """One app's behaviour and memory: how often it saw each conversation, answered each task,
     and the journal of recent requests."""
@@ -161,6 +179,7 @@ class _Simulator:
                 schema_keys=_schema_keys(scenario),
                 n=scenario.n,
                 recent=_recent(body),
+                images=_images(body),
             )
         )
         if body.get("stream") is True and response.status_code == 200:

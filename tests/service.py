@@ -39,6 +39,9 @@ CAPS: dict[str, Any] = {
     "max_deadline_ms": 60_000,
     "max_output_tokens": 4096,
     "max_wait_ms": 10_000,
+    "max_images": 3,  # #34's image caps
+    "max_image_bytes": 4096,
+    "max_images_bytes": 8192,
 }
 
 

@@ -181,13 +181,58 @@ class RouteInfo(_Out):
     models: list[str] = Field(description="Tried in order when one is unavailable.")
 
 
+class ListedModel(_Out):
+    """One model or route in OpenAI's ``model`` shape (``id``, ``object``, ``created``,
+    ``owned_by``), with reprompt's own fields beside them."""
+
+    id: str = Field(description="The name a request's `model` uses.")
+    object: Literal["model"] = "model"
+    created: int = Field(description="Unix seconds: when this service started.")
+    owned_by: str = Field(
+        alias="owned_by",
+        description="The provider's name in the providers file; a route: reprompt.",
+    )
+    provider: str | None = Field(default=None, description="null for a route.")
+    circuit: Circuit | None = None
+    price: ModelPrice | None = None
+    route: list[str] | None = Field(
+        default=None, description="A route's models, tried in order; null for a model."
+    )
+
+
 class Models(_Out):
-    """The models and routes a job's ``model`` may name, with each model's circuit."""
+    """The models and routes a job's ``model`` may name, with each model's circuit.
+
+    ``object`` and ``data`` are OpenAI's list (the SDKs' ``models.list()`` reads them);
+    ``default``, ``models`` and ``routes`` are reprompt's own view of the same things."""
 
     model_config = ConfigDict(
         json_schema_extra={
             "examples": [
                 {
+                    "object": "list",
+                    "data": [
+                        {
+                            "id": "gpt-4o-mini",
+                            "object": "model",
+                            "created": 1767225600,
+                            "owned_by": "openai",
+                            "provider": "openai",
+                            "circuit": {"state": "closed", "failures": 0},
+                            "price": None,
+                            "route": None,
+                        },
+                        {
+                            "id": "fast",
+                            "object": "model",
+                            "created": 1767225600,
+                            "owned_by": "reprompt",
+                            "provider": None,
+                            "circuit": None,
+                            "price": None,
+                            "route": ["gpt-4o-mini"],
+                        },
+                    ],
                     "default": "fast",
                     "models": [
                         {
@@ -207,6 +252,8 @@ class Models(_Out):
         }
     )
 
+    object: Literal["list"] = "list"
+    data: list[ListedModel]
     default: str | None
     models: list[ModelInfo]
     routes: list[RouteInfo]

@@ -2,23 +2,26 @@
 
 GET /healthz      200 while the process serves requests
 GET /readyz       200 when Redis answers and a model provider can answer, else 503
-GET /v1/models    configured models and routes, the default, each model's circuit
+GET /v1/models    configured models and routes (OpenAI's list), the default, each model's circuit
+GET /v1/models/{id}  one of them (OpenAI's model object)
 GET /metrics      Prometheus text format (no auth: scraped from inside the network)
 """
 
 from __future__ import annotations
 
 import logging
+import time
 
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
 from app import metrics
-from app.api.problems import NOT_READY, problem
-from app.api.resources import Authed, Res
+from app.api.problems import NOT_READY, NotFound, problem
+from app.api.resources import Authed, Caller, Res
 from app.api.schemas import (
     Circuit,
     Health,
+    ListedModel,
     ModelInfo,
     ModelPrice,
     Models,
@@ -34,6 +37,10 @@ from app.store import StoreUnavailable
 log = logging.getLogger(__name__)
 
 router = APIRouter()
+
+# A model's ``created`` in OpenAI's list: the service has no date for a model of its own
+# configuration, so it says when it started.
+_STARTED = int(time.time())
 
 
 @router.get("/healthz", response_model=Health, tags=["system"], summary="Liveness")
@@ -71,19 +78,41 @@ async def readyz(request: Request, res: Res) -> Response:
     "/v1/models",
     response_model=Models,
     tags=["models"],
-    summary="Models, routes and circuit states",
+    summary="Models, routes and circuit states (OpenAI's model list)",
     responses=problems(401, 503),
 )
 async def list_models(caller: Authed) -> Response:
+    return respond(_models(caller))
+
+
+@router.get(
+    "/v1/models/{model_id:path}",  # a name may hold slashes (openrouter/auto)
+    response_model=ListedModel,
+    tags=["models"],
+    summary="One model or route (OpenAI's model object)",
+    responses=problems(401, 404, 503),
+)
+async def get_model(model_id: str, caller: Authed) -> Response:
+    found = next((m for m in _models(caller).data if m.id == model_id), None)
+    if found is None:
+        raise NotFound(f"no model or route {model_id[:200]!r}")
+    return respond(found)
+
+
+def _models(caller: Caller) -> Models:
     res = caller.res
     router_ = res.require_router()
     circuits = router_.snapshot()
     listed: list[ModelInfo] = []
     routes: list[RouteInfo] = []
+    data: list[ListedModel] = []
     for name in router_.names():
         members = router_.resolve(name)
         if members != (name,):
             routes.append(RouteInfo(name=name, models=list(members)))
+            data.append(
+                ListedModel(id=name, created=_STARTED, owned_by="reprompt", route=list(members))
+            )
             continue
         provider = res.model_providers.get(name, "")
         state = circuits.get(Circuits.key(provider, name))
@@ -105,7 +134,17 @@ async def list_models(caller: Authed) -> Response:
             )
         )
         listed.append(ModelInfo(name=name, provider=provider, circuit=circuit, price=shown))
-    return respond(Models(default=router_.default, models=listed, routes=routes))
+        data.append(
+            ListedModel(
+                id=name,
+                created=_STARTED,
+                owned_by=provider,
+                provider=provider,
+                circuit=circuit,
+                price=shown,
+            )
+        )
+    return Models(data=data, default=router_.default, models=listed, routes=routes)
 
 
 @router.get(

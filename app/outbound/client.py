@@ -167,8 +167,27 @@ class OutboundClient:
         )
         return response
 
+    async def get(self, url: str, *, timeout_s: float, max_bytes: int) -> OutboundResponse:
+        """GET ``url`` through the guard (#34: a chat request's image URL); the 2xx answer
+        of at most ``max_bytes`` (the caller's cap, not the policy's), or raise. No
+        retries: the caller is waiting."""
+        call = _Call(
+            deadline=time.monotonic() + min(timeout_s, self.guard.policy.timeout_s),
+            max_bytes=max_bytes,
+            retries=0,
+            scrub=_scrubber((), ()),
+        )
+        target = self.guard.target(url)
+        return await self._call(target, b"", {}, call, method="GET")
+
     async def _call(
-        self, target: Target, body: bytes, headers: dict[str, str], call: _Call
+        self,
+        target: Target,
+        body: bytes,
+        headers: dict[str, str],
+        call: _Call,
+        *,
+        method: str = "POST",
     ) -> OutboundResponse:
         limit = self.guard.policy.max_request_bytes
         if len(body) > limit:
@@ -185,7 +204,7 @@ class OutboundClient:
             address = addresses[(call.attempts - 1) % len(addresses)]
             try:
                 status, content, content_type = await self._attempt(
-                    target, address, body, headers, call
+                    target, address, body, headers, call, method
                 )
             except OutboundFailed as failed:
                 wait = self._wait(failed, call)
@@ -209,14 +228,15 @@ class OutboundClient:
         body: bytes,
         headers: dict[str, str],
         call: _Call,
+        method: str,
     ) -> tuple[int, bytes, str]:
         left = call.left()
         if left <= 0:
             raise _timed_out(target, call)
         request = self._http.build_request(
-            "POST",
+            method,
             target.url.copy_with(host=str(address)),
-            content=body,
+            content=body if method == "POST" else None,
             headers=_headers(headers, target),
             timeout=httpx.Timeout(left, connect=min(left, CONNECT_TIMEOUT_S)),
             # The certificate is checked against the name, on a connection to the address.

@@ -220,6 +220,10 @@ def _blocks(m: Message) -> list[dict[str, Any]]:
         return [{"type": "tool_result", "tool_use_id": m.tool_call_id or "", "content": m.content}]
     # Anthropic rejects empty text blocks.
     blocks: list[dict[str, Any]] = [{"type": "text", "text": m.content}] if m.content else []
+    blocks += [
+        {"type": "image", "source": {"type": "base64", "media_type": i.media_type, "data": i.data}}
+        for i in m.images
+    ]
     if m.role == "assistant":
         blocks += [
             {"type": "tool_use", "id": c.id, "name": c.name, "input": _input(c.arguments)}

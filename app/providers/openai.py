@@ -201,7 +201,9 @@ def _join_users(messages: tuple[Message, ...]) -> tuple[Message, ...]:
     for m in messages:
         last = out[-1] if out else None
         if last is not None and m.role == last.role == "user" and not (m.name or last.name):
-            out[-1] = replace(last, content=f"{last.content}\n\n{m.content}")
+            out[-1] = replace(
+                last, content=f"{last.content}\n\n{m.content}", images=last.images + m.images
+            )
         else:
             out.append(m)
     return tuple(out)
@@ -211,6 +213,14 @@ def _message(m: Message) -> dict[str, Any]:
     if m.role == "tool":
         return {"role": "tool", "tool_call_id": m.tool_call_id or "", "content": m.content}
     out: dict[str, Any] = {"role": m.role, "content": m.content}
+    if m.images:  # content parts: the text, then each image as a data URL
+        out["content"] = [
+            *([{"type": "text", "text": m.content}] if m.content else []),
+            *(
+                {"type": "image_url", "image_url": {"url": f"data:{i.media_type};base64,{i.data}"}}
+                for i in m.images
+            ),
+        ]
     if m.name:
         out["name"] = m.name
     if m.role == "assistant" and m.tool_calls:

@@ -7,11 +7,13 @@ The service has small caps (tests/service.py CAPS): 32 KiB bodies, 4000-characte
 
 from __future__ import annotations
 
+import base64
 from typing import Any
 
 import httpx
 import pytest
 
+from tests.abuse.service import problem_field
 from tests.service import CAPS
 
 ROUTE = "/v1/chat/completions"
@@ -47,20 +49,90 @@ def image(url: str) -> dict[str, Any]:
     return {"type": "image_url", "image_url": {"url": url}}
 
 
+# A 1×1 PNG; a PNG's signature followed by filler, of a given size.
+PNG_1PX = (
+    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5E"
+    "rkJggg=="
+)
+
+
+def png_of(size: int) -> str:
+    return base64.b64encode(b"\x89PNG\r\n\x1a\n" + b"\0" * (size - 8)).decode()
+
+
+def with_images(*urls: str, **extra: Any) -> dict[str, Any]:
+    parts = [{"type": "text", "text": "What is in the picture?"}, *(image(u) for u in urls)]
+    return chat(messages=[{"role": "user", "content": parts}], **extra)
+
+
 @pytest.mark.parametrize(
-    "url",
+    ("url", "why"),
     [
-        "http://169.254.169.254/latest/meta-data/",  # the cloud's metadata service
-        "http://127.0.0.1:6379/",
-        "file:///etc/passwd",
-        "data:image/png;base64," + "A" * 1000,
+        ("http://169.254.169.254/latest/meta-data/", "link-local"),  # the cloud's metadata
+        ("https://127.0.0.1:6379/", "loopback"),
+        ("https://10.1.2.3/cat.png", "private"),
+        ("https://[::ffff:127.0.0.1]/cat.png", "loopback"),
+        ("https://localhost/cat.png", "localhost"),
+        ("http://example.com/cat.png", "http"),  # clear text to a host not allowed
+        ("file:///etc/passwd", "https (or http) URL or a data: URL"),
+        ("ftp://example.com/cat.png", "https (or http) URL or a data: URL"),
+        ("https://[::1/cat.png", "not a valid URL"),
+        ("data:text/plain;base64,aGVsbG8=", "PNG, JPEG, GIF or WebP"),
+        ("data:image/png;base64," + base64.b64encode(b"GIF89a" + b"\0" * 20).decode(), "not a"),
+        ("data:image/png;base64,%%%not-base64%%%", "not base64"),
+        ("data:image/png," + PNG_1PX, "base64"),
     ],
 )
-def test_image_parts_are_refused_and_never_fetched(alice: httpx.Client, url: str) -> None:
-    body = chat(messages=[{"role": "user", "content": [{"type": "text", "text": "?"}, image(url)]}])
+def test_image_urls_are_guarded_and_never_fetched_where_they_point(
+    alice: httpx.Client, url: str, why: str
+) -> None:
+    for body in (with_images(url), {**with_images(url), "response_format": None}):
+        error = refused(alice.post(ROUTE, json=body), 400, "messages[0].content[1]")
+        assert why in error["message"]
+
+
+def test_image_caps_count_size_and_total(alice: httpx.Client) -> None:
+    one = "data:image/png;base64," + PNG_1PX
+    error = refused(alice.post(ROUTE, json=with_images(*[one] * 4)), 400, "messages[0].content[4]")
+    assert f"at most {CAPS['max_images']} images" in error["message"]
+    large = "data:image/png;base64," + png_of(CAPS["max_image_bytes"] + 1)
+    error = refused(alice.post(ROUTE, json=with_images(large)), 400, "messages[0].content[1]")
+    assert "REPROMPT_MAX_IMAGE_BYTES" in error["message"]
+    near = "data:image/png;base64," + png_of(CAPS["max_image_bytes"] - 100)
+    error = refused(
+        alice.post(ROUTE, json=with_images(near, near, near)), 400, "messages[0].content[3]"
+    )
+    assert "REPROMPT_MAX_IMAGES_BYTES" in error["message"]
+    system = {"role": "system", "content": [{"type": "text", "text": "x"}, image(one)]}
+    body = chat(messages=[system, {"role": "user", "content": "What is it?"}])
+    refused(alice.post(ROUTE, json=body), 400, "messages[0].content[1]")
+
+
+def test_other_parts_are_refused(alice: httpx.Client) -> None:
+    audio = {"type": "input_audio", "input_audio": {"data": "AAAA", "format": "wav"}}
+    body = chat(messages=[{"role": "user", "content": [{"type": "text", "text": "?"}, audio]}])
     error = refused(alice.post(ROUTE, json=body), 400, "messages[0].content[1]")
-    assert "image_url parts are not supported" in error["message"]
-    assert url not in error["message"]
+    assert "input_audio parts are not supported" in error["message"]
+
+
+def test_a_jobs_images_are_checked_at_submit(alice: httpx.Client) -> None:
+    """POST /v1/jobs takes the same images (base64, a type its bytes show), under the same caps."""
+    job: dict[str, Any] = {"task": "Describe the picture", "signature": "{what :string}"}
+    cases = [
+        # the shape (pydantic names it dotted), then the caps (admission: brackets)
+        ([{"mediaType": "image/png", "data": "%%%"}], "images.0"),
+        (
+            [{"mediaType": "image/png", "data": base64.b64encode(b"GIF89a....").decode()}],
+            "images.0",
+        ),
+        ([{"mediaType": "text/plain", "data": "aGVsbG8="}], "images.0.mediaType"),
+        ([{"mediaType": "image/png", "data": PNG_1PX}] * 4, "images"),
+        ([{"mediaType": "image/png", "data": png_of(CAPS["max_image_bytes"] + 1)}], "images[0]"),
+    ]
+    for images, field in cases:
+        response = alice.post("/v1/jobs", json={**job, "images": images})
+        assert response.status_code == 422, response.text
+        assert problem_field(response) == field, response.text
 
 
 def test_too_many_messages_or_parts(alice: httpx.Client) -> None:
@@ -133,3 +205,20 @@ def test_without_a_key_nothing_runs(api: str) -> None:
     response = httpx.post(f"{api}{ROUTE}", json=chat())
     refused(response, 401, None)
     assert response.json()["error"]["type"] == "authentication_error"
+
+
+def test_tools_with_a_response_format_are_checked_as_a_jobs(alice: httpx.Client) -> None:
+    deep: dict[str, Any] = {"type": "string"}
+    for _ in range(CAPS["max_schema_depth"] + 2):
+        deep = {"type": "object", "properties": {"x": deep}}
+    tool = {"type": "function", "function": {"name": "lookup", "parameters": deep}}
+    response = alice.post(ROUTE, json=chat(tools=[tool]))
+    refused(response, 400, "tools[0].function.parameters")
+    named = {"type": "function", "function": {"name": "elsewhere"}}
+    ok_tool = {"type": "function", "function": {"name": "lookup"}}
+    response = alice.post(ROUTE, json=chat(tools=[ok_tool], tool_choice=named))
+    refused(response, 400, "tool_choice")
+    response = alice.post(ROUTE, json=chat(tools=[ok_tool, ok_tool]))
+    refused(response, 400, "tools")
+    reserved = {"type": "function", "function": {"name": "final_answer"}}
+    refused(alice.post(ROUTE, json=chat(tools=[reserved])), 400, "tools")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import httpx
 import pytest
 
@@ -25,7 +27,33 @@ def test_readyz_is_200_with_redis_and_a_provider(api: str) -> None:
 def test_models_lists_models_routes_default_and_circuits(alice: httpx.Client) -> None:
     response = alice.get("/v1/models")
     assert response.status_code == 200
-    assert response.json() == {
+    body = response.json()
+    created = body["data"][0]["created"]
+    assert 0 < created <= time.time()  # when the service started
+    assert body == {
+        "object": "list",
+        "data": [
+            {
+                "id": "sim-model",
+                "object": "model",
+                "created": created,
+                "owned_by": "sim",
+                "provider": "sim",
+                "circuit": {"state": "closed", "failures": 0},
+                "price": None,
+                "route": None,
+            },
+            {
+                "id": "fast",
+                "object": "model",
+                "created": created,
+                "owned_by": "reprompt",
+                "provider": None,
+                "circuit": None,
+                "price": None,
+                "route": ["sim-model"],
+            },
+        ],
         "default": "sim-model",
         "models": [
             {

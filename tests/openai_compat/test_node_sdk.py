@@ -96,6 +96,13 @@ def test_the_node_sdk_gets_validated_objects(api: str) -> None:
     assert out["streamUsage"]["total_tokens"] == sum(
         t["usage"]["inputTokens"] + t["usage"]["outputTokens"] for t in stream_turns
     )
+    events = out["streamEvents"]
+    discarded = events.index("partial_discarded")
+    assert "partial" in events[discarded:]  # the passing attempt's partials
+    first = events.index("content")
+    assert discarded < first
+    assert set(events[first:]) == {"content"}
+    assert sorted(out["models"]) == [["fast", "reprompt"], ["sim-model", "sim"]]
     failure = out["failure"]
     assert failure["unprocessable"] is True
     assert failure["status"] == 422

@@ -18,7 +18,7 @@ import openai
 import pytest
 from pydantic import BaseModel
 
-from tests.service import KEYS
+from tests.service import KEYS, finished
 
 MODEL = "sim-model"
 
@@ -273,3 +273,175 @@ def test_tool_arguments_are_checked_and_re_asked(api: str, client: openai.OpenAI
     assert answer.choices[0].finish_reason == "stop"
     assert answer.choices[0].message.content
     assert not answer.choices[0].message.tool_calls
+
+
+def test_models_list_parses_in_the_sdk(client: openai.OpenAI) -> None:
+    listed = {model.id: model for model in client.models.list()}
+    assert set(listed) == {MODEL, "fast"}
+    model = listed[MODEL]
+    assert model.object == "model"
+    assert model.owned_by == "sim"
+    assert model.created > 0
+    assert model.model_extra is not None
+    assert model.model_extra["circuit"] == {"state": "closed", "failures": 0}
+    assert client.models.retrieve("fast") == listed["fast"]
+    with pytest.raises(openai.NotFoundError):
+        client.models.retrieve("gpt-nothing")
+    assert listed["fast"].model_extra == {
+        "provider": None,
+        "circuit": None,
+        "price": None,
+        "route": [MODEL],
+    }
+
+
+def test_tools_with_a_json_response_format(api: str, client: openai.OpenAI) -> None:
+    """The model may call a tool (arguments checked and re-asked by the job) or answer; the
+    answer is validated against the response format and re-asked like any job's."""
+    tool: Any = {
+        "type": "function",
+        "function": {
+            "name": "lookup",
+            "description": "Find a city's population.",
+            "strict": True,  # the SDK's parse() takes strict tools only
+            "parameters": {
+                "type": "object",
+                "properties": {"city": {"type": "string"}},
+                "required": ["city"],
+                "additionalProperties": False,
+            },
+        },
+    }
+    script = [
+        {"call": [{"name": "lookup", "arguments": {"city": 7}}]},
+        {"call": [{"name": "lookup", "arguments": {"city": "Lyon"}}]},
+        "missing_field",
+        "ok",
+    ]
+    rule = json.dumps({"script": script, "counter": "requests"})
+    messages: list[Any] = [
+        {"role": "user", "content": f"Population of Lyon? ({uuid.uuid4().hex[:8]})\n[[sim {rule}]]"}
+    ]
+    raw = client.chat.completions.with_raw_response.create(
+        model=MODEL, messages=messages, tools=[tool], response_format=city_format()
+    )
+    asked = raw.parse()
+    choice = asked.choices[0]
+    assert choice.finish_reason == "tool_calls"
+    (call,) = choice.message.tool_calls or []
+    assert json.loads(call.function.arguments) == {"city": "Lyon"}
+    assert raw.headers["x-reprompt-attempts"] == "2"
+    first = job_of(api, asked.id)
+    assert [t["outcome"] for t in first["turns"]] == ["tool_calls", "tool_calls"]
+    assert asked.usage is not None
+    assert asked.usage.prompt_tokens == sum(t["usage"]["inputTokens"] for t in first["turns"])
+    messages += [
+        choice.message.model_dump(exclude_none=True),
+        {"role": "tool", "tool_call_id": call.id, "content": '{"population": 522250}'},
+    ]
+    answer = client.chat.completions.parse(
+        model=MODEL, messages=messages, tools=[tool], response_format=City
+    )
+    assert answer.choices[0].finish_reason == "stop"
+    assert isinstance(answer.choices[0].message.parsed, City)
+    assert [t["outcome"] for t in job_of(api, answer.id)["turns"]] == ["invalid", "success"]
+
+
+def test_streaming_sends_validated_partials_then_the_valid_content(client: openai.OpenAI) -> None:
+    """The rejected attempt shows only in reprompt's extension (its partials, then
+    partial_discarded); the content comes once, from the answer that passed."""
+    stream = client.chat.completions.create(
+        model=MODEL,
+        messages=[{"role": "user", "content": directive(["missing_field", "ok"])}],
+        response_format=city_format(),
+        stream=True,
+    )
+    seen: list[tuple[str, Any]] = []
+    for chunk in stream:
+        extension = (chunk.model_extra or {}).get("reprompt")
+        if extension is not None:
+            assert chunk.choices[0].delta.content is None
+            seen.append((extension["event"], extension))
+        for choice in chunk.choices:
+            if choice.delta.content:
+                seen.append(("content", choice.delta.content))
+    names = [name for name, _ in seen]
+    discarded = names.index("partial_discarded")
+    assert "partial" in names[discarded + 1 :]  # the next attempt's partials
+    first_content = names.index("content")
+    assert discarded < first_content
+    assert set(names[first_content:]) == {"content"}  # nothing after the content began
+    text = "".join(value for name, value in seen if name == "content")
+    last_partial = [value for name, value in seen if name == "partial"][-1]
+    assert "$" in last_partial["complete"]
+    assert json.loads(text) == last_partial["data"]
+    City.model_validate_json(text)
+
+
+def test_a_stream_whose_budget_is_spent_ends_in_an_error_event(
+    api: str, client: openai.OpenAI
+) -> None:
+    stream = client.chat.completions.create(
+        model=MODEL,
+        messages=[{"role": "user", "content": directive(["missing_field"] * 3)}],
+        response_format=city_format(),
+        stream=True,
+        extra_body={"reprompt": {"maxTurns": 1, "returnRetries": 1, "retryMode": "whole"}},
+    )
+    contents: list[str] = []
+
+    def read() -> None:
+        for chunk in stream:
+            contents.extend(c.delta.content for c in chunk.choices if c.delta.content)
+
+    with pytest.raises(openai.APIError) as caught:
+        read()
+    assert contents == []  # no content of an answer that did not pass
+    assert "missing required field" in caught.value.message
+    body: Any = caught.value.body
+    assert body["code"] in ("budget-exhausted", "llm-invalid-output")
+    assert len(job_of(api, body["job_id"])["turns"]) == 2
+
+
+def test_leaving_a_stream_cancels_its_job(api: str, client: openai.OpenAI) -> None:
+    stream = client.chat.completions.create(
+        model=MODEL,
+        messages=[{"role": "user", "content": directive(["slow", "ok"])}],
+        response_format=city_format(),
+        stream=True,
+    )
+    first = next(iter(stream))
+    stream.close()
+    with httpx.Client(base_url=api, headers={"authorization": f"Bearer {KEYS['alice']}"}) as http:
+        assert finished(http, first.id)["status"] == "cancelled"
+
+
+def test_a_streamed_json_job_that_calls_a_tool_streams_the_call(client: openai.OpenAI) -> None:
+    tool: Any = {
+        "type": "function",
+        "function": {
+            "name": "lookup",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+        },
+    }
+    script = [{"call": [{"name": "lookup", "arguments": {"city": "Lyon"}}]}]
+    rule = json.dumps({"script": script, "counter": "requests"})
+    stream = client.chat.completions.create(
+        model=MODEL,
+        messages=[{"role": "user", "content": f"Lyon? ({uuid.uuid4().hex[:8]})\n[[sim {rule}]]"}],
+        tools=[tool],
+        response_format=city_format(),
+        stream=True,
+    )
+    calls = []
+    finish = None
+    for chunk in stream:
+        for choice in chunk.choices:
+            assert not choice.delta.content
+            calls += choice.delta.tool_calls or []
+            finish = choice.finish_reason or finish
+    assert finish == "tool_calls"
+    (call,) = calls
+    assert call.function is not None
+    assert call.function.name == "lookup"
+    assert json.loads(call.function.arguments or "") == {"city": "Lyon"}

@@ -11,7 +11,7 @@ import pytest
 from pydantic import ValidationError
 
 from app.api.chat.call import checked_call
-from app.api.chat.completion import CHUNK_CHARS, chunks, message_of, usage_of
+from app.api.chat.completion import CHUNK_CHARS, chunks, message_of, role_chunk, usage_of
 from app.api.chat.errors import ChatError
 from app.api.chat.job import job_spec
 from app.api.chat.request import ChatRequest
@@ -75,7 +75,10 @@ def test_a_job_field_error_names_the_request_field() -> None:
 def test_an_answer_streams_in_pieces_then_usage() -> None:
     text = "x" * (CHUNK_CHARS * 2 + 1)
     usage = usage_of(10, 5, 4)
-    events = list(chunks("job_1", 7, "m", message_of(text), "stop", usage))
+    events = [
+        role_chunk("job_1", 7, "m"),
+        *chunks("job_1", 7, "m", message_of(text), "stop", usage),
+    ]
     assert events[0]["choices"][0]["delta"]["role"] == "assistant"
     pieces = [e["choices"][0]["delta"].get("content") for e in events[1:-2]]
     assert "".join(pieces) == text
@@ -86,7 +89,7 @@ def test_an_answer_streams_in_pieces_then_usage() -> None:
     assert all(e["usage"] is None for e in events[:-1])
     calls = (ToolCall("c1", "f", "{}"),)
     events = list(chunks("i", 7, "m", message_of(None, calls), "tool_calls", None))
-    assert events[1]["choices"][0]["delta"]["tool_calls"][0]["index"] == 0
+    assert events[0]["choices"][0]["delta"]["tool_calls"][0]["index"] == 0
     assert events[-1]["choices"][0]["finish_reason"] == "tool_calls"
 
 

@@ -398,6 +398,7 @@ def test_requests_endpoint_lists_what_each_request_offered() -> None:
             "messages": 1,
             "schemaKeys": ["sku", "available"],
             "n": 1,
+            "images": [],
         },
         {
             "seq": 2,
@@ -410,6 +411,7 @@ def test_requests_endpoint_lists_what_each_request_offered() -> None:
             "messages": 3,
             "schemaKeys": ["sku", "available"],
             "n": 1,
+            "images": [],
         },
         {
             "seq": 3,
@@ -422,6 +424,7 @@ def test_requests_endpoint_lists_what_each_request_offered() -> None:
             "messages": 1,
             "schemaKeys": ["customer", "quantity", "express", "items"],
             "n": 1,
+            "images": [],
         },
     ]
     assert cleared.status_code == 204

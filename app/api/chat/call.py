@@ -15,8 +15,9 @@ import json
 from dataclasses import dataclass, replace
 
 from app.api.chat.errors import ChatError
-from app.core.turn.model import LLMRequest, LLMResponse, Message, ModelClient, ToolCall
-from app.core.turn.tools import Toolbox
+from app.api.chat.request import ChatRequest
+from app.core.turn.model import LLMRequest, LLMResponse, Message, ModelClient, ToolCall, ToolSpec
+from app.core.turn.tools import Tool, Toolbox
 from app.core.wire import codes
 
 
@@ -103,3 +104,35 @@ def _problems(toolbox: Toolbox, calls: tuple[ToolCall, ...]) -> dict[str, str]:
                 + ". Call it again with arguments that match."
             )
     return out
+
+
+def toolbox_of(chat: ChatRequest) -> Toolbox | None:
+    """The request's tools, checked (names unique, ``tool_choice`` one of them); None:
+    no tools."""
+    choice = chat.tool_choice
+    if not chat.tools:
+        if choice is not None and choice not in ("auto", "none"):
+            raise ChatError(
+                400,
+                codes.INVALID_INPUT,
+                "tool_choice: the request has no tools",
+                param="tool_choice",
+            )
+        return None
+    names = [tool.function.name for tool in chat.tools]
+    for name in names:
+        if names.count(name) > 1:
+            raise ChatError(
+                400, codes.INVALID_INPUT, f"tools: the name {name!r} is used twice", param="tools"
+            )
+    if choice is not None and not isinstance(choice, str) and choice.function.name not in names:
+        raise ChatError(
+            400,
+            codes.INVALID_INPUT,
+            f"tool_choice: {choice.function.name!r} is not one of the tools",
+            param="tool_choice",
+        )
+    return Toolbox(
+        Tool(ToolSpec(t.function.name, t.function.description, t.function.parameters))
+        for t in chat.tools
+    )

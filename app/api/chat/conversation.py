@@ -2,10 +2,12 @@
 or as the model call's own messages.
 
     task, input = as_task(request)          # a JSON response format: the job's task and input
-    messages = as_messages(request)         # a plain call: the conversation as it is
+    messages = as_messages(request, images) # a plain call: the conversation as it is
 
-Only text reaches a model: image, audio and file parts are refused with a 400 naming the
-part (docs/openai-compatible.md).
+Text parts are joined; image parts (``app.api.chat.images``, read before) go with their
+message in a plain call, and into the job's ``images`` with ``[image N]`` where they were
+in a job's text. Audio and file parts are refused with a 400 naming the part
+(docs/openai-compatible.md).
 """
 
 from __future__ import annotations
@@ -13,7 +15,8 @@ from __future__ import annotations
 from typing import Any
 
 from app.api.chat.errors import ChatError
-from app.api.chat.request import ChatMessage, ChatRequest, TextPart
+from app.api.chat.images import Images
+from app.api.chat.request import ChatMessage, ChatRequest, ImagePart, TextPart
 from app.core.turn.model import Message, Role, ToolCall
 from app.core.wire import codes
 
@@ -26,31 +29,50 @@ _ROLES: dict[str, Role] = {
 }
 
 
-def text_of(message: ChatMessage, index: int) -> str:
-    """The message's text: a string, or its text parts joined; other parts refused."""
+def text_of(message: ChatMessage, index: int, *, number_from: int | None = None) -> str:
+    """The message's text: a string, or its text parts joined (``number_from``: each image
+    part as ``[image N]``, N counted from it); other parts refused."""
     content = message.content
     if content is None:
         return ""
     if isinstance(content, str):
         return content
     texts: list[str] = []
+    number = number_from
     for j, part in enumerate(content):
-        if not isinstance(part, TextPart):
+        if isinstance(part, TextPart):
+            texts.append(part.text)
+        elif isinstance(part, ImagePart):
+            if number is not None:
+                texts.append(f"[image {number}]")
+                number += 1
+        else:
             raise ChatError(
                 400,
                 codes.INVALID_INPUT,
                 f"messages[{index}].content[{j}]: {part.type} parts are not supported; "
-                "send text (docs/openai-compatible.md)",
+                "send text or images (docs/openai-compatible.md)",
                 param=f"messages[{index}].content[{j}]",
             )
-        texts.append(part.text)
     return "\n".join(texts)
+
+
+def _marked_texts(request: ChatRequest) -> list[str]:
+    """Every message's text, its images as ``[image N]`` (N over the request, from 1: the
+    order of the job's ``images``)."""
+    texts = []
+    number = 1
+    for i, message in enumerate(request.messages):
+        texts.append(text_of(message, i, number_from=number))
+        if isinstance(message.content, list):
+            number += sum(isinstance(part, ImagePart) for part in message.content)
+    return texts
 
 
 def as_task(request: ChatRequest) -> tuple[str, Any]:
     """The job's task (the system and developer messages, then the last user message) and
     input (every other message, in order, as ``{"role", "content"}``; None when none)."""
-    texts = [text_of(m, i) for i, m in enumerate(request.messages)]
+    texts = _marked_texts(request)
     last_user = max((i for i, m in enumerate(request.messages) if m.role == "user"), default=None)
     if last_user is None:
         raise ChatError(
@@ -77,11 +99,13 @@ def _entry(message: ChatMessage, text: str) -> dict[str, Any]:
     return entry
 
 
-def as_messages(request: ChatRequest) -> tuple[Message, ...]:
-    """The conversation as the model call's messages (developer messages as system ones)."""
+def as_messages(request: ChatRequest, images: Images) -> tuple[Message, ...]:
+    """The conversation as the model call's messages (developer messages as system ones),
+    each user message with its images."""
     out: list[Message] = []
     for i, message in enumerate(request.messages):
         text = text_of(message, i)
+        seen = tuple(image for (at, _), image in images.items() if at == i)
         calls = tuple(
             ToolCall(c.id, c.function.name, c.function.arguments) for c in message.tool_calls or ()
         )
@@ -99,6 +123,7 @@ def as_messages(request: ChatRequest) -> tuple[Message, ...]:
                 tool_calls=calls,
                 tool_call_id=message.tool_call_id,
                 name=message.name if message.role != "tool" else None,
+                images=seen,
             )
         )
     return tuple(out)

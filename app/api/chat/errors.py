@@ -98,10 +98,8 @@ class ChatError(Exception):
             400, codes.INVALID_INPUT, f"{param or 'body'}: {message}{more}", param=param or None
         )
 
-    def response(self, headers: Mapping[str, str] | None = None) -> JSONResponse:
-        out = {**self.headers, **(headers or {})}
-        if self.retry_after_s is not None and self.status in (429, 503):
-            out["Retry-After"] = str(max(1, math.ceil(self.retry_after_s)))
+    def body(self) -> dict[str, object]:
+        """``{"error": {...}}``: the response's body, and a stream's error event's data."""
         error: dict[str, object] = {
             "message": self.message,
             "type": error_type(self.status),
@@ -109,7 +107,13 @@ class ChatError(Exception):
             "code": self.code,
         }
         error.update({k: v for k, v in self.extra.items() if k not in error})
-        return JSONResponse({"error": error}, status_code=self.status, headers=out)
+        return {"error": error}
+
+    def response(self, headers: Mapping[str, str] | None = None) -> JSONResponse:
+        out = {**self.headers, **(headers or {})}
+        if self.retry_after_s is not None and self.status in (429, 503):
+            out["Retry-After"] = str(max(1, math.ceil(self.retry_after_s)))
+        return JSONResponse(self.body(), status_code=self.status, headers=out)
 
 
 def _dotted(loc: tuple[int | str, ...] | list[int | str], prefix: str) -> str:

@@ -12,6 +12,7 @@ from pydantic import ValidationError
 
 from app.api.chat.conversation import as_task
 from app.api.chat.errors import ChatError
+from app.api.chat.images import Images
 from app.api.chat.request import ChatRequest
 from app.core.wire import codes
 from app.core.wire.spec import JobSpec
@@ -22,8 +23,9 @@ ANY_OBJECT: Final = {"type": "object"}
 _BUDGET: Final = ("maxTurns", "returnRetries", "maxCostUsd", "maxTokens", "deadlineMs")
 
 
-def job_spec(request: ChatRequest) -> JobSpec:
-    """The job that answers ``request`` (which has a JSON response format)."""
+def job_spec(request: ChatRequest, images: Images | None = None) -> JobSpec:
+    """The job that answers ``request`` (which has a JSON response format); ``images``, read
+    from its image parts, are the job's, in order (``[image N]`` in its text)."""
     response_format = request.response_format
     assert response_format is not None
     if response_format.type == "json_schema":
@@ -49,6 +51,11 @@ def job_spec(request: ChatRequest) -> JobSpec:
         body["seed"] = request.seed
     if request.metadata:
         body["metadata"] = dict(request.metadata)
+    if request.stream:
+        body["stream"] = True  # validated partials (#31), sent as reprompt's chunks
+    body.update(_tools(request))
+    if images:
+        body["images"] = [{"mediaType": i.media_type, "data": i.data} for i in images.values()]
     options = request.reprompt.model_dump(by_alias=True, exclude_none=True, exclude_defaults=True)
     budget = {key: options.pop(key) for key in _BUDGET if key in options}
     if budget:
@@ -62,6 +69,25 @@ def job_spec(request: ChatRequest) -> JobSpec:
         raise error from None
 
 
+def _tools(request: ChatRequest) -> dict[str, Any]:
+    """The job's ``tools`` and ``toolChoice``: client tools, so the job pauses on a call and
+    the route hands it to the caller."""
+    out: dict[str, Any] = {}
+    if request.tools:
+        out["tools"] = [
+            {
+                "name": tool.function.name,
+                "description": tool.function.description,
+                "parameters": tool.function.parameters,
+            }
+            for tool in request.tools
+        ]
+    choice = request.tool_choice
+    if choice is not None:
+        out["toolChoice"] = choice if isinstance(choice, str) else {"name": choice.function.name}
+    return out
+
+
 # Where a JobSpec field came from in the chat request, for the error's ``param``.
 _FROM: Final = {
     "task": "messages",
@@ -72,6 +98,9 @@ _FROM: Final = {
     "seed": "seed",
     "metadata": "metadata",
     "model": "model",
+    "tools": "tools",
+    "toolChoice": "tool_choice",
+    "images": "messages",
 }
 
 
@@ -81,6 +110,8 @@ def chat_param(field: str) -> str:
     if head == "budget":
         return "reprompt." + rest
     bare = head.split("[", 1)[0]
+    if bare == "tools" and head != bare:  # tools[0].parameters → tools[0].function.parameters
+        return ".".join((head, "function", rest)) if rest else head
     if bare in _FROM:
         return _FROM[bare]
     return "reprompt." + field if field else "reprompt"

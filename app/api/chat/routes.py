@@ -17,39 +17,33 @@ from __future__ import annotations
 import secrets
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
-from datetime import datetime
-from typing import Any, Final
+from typing import Final
 
 from fastapi import APIRouter, Request
 from fastapi.responses import Response, StreamingResponse
 from pydantic import ValidationError
-from pydantic_core import to_json
+from sse_starlette import EventSourceResponse
 from starlette.responses import JSONResponse
 
 from app import metrics
-from app.api.chat.call import checked_call
-from app.api.chat.completion import chunks, completion, message_of, usage_of
+from app.api.chat.call import checked_call, toolbox_of
+from app.api.chat.completion import Answer, chunks, completion, message_of, role_chunk, usage_of
 from app.api.chat.conversation import as_messages
-from app.api.chat.errors import JOB_STATUS, ChatError
-from app.api.chat.job import chat_param, job_spec
+from app.api.chat.errors import ChatError
+from app.api.chat.images import gather_images
+from app.api.chat.jobs import job_answer, job_stream, sse
 from app.api.chat.request import ChatRequest
-from app.api.limits import stored_spec_json
+from app.api.events import PING_S
 from app.api.resources import BEARER_JSON, Caller
-from app.core.turn.model import LLMRequest, ToolCall, ToolSpec
-from app.core.turn.tools import Tool, Toolbox
+from app.core.turn.model import LLMRequest, ToolCall
 from app.core.wire import codes
-from app.core.wire.errors import InvalidInput, RepromptError
-from app.store import JobView
+from app.core.wire.errors import RepromptError
 from app.tracecontext import TraceContext
 
 # A plain call's output cap when the request gives none.
 DEFAULT_OUTPUT_TOKENS: Final = 1024
 # Plain calls with tools: model calls in all when arguments keep failing their schema.
 DEFAULT_TOOL_ATTEMPTS: Final = 3
-# How long past its deadline a job is waited for before the answer is a 504 (the job goes
-# on: GET /v1/jobs/{id}).
-GRACE_MS: Final = 5_000
 # Fields of OpenAI's request the service cannot honour: a 400 rather than a silent answer
 # without them.
 REFUSED: Final = {
@@ -84,22 +78,6 @@ ERROR_SCHEMA: Final = {
 }
 
 router = APIRouter(tags=["openai"], generate_unique_id_function=lambda route: route.name)
-
-
-@dataclass(frozen=True, slots=True)
-class Answer:
-    """What the request is answered with, before it is written as a completion or chunks."""
-
-    id: str
-    created: int
-    model: str
-    message: dict[str, Any]
-    finish_reason: str
-    usage: dict[str, Any]
-    attempts: int
-    model_ms: int
-    job_id: str | None = None
-    headers: dict[str, str] = field(default_factory=dict)
 
 
 @router.post(
@@ -140,8 +118,19 @@ async def chat_completions(request: Request) -> Response:
         except ValidationError as exc:
             raise ChatError.invalid(exc) from None
         _refuse(chat)
+        if chat.structured and chat.stream:
+            job_id, events = await job_stream(caller, chat, _trace(request))
+            return EventSourceResponse(
+                events,
+                ping=PING_S,
+                headers={
+                    **_warning(chat),
+                    "x-reprompt-job-id": job_id,
+                    "cache-control": "no-cache",
+                },
+            )
         if chat.structured:
-            answer = await _job_answer(caller, chat, _trace(request))
+            answer = await job_answer(caller, chat, _trace(request))
         else:
             answer = await _plain_answer(caller, chat)
     except RepromptError as exc:
@@ -166,16 +155,14 @@ async def chat_completions(request: Request) -> Response:
 
 
 async def answer_events(answer: Answer, *, include_usage: bool) -> AsyncIterator[bytes]:
-    """The answer as Server-Sent Events, ``data: [DONE]`` last.
-
-    For now the answer streams once it is valid; validated partials (while the attempt that
-    passes is still being written) are to come through this one function.
-    """
+    """A finished answer (a plain call's) as Server-Sent Events, ``data: [DONE]`` last. A
+    job's answer streams with its validated partials first: ``app.api.chat.jobs``."""
+    yield sse(role_chunk(answer.id, answer.created, answer.model))
     usage = answer.usage if include_usage else None
     for event in chunks(
         answer.id, answer.created, answer.model, answer.message, answer.finish_reason, usage
     ):
-        yield b"data: " + to_json(event) + b"\n\n"
+        yield sse(event)
     yield b"data: [DONE]\n\n"
 
 
@@ -194,104 +181,6 @@ def _refuse(chat: ChatRequest) -> None:
             "keeps the first valid one)",
             param="n",
         )
-    if chat.structured and chat.tools:
-        raise ChatError(
-            400,
-            codes.INVALID_INPUT,
-            "tools: not with a JSON response format yet; send one or the other",
-            param="tools",
-        )
-
-
-async def _job_answer(caller: Caller, chat: ChatRequest, trace: TraceContext | None) -> Answer:
-    res, tenant = caller.res, caller.tenant
-    spec = job_spec(chat)
-    router = res.require_router()
-    try:
-        caller.admit(spec)
-    except InvalidInput as exc:
-        first = exc.errors[0]
-        field = first.field or ""
-        if field == "model":
-            raise ChatError(404, "model_not_found", first.detail, param="model") from None
-        raise ChatError(
-            400,
-            exc.code,
-            f"{chat_param(field)}: {first.detail}",
-            param=chat_param(field) if field else None,
-        ) from None
-    stored = stored_spec_json(spec, res.settings)
-    deadline_ms: int = stored["budget"]["deadlineMs"]
-    give_up = time.monotonic() + (deadline_ms + GRACE_MS) / 1000
-    poll_ms = max(res.settings.max_wait_ms, 1000)
-    async with res.fairness.waiting(tenant, for_ms=deadline_ms + GRACE_MS):
-        job, _ = await res.store.submit(
-            tenant=tenant,
-            spec=stored,
-            idempotency_key=None,
-            metadata=dict(spec.metadata),
-            model=spec.model or router.default,
-            trace=trace,
-            wait_ms=min(poll_ms, deadline_ms + GRACE_MS),
-        )
-        metrics.JOBS_SUBMITTED.inc()
-        while not job.terminal:
-            left_ms = int((give_up - time.monotonic()) * 1000)
-            if left_ms <= 0:
-                raise ChatError(
-                    504,
-                    codes.DEADLINE_EXCEEDED,
-                    f"the job is still running past its deadline: GET /v1/jobs/{job.id}",
-                    headers={"x-reprompt-job-id": job.id},
-                    extra={"job_id": job.id},
-                )
-            waited = await res.store.wait(job.id, tenant=tenant, wait_ms=min(poll_ms, left_ms))
-            if waited is None:  # pragma: no cover - the job expired while being waited on
-                raise ChatError(500, codes.INTERNAL_ERROR, f"the job {job.id} is gone")
-            job = waited
-    return _from_job(job)
-
-
-def _from_job(job: JobView) -> Answer:
-    """The finished job as the answer; its error as a ``ChatError``."""
-    envelope = job.result
-    ex = envelope.execution
-    attempts = ex.llm_calls if ex is not None else len(job.turns)
-    model_ms = sum(turn.latency_ms for turn in job.turns)
-    headers = {"x-reprompt-job-id": job.id}
-    if envelope.status != codes.RESULT_SUCCESS:
-        code = envelope.error or codes.INTERNAL_ERROR
-        status = JOB_STATUS.get(code, 500)
-        retry_after = None
-        if status == 429:
-            retry_after = max(1.0, codes.backoff_delay_ms(code, 0) / 1000)
-        raise ChatError(
-            status,
-            code,
-            envelope.detail or code,
-            retry_after_s=retry_after,
-            # The job has made its attempts: an SDK's own retry would spend the budget again.
-            headers={**headers, "x-reprompt-attempts": str(attempts), "x-should-retry": "false"},
-            extra={"job_id": job.id, "cause": envelope.cause},
-        )
-    usage = usage_of(
-        ex.input_tokens if ex else 0,
-        ex.output_tokens if ex else 0,
-        ex.cached_input_tokens if ex else 0,
-    )
-    content = to_json(envelope.data).decode()
-    return Answer(
-        id=job.id,
-        created=_epoch(job.created_at),
-        model=(ex.model if ex else None) or job.model or "",
-        message=message_of(content),
-        finish_reason="stop",
-        usage=usage,
-        attempts=attempts,
-        model_ms=model_ms,
-        job_id=job.id,
-        headers=headers,
-    )
 
 
 async def _plain_answer(caller: Caller, chat: ChatRequest) -> Answer:
@@ -314,8 +203,8 @@ async def _plain_answer(caller: Caller, chat: ChatRequest) -> Answer:
     deadline_ms = min(
         options.deadline_ms or settings.job_default_deadline_ms, settings.max_deadline_ms
     )
-    toolbox = _toolbox(chat)
-    messages = as_messages(chat)
+    toolbox = toolbox_of(chat)
+    messages = as_messages(chat, await gather_images(chat, settings, res.outbound))
     text_chars = sum(len(m.content) for m in messages)
     if text_chars > settings.max_task_chars:
         raise ChatError(
@@ -376,47 +265,19 @@ async def _plain_answer(caller: Caller, chat: ChatRequest) -> Answer:
     )
 
 
-def _toolbox(chat: ChatRequest) -> Toolbox | None:
-    choice = chat.tool_choice
-    if not chat.tools:
-        if choice is not None and choice not in ("auto", "none"):
-            raise ChatError(
-                400,
-                codes.INVALID_INPUT,
-                "tool_choice: the request has no tools",
-                param="tool_choice",
-            )
-        return None
-    names = [tool.function.name for tool in chat.tools]
-    for name in names:
-        if names.count(name) > 1:
-            raise ChatError(
-                400, codes.INVALID_INPUT, f"tools: the name {name!r} is used twice", param="tools"
-            )
-    if choice is not None and not isinstance(choice, str) and choice.function.name not in names:
-        raise ChatError(
-            400,
-            codes.INVALID_INPUT,
-            f"tool_choice: {choice.function.name!r} is not one of the tools",
-            param="tool_choice",
-        )
-    return Toolbox(
-        Tool(ToolSpec(t.function.name, t.function.description, t.function.parameters))
-        for t in chat.tools
-    )
-
-
 def _headers(answer: Answer, chat: ChatRequest, started: float) -> dict[str, str]:
     elapsed_ms = (time.perf_counter() - started) * 1000
-    headers = {
+    return {
         **answer.headers,
         "x-reprompt-attempts": str(answer.attempts),
         "x-reprompt-overhead-ms": f"{max(0.0, elapsed_ms - answer.model_ms):.1f}",
+        **_warning(chat),
     }
+
+
+def _warning(chat: ChatRequest) -> dict[str, str]:
     ignored = chat.ignored + (["user"] if chat.user is not None else [])
-    if ignored:
-        headers["x-reprompt-warning"] = "ignored: " + ", ".join(ignored)
-    return headers
+    return {"x-reprompt-warning": "ignored: " + ", ".join(ignored)} if ignored else {}
 
 
 def _count(outcome: str) -> None:
@@ -429,10 +290,6 @@ def _trace(request: Request) -> TraceContext | None:
     if not parents:
         return None
     return TraceContext.from_headers(parents, headers.getlist("tracestate"))
-
-
-def _epoch(stamp: str) -> int:
-    return int(datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp())
 
 
 def _call_id() -> str:

@@ -59,6 +59,8 @@ def admit(
     """The contract of a job fit to queue; else every field's error at once."""
     errors = FieldErrors()
     check_caps(spec, caps, errors)
+    if spec.images:
+        _check_images(spec, caps, errors)
     _check_tools(spec, caps, errors)
     _check_urls(spec, check_url, check_headers, errors)
     _check_models(spec, models, errors)
@@ -69,6 +71,25 @@ def admit(
     errors.raise_any()
     assert contract is not None  # no errors: compiled
     return contract
+
+
+def _check_images(spec: JobSpec, caps: Caps, errors: FieldErrors) -> None:
+    """The images' count, each one's bytes, and their bytes in all (#34)."""
+    with errors:
+        if len(spec.images) > caps.max_images:
+            raise InvalidInput(f"at most {caps.max_images} images", field="images")
+        for i, image in enumerate(spec.images):
+            if image.size > caps.max_image_bytes:
+                raise InvalidInput(
+                    f"{image.size} bytes, over the cap of {caps.max_image_bytes} per image",
+                    field=f"images[{i}]",
+                )
+        total = sum(image.size for image in spec.images)
+        if total > caps.max_images_bytes:
+            raise InvalidInput(
+                f"{total} bytes of images, over the cap of {caps.max_images_bytes} in all",
+                field="images",
+            )
 
 
 def _check_tools(spec: JobSpec, caps: Caps, errors: FieldErrors) -> None:

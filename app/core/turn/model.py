@@ -35,12 +35,21 @@ class ToolCall:
 
 
 @dataclass(frozen=True, slots=True)
+class Image:
+    """An image the model sees with a message: its type and its bytes as base64."""
+
+    media_type: str
+    data: str = field(repr=False)
+
+
+@dataclass(frozen=True, slots=True)
 class Message:
     role: Role
     content: str
     tool_calls: tuple[ToolCall, ...] = ()
     tool_call_id: str | None = None
     name: str | None = None
+    images: tuple[Image, ...] = ()  # a user message's images, after its text
 
 
 @dataclass(frozen=True, slots=True)

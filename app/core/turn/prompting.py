@@ -33,7 +33,7 @@ from app.core.answer.patch import Patch
 from app.core.schema.validation import derived
 from app.core.turn.budget import TurnBudget
 from app.core.turn.conversation import Conversation
-from app.core.turn.model import Message, ModelClient, PromptStyle, StyledClient
+from app.core.turn.model import Image, Message, ModelClient, PromptStyle, StyledClient
 from app.core.turn.templates import data_tag, fence, render
 from app.core.wire.record import TurnType
 from app.core.wire.spec import JobSpec
@@ -109,7 +109,7 @@ class Prompting:
         if self.compact(model):
             return Conversation(
                 system=self.system(model),
-                task=Message("user", self._compact_task(model)),
+                task=self._user(self._compact_task(model)),
                 full=self.spec.feedback == "full",
             )
         shown = show_input(self.spec.input)
@@ -126,7 +126,7 @@ class Prompting:
         )
         return Conversation(
             system=self.system(model),
-            task=Message("user", task),
+            task=self._user(task),
             full=self.spec.feedback == "full",
         )
 
@@ -166,7 +166,15 @@ class Prompting:
             or self.spec.feedback == "full"
         ):
             return None
-        return Message("user", self._compact_task(model, rejected=failure.diagnosis, part=patch))
+        return self._user(self._compact_task(model, rejected=failure.diagnosis, part=patch))
+
+    def _user(self, text: str) -> Message:
+        """The task's user message, with the job's images (every call sends them)."""
+        return Message("user", text, images=self._images)
+
+    @functools.cached_property
+    def _images(self) -> tuple[Image, ...]:
+        return tuple(Image(image.media_type, image.data) for image in self.spec.images)
 
     def _compact_task(
         self,
@@ -205,7 +213,7 @@ class Prompting:
         """Spec 004's simplified final attempt: the bare schema, an example, the last error."""
         if self.compact(model):
             task = self._compact_task(model, None if last is None else last.diagnosis)
-            return (Message("user", task),)
+            return (self._user(task),)
         schema = schema_text(self.contract.output_schema)
         example = self.contract.example
         system = render(
@@ -229,7 +237,7 @@ class Prompting:
                 "last_error": None if last is None else last.diagnosis,
             },
         )
-        return (Message("system", system), Message("user", user))
+        return (Message("system", system), self._user(user))
 
     def note(self, budget: TurnBudget, turn_type: TurnType) -> str | None:
         """Spec 003's budget information, and spec 000's must-return warning when the job

@@ -27,6 +27,7 @@ from pydantic_core import SchemaValidator
 from app.core.schema.validation import json_path
 from app.core.text.unicode import escaped, surrogate_at, surrogate_path
 from app.core.turn.model import StructuredOutput
+from app.core.wire.image import ImageSpec
 
 FeedbackMode = Literal["collapsed", "full"]
 # How a rejected answer is asked for again: whole, only its failing fields, or either.
@@ -298,6 +299,12 @@ class JobSpec(_Wire):
         "the outputs, on a must-return turn.",
     )
     metadata: dict[str, StrictStr] = Field(default_factory=dict, max_length=64)
+    images: list[ImageSpec] = Field(
+        default_factory=list,
+        max_length=64,
+        description="Images the model sees with the task, in order (#34); at most "
+        "REPROMPT_MAX_IMAGES, each REPROMPT_MAX_IMAGE_BYTES, REPROMPT_MAX_IMAGES_BYTES in all.",
+    )
     stream: StrictBool = Field(
         default=False,
         description="Stream the answer as it is written: partial events (complete, checked "

@@ -356,8 +356,25 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** Models, routes and circuit states */
+        /** Models, routes and circuit states (OpenAI's model list) */
         get: operations["list_models"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/models/{model_id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** One model or route (OpenAI's model object) */
+        get: operations["get_model"];
         put?: never;
         post?: never;
         delete?: never;
@@ -912,6 +929,23 @@ export interface components {
              */
             status: "ok";
         };
+        /**
+         * ImageSpec
+         * @description One image, base64, of a type its bytes show.
+         */
+        ImageSpec: {
+            /**
+             * Data
+             * @description The image, base64.
+             */
+            data: string;
+            /**
+             * Mediatype
+             * @description image/png, image/jpeg, image/gif or image/webp.
+             * @enum {string}
+             */
+            mediaType: "image/png" | "image/jpeg" | "image/gif" | "image/webp";
+        };
         /** ItemCounts */
         ItemCounts: {
             /** Failed */
@@ -1120,6 +1154,11 @@ export interface components {
              */
             feedback?: "collapsed" | "full";
             /**
+             * Images
+             * @description Images the model sees with the task, in order (#34); at most REPROMPT_MAX_IMAGES, each REPROMPT_MAX_IMAGE_BYTES, REPROMPT_MAX_IMAGES_BYTES in all.
+             */
+            images?: components["schemas"]["ImageSpec"][];
+            /**
              * Includeexample
              * @default true
              */
@@ -1238,6 +1277,46 @@ export interface components {
             /** Validators */
             validators?: components["schemas"]["ValidatorSpec"][];
         };
+        /**
+         * ListedModel
+         * @description One model or route in OpenAI's ``model`` shape (``id``, ``object``, ``created``,
+         *     ``owned_by``), with reprompt's own fields beside them.
+         */
+        ListedModel: {
+            circuit?: components["schemas"]["Circuit"] | null;
+            /**
+             * Created
+             * @description Unix seconds: when this service started.
+             */
+            created: number;
+            /**
+             * Id
+             * @description The name a request's `model` uses.
+             */
+            id: string;
+            /**
+             * Object
+             * @default model
+             * @constant
+             */
+            object?: "model";
+            /**
+             * Owned By
+             * @description The provider's name in the providers file; a route: reprompt.
+             */
+            owned_by: string;
+            price?: components["schemas"]["ModelPrice"] | null;
+            /**
+             * Provider
+             * @description null for a route.
+             */
+            provider?: string | null;
+            /**
+             * Route
+             * @description A route's models, tried in order; null for a model.
+             */
+            route?: string[] | null;
+        };
         /** ModelInfo */
         ModelInfo: {
             circuit: components["schemas"]["Circuit"] | null;
@@ -1273,7 +1352,32 @@ export interface components {
         /**
          * Models
          * @description The models and routes a job's ``model`` may name, with each model's circuit.
+         *
+         *     ``object`` and ``data`` are OpenAI's list (the SDKs' ``models.list()`` reads them);
+         *     ``default``, ``models`` and ``routes`` are reprompt's own view of the same things.
          * @example {
+         *       "data": [
+         *         {
+         *           "circuit": {
+         *             "failures": 0,
+         *             "state": "closed"
+         *           },
+         *           "created": 1767225600,
+         *           "id": "gpt-4o-mini",
+         *           "object": "model",
+         *           "owned_by": "openai",
+         *           "provider": "openai"
+         *         },
+         *         {
+         *           "created": 1767225600,
+         *           "id": "fast",
+         *           "object": "model",
+         *           "owned_by": "reprompt",
+         *           "route": [
+         *             "gpt-4o-mini"
+         *           ]
+         *         }
+         *       ],
          *       "default": "fast",
          *       "models": [
          *         {
@@ -1293,6 +1397,7 @@ export interface components {
          *           "provider": "anthropic"
          *         }
          *       ],
+         *       "object": "list",
          *       "routes": [
          *         {
          *           "models": [
@@ -1305,10 +1410,18 @@ export interface components {
          *     }
          */
         Models: {
+            /** Data */
+            data: components["schemas"]["ListedModel"][];
             /** Default */
             default: string | null;
             /** Models */
             models: components["schemas"]["ModelInfo"][];
+            /**
+             * Object
+             * @default list
+             * @constant
+             */
+            object?: "list";
             /** Routes */
             routes: components["schemas"]["RouteInfo"][];
         };
@@ -3491,6 +3604,82 @@ export interface operations {
             };
             /** @description No API key, or an unknown one (when keys are configured). */
             401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not now, for you: your queue is full, your jobs stored here reach your byte quota, or you send too fast (each with Retry-After; other callers are not affected). */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description A bug: logged with its traceback; the answer holds nothing internal. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not now: Redis is unreachable (with Retry-After), or no model provider is configured (`code` llm-config, `detail` says what to set). */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    get_model: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                model_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ListedModel"];
+                };
+            };
+            /** @description No API key, or an unknown one (when keys are configured). */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No such job for this tenant (another tenant's job is a 404 too). */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description A parameter or the body is invalid; `errors` names each field. */
+            422: {
                 headers: {
                     [name: string]: unknown;
                 };

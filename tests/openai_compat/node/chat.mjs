@@ -1,5 +1,5 @@
 // The official openai npm package against reprompt: a structured answer, a stream with
-// usage, and a spent budget. Prints one JSON line for tests/openai_compat/test_node_sdk.py.
+// usage and reprompt's partials, a spent budget, and the model list. Prints one JSON line for tests/openai_compat/test_node_sdk.py.
 // Env: REPROMPT_URL, REPROMPT_API_KEY, PROMPT_OK, PROMPT_STREAM, PROMPT_FAIL.
 import OpenAI from "openai";
 
@@ -34,8 +34,11 @@ const stream = await client.chat.completions.create({
 let streamed = "";
 let streamUsage = null;
 let streamId = null;
+const streamEvents = []; // reprompt's extension: partial, partial_discarded, then "content"
 for await (const chunk of stream) {
   streamId = chunk.id;
+  if (chunk.reprompt) streamEvents.push(chunk.reprompt.event);
+  if (chunk.choices.some((c) => c.delta.content)) streamEvents.push("content");
   if (chunk.usage) streamUsage = chunk.usage;
   for (const choice of chunk.choices) streamed += choice.delta.content ?? "";
 }
@@ -57,6 +60,9 @@ try {
   };
 }
 
+const models = [];
+for await (const model of client.models.list()) models.push([model.id, model.owned_by]);
+
 console.log(
   JSON.stringify({
     id: data.id,
@@ -70,6 +76,8 @@ console.log(
     streamed: JSON.parse(streamed),
     streamId,
     streamUsage,
+    streamEvents,
     failure,
+    models,
   }),
 );
