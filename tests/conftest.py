@@ -5,4 +5,9 @@ what it runs on. A folder that needs its own ``redis_url`` or ``sim_url`` define
 conftest, which wins there.
 """
 
-pytest_plugins = ("tests.api.fixtures", "tests.batches.fixtures", "tests.console.fixtures")
+pytest_plugins = (
+    "tests.api.fixtures",
+    "tests.batches.fixtures",
+    "tests.console.fixtures",
+    "tests.console.batch_fixtures",
+)

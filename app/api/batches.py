@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator
-from datetime import UTC, datetime
 from typing import Annotated, Any, Final, Literal
 
 from fastapi import APIRouter, Query, Request
@@ -36,7 +35,7 @@ from app.core.wire.batch import (
     BatchOptions,
     BatchResult,
     BatchSpec,
-    ItemCounts,
+    batch_of,
     item_spec,
 )
 from app.core.wire.errors import InvalidInput, RepromptError
@@ -130,6 +129,10 @@ async def create_batch(
             f"send the batch as application/json or application/x-ndjson (was {shown})"
         )
     caller.admit(options.template)
+    if options.callback is not None:
+        problem = res.outbound.guard.check_url(options.callback.url)
+        if problem is not None:
+            raise InvalidInput(problem, field="callback.url")
     target = router_.target(options.template.model)
     has_batch_api = batch_api(target) is not None
     stored = options.model_dump(mode="json", by_alias=True, exclude={"items"})
@@ -297,50 +300,7 @@ async def _view(store: BatchStore, batch_id: str, tenant: str) -> Batch:
     meta = await store.meta(batch_id)
     if meta is None or meta.get("tenant") != tenant:
         raise NotFound(f"no batch {batch_id}")
-    return batch_of(meta)
-
-
-def batch_of(meta: dict[str, str]) -> Batch:
-    """The public view of a batch's stored fields."""
-    total = int(meta["total"])
-    succeeded, failed = int(meta.get("n_succeeded", 0)), int(meta.get("n_failed", 0))
-    pending = max(total - succeeded - failed, 0)
-    cost = float(meta.get("costUsd", 0))
-    done = succeeded + failed
-    options = json.loads(meta["options"])
-    ended = meta.get("endedAt")
-    status: Literal["running", "completed", "cancelled", "failed"] = "running"
-    if meta.get("status") in ("completed", "cancelled", "failed"):
-        status = meta["status"]  # type: ignore[assignment]
-    mode: Literal["provider_batch", "worker_pool"] = (
-        "worker_pool" if meta.get("mode") == "worker_pool" else "provider_batch"
-    )
-    return Batch(
-        id=meta["id"],
-        status=status,
-        provider=meta.get("provider"),
-        mode=mode,
-        total=total,
-        counts=ItemCounts(pending=pending, succeeded=succeeded, failed=failed),
-        round=int(meta.get("round", 0)),
-        phase=meta.get("phase", "submit"),
-        provider_batch_id=meta.get("providerBatchId"),
-        input_tokens=int(meta.get("inputTokens", 0)),
-        output_tokens=int(meta.get("outputTokens", 0)),
-        cost_usd=round(cost, 9),
-        wasted_cost_usd=round(float(meta.get("wastedCostUsd", 0)), 9),
-        estimate_left_usd=None if done == 0 or pending == 0 else round(cost / done * pending, 9),
-        created_at=_iso(meta["createdAt"]),
-        ended_at=None if ended is None else _iso(ended),
-        deadline_at=_iso(meta["deadlineAt"]),
-        cancel_requested=meta.get("cancelRequested") == "1",
-        metadata=options.get("metadata") or {},
-    )
-
-
-def _iso(ms: str) -> str:
-    moment = datetime.fromtimestamp(int(ms) / 1000, UTC)
-    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return batch_of(meta, await store.callbacks.deliveries(batch_id))
 
 
 @router.get(
@@ -417,19 +377,21 @@ async def batch_results(batch_id: str, caller: Authed) -> StreamingResponse:
     null while pending), streamed from the store a chunk at a time."""
     store = _store(caller)
     batch = await _view(store, batch_id, caller.tenant)
+    lines = result_lines(store, batch_id, batch.total)
+    return StreamingResponse(lines, media_type="application/x-ndjson")
 
-    async def lines() -> AsyncIterator[bytes]:
-        start = 0
-        while start < batch.total:
-            stop = min(start + MAX_PAGE, batch.total)
-            out = []
-            for _, item, line in await store.lines(batch_id, start, stop):
-                entry = _entry(item, line, turns=False)
-                out.append(entry.model_dump_json(exclude_none=True))
-            yield ("\n".join(out) + "\n").encode()
-            start = stop
 
-    return StreamingResponse(lines(), media_type="application/x-ndjson")
+async def result_lines(store: BatchStore, batch_id: str, total: int) -> AsyncIterator[bytes]:
+    """The batch's results as JSONL, read from the store a page at a time."""
+    start = 0
+    while start < total:
+        stop = min(start + MAX_PAGE, total)
+        out = []
+        for _, item, line in await store.lines(batch_id, start, stop):
+            entry = _entry(item, line, turns=False)
+            out.append(entry.model_dump_json(exclude_none=True))
+        yield ("\n".join(out) + "\n").encode()
+        start = stop
 
 
 @router.post(
@@ -473,7 +435,7 @@ async def batch_events(batch_id: str, caller: Authed) -> EventSourceResponse:
             meta = await store.meta(batch_id)
             if meta is None:
                 return
-            data = batch_of(meta).model_dump_json()
+            data = batch_of(meta, await store.callbacks.deliveries(batch_id)).model_dump_json()
             if data != last:
                 last = data
                 yield ServerSentEvent(data=data, event="progress")

@@ -34,7 +34,7 @@ import tempfile
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, cast
 
 from app import metrics
 from app.core.batch.replay import Answer, Deferred, LineFailure, ReplayClient, answer_of, stored
@@ -42,7 +42,7 @@ from app.core.turn.loop import JobResult, Runtime, run_job
 from app.core.turn.model import LLMRequest, LLMResponse
 from app.core.wire import codes
 from app.core.wire.base import compact_json
-from app.core.wire.batch import BatchItem, item_spec
+from app.core.wire.batch import BatchEvent, BatchItem, item_spec
 from app.core.wire.envelope import Envelope
 from app.core.wire.errors import RepromptError
 from app.providers.batch import BatchApi, batch_api, parse_custom_id
@@ -151,6 +151,8 @@ class BatchRunner:
     async def step(self, batch_id: str) -> None:
         meta = await self.store.meta(batch_id)
         if meta is None or meta.get("status") != "running":
+            if meta is not None:  # ended: its callback queued, if a worker died before
+                await self._call_back(_Batch(meta), meta.get("status", ""))
             await self.store.unschedule(batch_id)
             return
         batch = _Batch(meta)
@@ -393,10 +395,32 @@ class BatchRunner:
         await self._end(batch, "cancelled" if code == codes.CANCELLED else "completed")
 
     async def _end(self, batch: _Batch, status: str = "completed") -> None:
-        await self.store.end(batch.id, batch.tenant, {"status": status, "phase": "ended"})
+        # The status first, then the callback (its body is the batch as it ended); the
+        # batch stays due between the two, so a worker lost there leaves the callback to
+        # the next one (step).
+        callback = batch.options.get("callback")
+        await self.store.end(
+            batch.id,
+            batch.tenant,
+            {"status": status, "phase": "ended"},
+            keep_due=callback is not None,
+        )
         log.info("batch %s %s after %d round(s)", batch.id, status, batch.round)
+        await self._call_back(batch, status)
+        await self.store.unschedule(batch.id)
         if self.on_end is not None:
             await self.on_end(batch.id)
+
+    async def _call_back(self, batch: _Batch, status: str) -> None:
+        """Queue the batch's callback for ``status``, if it asks for it (once)."""
+        callback = batch.options.get("callback")
+        if callback is None or status not in callback.get("events", ()):
+            return
+        event = cast(BatchEvent, status)
+        if await self.store.callbacks.queue(
+            batch.id, tenant=batch.tenant, callback=callback, event=event
+        ):
+            log.info("batch %s: its %s callback is queued", batch.id, status)
 
     on_end: Callable[[str], Awaitable[None]] | None = None
 

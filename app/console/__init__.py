@@ -16,6 +16,7 @@ from fastapi import FastAPI
 from starlette.staticfiles import StaticFiles
 
 from app.console.access import Forbidden, SignInNeeded
+from app.console.batches import router as batches_router
 from app.console.headers import SecurityHeaders
 from app.console.pages import forbidden, router, signin_needed
 
@@ -25,6 +26,7 @@ STATIC = Path(__file__).parent / "static"
 def install(app: FastAPI) -> None:
     """Mount the console's pages, assets and headers on ``app``."""
     app.include_router(router)
+    app.include_router(batches_router)  # batches (#30)
     assets = SecurityHeaders(StaticFiles(directory=STATIC))
     app.mount("/console/static", assets, name="console-static")
     app.add_exception_handler(SignInNeeded, signin_needed)

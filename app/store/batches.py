@@ -15,16 +15,20 @@ and counted in the same script. The keys of one batch share a hash tag (one clus
 from __future__ import annotations
 
 import json
+import re
 import secrets
 import time
 from collections.abc import AsyncIterator, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
+from app.core.wire.batch import Batch, batch_of
+from app.store.batch_callbacks import BatchCallbacks
 from app.store.connection import RedisClient
 from app.store.keys import BatchKeys
 
 CHUNK: Final = 500
+BATCH_ID: Final = re.compile(r"^b_[0-9a-f]{24}$")
 # A finished batch's keys live this long after it ends (REPROMPT_RETENTION_S is the jobs').
 DEFAULT_RETENTION_S: Final = 7 * 86_400
 
@@ -110,6 +114,10 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
+def is_batch_id(value: str) -> bool:
+    return bool(BATCH_ID.match(value))
+
+
 class BatchStore:
     def __init__(self, redis: RedisClient, *, prefix: str) -> None:
         self.redis = redis
@@ -118,6 +126,7 @@ class BatchStore:
         self._finalize = redis.register_script(_FINALIZE)
         self._renew = redis.register_script(_RENEW)
         self._release = redis.register_script(_RELEASE)
+        self.callbacks = BatchCallbacks(redis, prefix=prefix, retention_s=DEFAULT_RETENTION_S)
 
     def keys(self, batch_id: str) -> BatchKeys:
         return BatchKeys(self.prefix, batch_id)
@@ -222,6 +231,32 @@ class BatchStore:
         if not raw:
             return None
         return {_text(a): _text(b) for a, b in raw.items()}
+
+    async def view(self, batch_id: str) -> Batch | None:
+        """The batch as ``GET /v1/batches/{id}`` shows it (None: no such batch)."""
+        meta = await self.meta(batch_id)
+        if meta is None:
+            return None
+        return batch_of(meta, await self.callbacks.deliveries(batch_id))
+
+    async def recent(
+        self, tenants: Sequence[str], *, before_ms: int | None, limit: int
+    ) -> list[tuple[int, str]]:
+        """The newest ``limit`` batches of ``tenants`` created before ``before_ms``:
+        ``(created ms, id)``, newest first."""
+        top = "+inf" if before_ms is None else f"({before_ms}"
+        found: list[tuple[int, str]] = []
+        for tenant in tenants:
+            rows = await self.redis.zrevrangebyscore(
+                BatchKeys.listing(self.prefix, tenant),
+                top,
+                "-inf",
+                start=0,
+                num=limit,
+                withscores=True,
+            )
+            found += [(int(row[1]), _text(row[0])) for row in rows]
+        return sorted(found, reverse=True)[:limit]
 
     async def request_cancel(self, batch_id: str) -> None:
         k = self.keys(batch_id)
@@ -349,12 +384,16 @@ class BatchStore:
             return 0
         return int(await self._finalize(keys=[k.meta, k.results], args=args))
 
-    async def end(self, batch_id: str, tenant: str, fields: dict[str, str]) -> None:
-        """The batch ended: its status written, out of the due set and the open count."""
+    async def end(
+        self, batch_id: str, tenant: str, fields: dict[str, str], *, keep_due: bool = False
+    ) -> None:
+        """The batch ended: its status written, out of the due set (``keep_due``: not yet,
+        its callback is still to be queued) and the open count."""
         k = self.keys(batch_id)
         async with self.redis.pipeline(transaction=False) as pipe:
             pipe.hset(k.meta, mapping=_mapping({**fields, "endedAt": str(now_ms())}))
-            pipe.zrem(BatchKeys.due(self.prefix), batch_id)
+            if not keep_due:
+                pipe.zrem(BatchKeys.due(self.prefix), batch_id)
             pipe.srem(BatchKeys.open_of(self.prefix, tenant), batch_id)
             for key in k.all():
                 pipe.expire(key, DEFAULT_RETENTION_S)

@@ -265,6 +265,13 @@ class BatchKeys:
     def idempotency(prefix: str, tenant: str, key: str) -> str:
         return f"{prefix}:batches:idem:{tenant}:{idempotency_digest(key)}"
 
+    @staticmethod
+    def callback_shard(prefix: str) -> ShardKeys:
+        """Where a batch's callback delivery lives: shard 0, as a small hash at
+        ``job(<batch id>)`` (tenant, callback, ``cb:<event>``) beside that shard's outbox,
+        so the outbox's scripts lease and record it as they do a job's."""
+        return _shard_keys(prefix, 0)
+
 
 def idempotency_digest(key: str) -> str:
     return hashlib.sha256(key.encode()).hexdigest()

@@ -164,7 +164,8 @@ class Outbox:
         ``wait_ms``, within the window (its last try at the window's end); past the
         window it is ``failed``. ``released`` gives it back unsent: due after ``wait_ms``
         (0: now), no attempt counted."""
-        shard = self._keys.shard(shard_of(leased.job_id))
+        # A batch's delivery (#30) lives on shard 0 (keys.BatchKeys.callback_shard).
+        shard = self._keys.shard(shard_of(leased.job_id) if is_job_id(leased.job_id) else 0)
         reply = await self._scripts.run(
             DELIVERY_RECORD,
             OutboxKeys(outbox=shard.outbox),

@@ -40,6 +40,7 @@ from app.outbound import OutboundFailed, OutboundRefused
 from app.outbound.kit import Outbound
 from app.settings import Settings
 from app.store import Leased, Leases, public_job
+from app.store.batches import BatchStore, is_batch_id
 from app.store.hub import Watch
 from app.store.outbox import Outcome
 from app.worker.receivers import ReceiverHosts
@@ -137,6 +138,8 @@ class CallbackSender:
         self._inflight: Counter[str] = Counter()
         self._freed = asyncio.Event()
         self.hosts = ReceiverHosts(rng=rng)
+        # A batch's callback (#30) goes through this outbox too: its body is the batch.
+        self.batches = BatchStore(leases.scripts.redis, prefix=leases.keys.prefix)
 
     async def run(self, stop: asyncio.Event) -> None:
         """Lease and send until ``stop``; then let requests in flight finish (``GRACE_S``)
@@ -269,6 +272,11 @@ class CallbackSender:
         )
 
     async def _attempt(self, leased: Leased) -> Attempt:
+        if is_batch_id(leased.job_id):
+            batch = await self.batches.view(leased.job_id)
+            if batch is None:
+                return Attempt("failed", error="the batch expired before its callback was sent")
+            return await self._post(leased, batch.model_dump_json().encode())
         view = await self.leases.result_of(leased.job_id)
         if view is None:
             return Attempt("failed", error="the job expired before its callback was sent")
@@ -276,7 +284,9 @@ class CallbackSender:
             view.status != "requires_action" or view.pauses != leased.pause
         ):
             return Attempt("superseded")  # the pause is over: the job moved on
-        body = public_job(view).model_dump_json().encode()
+        return await self._post(leased, public_job(view).model_dump_json().encode())
+
+    async def _post(self, leased: Leased, body: bytes) -> Attempt:
         headers = self.outbound.signer.headers(leased.tenant, leased.webhook_id, body)
         try:
             response = await self.outbound.client.post_json(

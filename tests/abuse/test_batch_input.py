@@ -146,3 +146,59 @@ def test_an_items_cursor_that_is_not_ours_is_refused(
     batch_id = batch_alice.post("/v1/batches", json=batch_body(1, model="oa")).json()["id"]
     response = batch_alice.get(f"/v1/batches/{batch_id}/items", params={"cursor": cursor})
     assert_problem(response, 422, "invalid-input", "cursor")
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://10.0.0.1/hook",
+        "https://169.254.169.254/latest/meta-data",
+        "https://[::ffff:10.0.0.1]/hook",
+        "https://127.1/hook",
+        "https://0x7f.0.0.1/hook",
+        "https://localhost/hook",
+        "http://hooks.example.com/plain-http",
+        "https://user:pw@hooks.example.com/hook",
+        "file:///etc/passwd",
+        "not a url",
+    ],
+)
+def test_a_batch_callback_into_a_private_network_or_malformed_is_refused(
+    batch_alice: httpx.Client, url: str
+) -> None:
+    body = batch_body(2, model="oa", callback={"url": url})
+    problem = assert_problem(
+        batch_alice.post("/v1/batches", json=body), 422, "invalid-input", "callback.url"
+    )
+    assert [e["field"] for e in problem["errors"]] == ["callback.url"]
+    response = batch_alice.post("/v1/batches", content=_ndjson(body), headers=NDJSON)
+    assert_problem(response, 422, "invalid-input", "callback.url")
+
+
+@pytest.mark.parametrize(
+    ("callback", "field"),
+    [
+        ({"url": "https://hooks.example.com/" + "a" * 2100}, "callback.url"),
+        ({"url": "https://hooks.example.com/h", "events": ["succeeded"]}, "callback.events.0"),
+        ({"url": "https://hooks.example.com/h", "events": []}, "callback.events"),
+        ({"url": "https://hooks.example.com/h", "events": ["failed"] * 2}, "callback.events"),
+        ({"url": "https://hooks.example.com/h", "events": ["completed"] * 4}, "callback.events"),
+        ({"url": "https://hooks.example.com/h", "headers": {"x": "y"}}, "callback.headers"),
+        ({"url": 42}, "callback.url"),
+        ("https://hooks.example.com/h", "callback"),
+    ],
+)
+def test_a_malformed_batch_callback_is_refused_naming_the_field(
+    batch_alice: httpx.Client, callback: Any, field: str
+) -> None:
+    body = batch_body(2, model="oa", callback=callback)
+    assert_problem(batch_alice.post("/v1/batches", json=body), 422, "invalid-input", field)
+
+
+def test_a_public_batch_callback_is_kept_as_given(batch_alice: httpx.Client) -> None:
+    # "failed" only: a batch that completes sends nothing to this host.
+    callback = {"url": "https://hooks.example.com/done", "events": ["failed"]}
+    response = batch_alice.post("/v1/batches", json=batch_body(1, model="oa", callback=callback))
+    assert response.status_code == 202, response.text
+    assert response.json()["callback"] == callback | {"deliveries": []}
+    assert response.json()["resultsUrl"] == f"/v1/batches/{response.json()['id']}/results"

@@ -18,8 +18,10 @@ Pure: no I/O; the schema work goes through ``app.core.schema.validation``.
 from __future__ import annotations
 
 import copy
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any, Final
 
 from app.core.schema.validation import Path, Schema, check_schema
@@ -108,11 +110,23 @@ def plan(
     }
     if defs:
         patch_schema["$defs"] = defs
-    try:
-        check_schema(patch_schema)
-    except InvalidInput:
+    if not _usable(json.dumps(patch_schema, sort_keys=True, ensure_ascii=False)):
         return None
     return Patch(base=value, paths=chosen, schema=patch_schema)
+
+
+@lru_cache(maxsize=1024)
+def _usable(text: str) -> bool:
+    """Whether a patch schema (as canonical JSON) passes ``check_schema``: once per text.
+
+    Every item of a batch, and every job of one schema, plans the same few patch schemas;
+    the meta-schema check was half the CPU of a batch item's replay (docs/benchmarks/
+    batches.md)."""
+    try:
+        check_schema(json.loads(text))
+    except InvalidInput:
+        return False
+    return True
 
 
 def merge(patch: Patch, answer: Any) -> Merged:

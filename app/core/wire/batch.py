@@ -7,11 +7,14 @@ override a few fields); its job is the template with them, run by the same loop.
 
 from __future__ import annotations
 
+import json
+from datetime import UTC, datetime
 from typing import Any, Final, Literal
 
 from pydantic import Field, StrictBool, StrictFloat, StrictInt, StrictStr, field_validator
 
 from app.core.wire.base import Wire
+from app.core.wire.callback import DeliveryState
 from app.core.wire.spec import Budget, FallbackSpec, JobSpec, _Wire
 
 CUSTOM_ID_PATTERN: Final = r"^[A-Za-z0-9_.:-]{1,64}$"
@@ -24,6 +27,8 @@ CALLING_VALIDATORS: Final = frozenset(("webhook", "judge"))
 ReaskPolicy = Literal["auto", "batch", "live"]
 BatchStatus = Literal["running", "completed", "cancelled", "failed"]
 ItemStatus = Literal["pending", "succeeded", "failed"]
+BatchEvent = Literal["completed", "cancelled", "failed"]
+BATCH_EVENTS: Final[tuple[BatchEvent, ...]] = ("completed", "cancelled", "failed")
 
 
 class ItemOverride(_Wire):
@@ -49,6 +54,27 @@ class BatchItem(_Wire):
     override: ItemOverride | None = None
 
 
+class BatchCallbackSpec(_Wire):
+    """Where the service POSTs the batch's summary, signed, when it ends in one of
+    ``events`` (docs/batches.md#callback): at least once, like a job's callback."""
+
+    url: StrictStr = Field(max_length=2048, description="HTTPS endpoint the service calls.")
+    events: list[BatchEvent] = Field(
+        default_factory=lambda: list(BATCH_EVENTS),
+        min_length=1,
+        max_length=len(BATCH_EVENTS),
+        description="The end states that are sent (default: all of them).",
+    )
+
+    @field_validator("events")
+    @classmethod
+    def _once_each(cls, events: list[BatchEvent]) -> list[BatchEvent]:
+        for event in events:
+            if events.count(event) > 1:
+                raise ValueError(f"the event {event!r} is listed twice")
+        return events
+
+
 class BatchOptions(_Wire):
     """Everything a batch has but its items: the template and how rounds go."""
 
@@ -70,6 +96,9 @@ class BatchOptions(_Wire):
         description="Items without an answer by then fail with deadline_exceeded.",
     )
     metadata: dict[StrictStr, StrictStr] = Field(default_factory=dict, max_length=64)
+    callback: BatchCallbackSpec | None = Field(
+        default=None, description="Called once the batch ends (docs/batches.md#callback)."
+    )
 
     @field_validator("template")
     @classmethod
@@ -109,6 +138,27 @@ class ItemCounts(Wire):
     failed: int
 
 
+class BatchDelivery(Wire):
+    """How the batch's callback went (one delivery: the batch ends once)."""
+
+    event: BatchEvent
+    state: DeliveryState
+    webhook_id: str = Field(description="The same for every attempt: de-duplicate on it.")
+    attempts: int
+    created_at: str
+    last_attempt_at: str | None = None
+    last_status: int | None = None
+    last_error: str | None = None
+    next_attempt_at: str | None = None
+    delivered_at: str | None = None
+
+
+class BatchCallback(Wire):
+    url: str
+    events: tuple[BatchEvent, ...]
+    deliveries: tuple[BatchDelivery, ...] = ()
+
+
 class Batch(Wire):
     """A batch as ``GET /v1/batches/{id}`` shows it."""
 
@@ -134,6 +184,8 @@ class Batch(Wire):
     cancel_requested: StrictBool
     error: str | None = None
     metadata: dict[str, str]
+    results_url: str = Field(description="Where its results stream from (JSONL).")
+    callback: BatchCallback | None = None
 
 
 class BatchResult(Wire):
@@ -145,3 +197,54 @@ class BatchResult(Wire):
     turns: list[Any] | None = Field(
         default=None, description="Its turn records (re-asks included); on /items only."
     )
+
+
+def batch_of(meta: dict[str, str], deliveries: tuple[BatchDelivery, ...] = ()) -> Batch:
+    """The public view of a batch's stored fields (and its callback's deliveries)."""
+    total = int(meta["total"])
+    succeeded, failed = int(meta.get("n_succeeded", 0)), int(meta.get("n_failed", 0))
+    pending = max(total - succeeded - failed, 0)
+    cost = float(meta.get("costUsd", 0))
+    done = succeeded + failed
+    options = json.loads(meta["options"])
+    ended = meta.get("endedAt")
+    status: BatchStatus = "running"
+    if meta.get("status") in ("completed", "cancelled", "failed"):
+        status = meta["status"]  # type: ignore[assignment]
+    mode: Literal["provider_batch", "worker_pool"] = (
+        "worker_pool" if meta.get("mode") == "worker_pool" else "provider_batch"
+    )
+    callback = options.get("callback")
+    return Batch(
+        id=meta["id"],
+        status=status,
+        provider=meta.get("provider"),
+        mode=mode,
+        total=total,
+        counts=ItemCounts(pending=pending, succeeded=succeeded, failed=failed),
+        round=int(meta.get("round", 0)),
+        phase=meta.get("phase", "submit"),
+        provider_batch_id=meta.get("providerBatchId"),
+        input_tokens=int(meta.get("inputTokens", 0)),
+        output_tokens=int(meta.get("outputTokens", 0)),
+        cost_usd=round(cost, 9),
+        wasted_cost_usd=round(float(meta.get("wastedCostUsd", 0)), 9),
+        estimate_left_usd=None if done == 0 or pending == 0 else round(cost / done * pending, 9),
+        created_at=iso(meta["createdAt"]),
+        ended_at=None if ended is None else iso(ended),
+        deadline_at=iso(meta["deadlineAt"]),
+        cancel_requested=meta.get("cancelRequested") == "1",
+        metadata=options.get("metadata") or {},
+        results_url=f"/v1/batches/{meta['id']}/results",
+        callback=None
+        if not callback
+        else BatchCallback(
+            url=callback["url"], events=tuple(callback["events"]), deliveries=deliveries
+        ),
+    )
+
+
+def iso(ms: str | int) -> str:
+    """An epoch-ms moment as ``2026-11-22T05:39:58.790Z``."""
+    moment = datetime.fromtimestamp(int(ms) / 1000, UTC)
+    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")

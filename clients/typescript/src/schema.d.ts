@@ -404,6 +404,7 @@ export interface components {
          * @description A batch as ``GET /v1/batches/{id}`` shows it.
          */
         Batch: {
+            callback?: components["schemas"]["BatchCallback"] | null;
             /** Cancelrequested */
             cancelRequested: boolean;
             /**
@@ -450,6 +451,11 @@ export interface components {
             /** Providerbatchid */
             providerBatchId: string | null;
             /**
+             * Resultsurl
+             * @description Where its results stream from (JSONL).
+             */
+            resultsUrl: string;
+            /**
              * Round
              * @description Rounds started so far (1: every item's first call).
              */
@@ -466,6 +472,70 @@ export interface components {
              * @description Spent on answers that were rejected.
              */
             wastedCostUsd: number;
+        };
+        /** BatchCallback */
+        BatchCallback: {
+            /**
+             * Deliveries
+             * @default []
+             */
+            deliveries?: components["schemas"]["BatchDelivery"][];
+            /** Events */
+            events: ("completed" | "cancelled" | "failed")[];
+            /** Url */
+            url: string;
+        };
+        /**
+         * BatchCallbackSpec
+         * @description Where the service POSTs the batch's summary, signed, when it ends in one of
+         *     ``events`` (docs/batches.md#callback): at least once, like a job's callback.
+         */
+        BatchCallbackSpec: {
+            /**
+             * Events
+             * @description The end states that are sent (default: all of them).
+             */
+            events?: ("completed" | "cancelled" | "failed")[];
+            /**
+             * Url
+             * @description HTTPS endpoint the service calls.
+             */
+            url: string;
+        };
+        /**
+         * BatchDelivery
+         * @description How the batch's callback went (one delivery: the batch ends once).
+         */
+        BatchDelivery: {
+            /** Attempts */
+            attempts: number;
+            /** Createdat */
+            createdAt: string;
+            /** Deliveredat */
+            deliveredAt?: string | null;
+            /**
+             * Event
+             * @enum {string}
+             */
+            event: "completed" | "cancelled" | "failed";
+            /** Lastattemptat */
+            lastAttemptAt?: string | null;
+            /** Lasterror */
+            lastError?: string | null;
+            /** Laststatus */
+            lastStatus?: number | null;
+            /** Nextattemptat */
+            nextAttemptAt?: string | null;
+            /**
+             * State
+             * @enum {string}
+             */
+            state: "pending" | "delivered" | "failed" | "superseded";
+            /**
+             * Webhookid
+             * @description The same for every attempt: de-duplicate on it.
+             */
+            webhookId: string;
         };
         /**
          * BatchItem
@@ -489,6 +559,8 @@ export interface components {
          * @description Everything a batch has but its items: the template and how rounds go.
          */
         BatchOptions: {
+            /** @description Called once the batch ends (docs/batches.md#callback). */
+            callback?: components["schemas"]["BatchCallbackSpec"] | null;
             /**
              * Deadlinems
              * @description Items without an answer by then fail with deadline_exceeded.
@@ -547,6 +619,8 @@ export interface components {
          * @description ``POST /v1/batches`` as JSON: the options and the items inline.
          */
         BatchSpec: {
+            /** @description Called once the batch ends (docs/batches.md#callback). */
+            callback?: components["schemas"]["BatchCallbackSpec"] | null;
             /**
              * Deadlinems
              * @description Items without an answer by then fail with deadline_exceeded.
