@@ -111,6 +111,11 @@ class Choice:
     finish_reason: FinishReason
     tool_calls: tuple[ToolCall, ...] = ()
     refusal: str | None = None
+    logprobs: Logprobs | None = None
+
+
+# The answer's tokens with their log-probabilities, as the provider returned them.
+Logprobs = tuple[tuple[str, float], ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,6 +143,7 @@ class LLMResponse:
     # The other answers when several were asked for, in order; ``usage`` and ``cost_usd``
     # count them all.
     alternatives: tuple[Choice, ...] = ()
+    logprobs: Logprobs | None = None  # where the provider was asked for them and gave them
 
     def settled(
         self,
@@ -168,6 +174,7 @@ class LLMResponse:
             warnings,
             self.response_model,
             self.alternatives,
+            self.logprobs,
         )
 
     @property
@@ -182,6 +189,7 @@ class LLMResponse:
                     finish_reason=c.finish_reason,
                     tool_calls=c.tool_calls,
                     refusal=c.refusal,
+                    logprobs=c.logprobs,
                     alternatives=(),
                 )
                 for c in self.alternatives
