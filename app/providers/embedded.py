@@ -96,7 +96,7 @@ def with_local_model(config: ProvidersConfig, server: LocalModelServer) -> Provi
         system_role=False,
         tools=False,
         prompt=settings.prompt,
-        logprobs=True,  # the llama.cpp server returns them: the envelope's confidence
+        grammar=True,  # numbers' digits bounded in the grammar: no runaway digits
     )
     provider = ProviderConfig(kind="openai", base_url=server.base_url, max_attempts=2)
     return config.with_provider(LOCAL_PROVIDER, provider, {settings.name: model}, default=True)

@@ -35,6 +35,7 @@ from app.core.turn.model import (
 )
 from app.providers.adapter import HttpAdapter, reported_model
 from app.providers.config import ModelConfig
+from app.providers.grammar import bounded_grammar
 from app.providers.structured import (
     OUTPUT_TOOL,
     OUTPUT_TOOL_DESCRIPTION,
@@ -83,7 +84,13 @@ def request_body(
     elif schema is not None and mechanism != "prompt":
         if mechanism == "json_object_schema" and request.max_items is not None:
             schema = bound_arrays(schema, request.max_items)
-        body["response_format"] = _response_format(schema, mechanism, strict=spec.strict)
+        grammar = (
+            bounded_grammar(schema) if mechanism == "json_object_schema" and spec.grammar else None
+        )
+        if grammar is not None:
+            body["grammar"] = grammar  # llama.cpp: the schema's grammar, numbers bounded
+        else:
+            body["response_format"] = _response_format(schema, mechanism, strict=spec.strict)
     if tools:
         body["tools"] = tools
         if choice is not None:
@@ -103,7 +110,9 @@ def _sampling(request: LLMRequest, spec: ModelConfig) -> dict[str, Any]:
     if request.n > 1:
         fields["n"] = request.n
     if spec.logprobs:
+        # top_logprobs too: llama-cpp-python's server returns none without it.
         fields["logprobs"] = True
+        fields["top_logprobs"] = 0
     return fields
 
 
