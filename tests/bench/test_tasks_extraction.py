@@ -23,7 +23,7 @@ def diagnosis(task: Task, value: Any) -> str | None:
         return check.diagnosis(value)
 
 
-def spoiled(value: Any, kind: type, change: Any) -> Any:
+def spoiled(value: Any, kind: Any, change: Any) -> Any:
     """``value`` with its first leaf of ``kind`` changed (None when it has none)."""
     if isinstance(value, dict):
         for key, leaf in value.items():
