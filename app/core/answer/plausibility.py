@@ -2,7 +2,7 @@
 
     check = Plausibility.of(job_input="It weighs 45 kg.", schema=schema, task="Extract it.")
     check.diagnosis({"weight": 1205.8924563229766})
-    # '$.weight: 1205.8924563229766 occurs nowhere in the input and has 17 significant
+    # '$.weight: 1205.8924563229766 occurs nowhere in the input and has 17
     #  digits, more than any number there (at most 2); give the number as the input states it'
     check.diagnosis({"weight": 45})   # None
 
@@ -10,7 +10,7 @@ Two checks, each a rejection the model can act on (the loop re-asks with it):
 
 - **runaway numbers**: a number that no numeral of the input means (``app.core.text.numerals``:
   "1,234.50" is 1234.5) nor its English words ("twelve", ``app.core.text.number_words``),
-  and that carries more significant digits than any number in the input (and more than
+  and that carries more digits than any number in the input (and more than
   ``FREE_DIGITS``: small counts, scores and sums are never questioned). A grammar lets the
   digits of a small model run on ("2" becomes "2016", "45.88" becomes "45.88639742302659").
 - **copied instructions**: a string that is not in the input but is the prompt's own text:
@@ -37,7 +37,7 @@ from app.core.text.numerals import numerals, value_of
 
 Path = tuple[str | int, ...]
 
-# Numbers with at most this many significant digits are never called runaway.
+# Numbers with at most this many digits are never called runaway.
 FREE_DIGITS: Final = 3
 # A string of at least this many characters that is part of a description or the task is
 # a copy of the prompt's text.
@@ -69,9 +69,10 @@ def _fold(text: str) -> str:
 
 
 def significant_digits(number: Decimal) -> int:
-    """How many significant digits ``number`` carries (trailing zeros of a whole number not
-    counted: 2000 has 1, 45.5 has 3)."""
-    digits = "".join(str(d) for d in number.as_tuple().digits).strip("0")
+    """How many digits ``number`` carries from its first non-zero one (trailing zeros count:
+    a model's digits that ran on as ``3000000000`` are as wrong as ``3141592653``; 45.5 has
+    3, 0.05 has 1)."""
+    digits = "".join(str(d) for d in number.as_tuple().digits).lstrip("0")
     return max(len(digits), 1)
 
 
@@ -81,7 +82,7 @@ class Plausibility:
 
     input_text: str  # folded
     known: frozenset[Decimal]  # every number the input states
-    most_digits: int  # the most significant digits of a number in the input
+    most_digits: int  # the most digits of a number in the input
     exact: frozenset[str]  # folded prompt words a value must not be
     phrases: tuple[str, ...]  # folded descriptions and the task
     allowed: frozenset[str]  # folded enum and const strings: the schema's own answers
@@ -128,7 +129,7 @@ class Plausibility:
         if digits <= max(self.most_digits, FREE_DIGITS):
             return None
         return (
-            f"{brief(number)} occurs nowhere in the input and has {digits} significant digits, "
+            f"{brief(number)} occurs nowhere in the input and has {digits} digits, "
             f"more than any number there (at most {self.most_digits}); "
             "give the number as the input states it"
         )

@@ -27,8 +27,8 @@ def check(job_input: Any, value: Any, task: str = "Extract the visit.") -> str |
 
 @pytest.mark.parametrize(
     ("number", "digits"),
-    [(Decimal("2000"), 1), (Decimal("45.5"), 3), (Decimal("1205.8924563229766"), 17),
-     (Decimal("0.05"), 1), (Decimal("0"), 1)],
+    [(Decimal("2000"), 4), (Decimal("45.5"), 3), (Decimal("1205.8924563229766"), 17),
+     (Decimal("0.05"), 1), (Decimal("0"), 1), (Decimal("3000000000"), 10)],
 )  # fmt: skip
 def test_significant_digits(number: Decimal, digits: int) -> None:
     assert significant_digits(number) == digits
