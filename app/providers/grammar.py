@@ -29,6 +29,7 @@ from typing import Any, Final
 DEFAULT_INTEGER_DIGITS: Final = 10
 DEFAULT_FRACTION_DIGITS: Final = 6
 _RULE: Final = re.compile(r"^(integral-part|decimal-part) ::= .*$", re.MULTILINE)
+_EXPONENT: Final = " ([eE] [-+]? integral-part)?"
 _BOUNDS: Final = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")
 
 
@@ -51,7 +52,8 @@ def bounded_grammar(schema: Mapping[str, Any]) -> str | None:
             return f"integral-part ::= [0-9] | [1-9] {_up_to('[0-9]', integer - 1)}".rstrip()
         return f"decimal-part ::= [0-9] {_up_to('[0-9]', fraction - 1)}".rstrip()
 
-    return _RULE.sub(bounded, grammar)
+    # No exponent: under it a bounded number still runs away (``723.82e-1500000000``).
+    return _RULE.sub(bounded, grammar).replace(_EXPONENT, "")
 
 
 def digit_bounds(schema: Mapping[str, Any]) -> tuple[int, int]:

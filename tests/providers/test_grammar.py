@@ -35,6 +35,7 @@ def test_the_digit_rules_are_bounded_and_llama_cpp_reads_the_grammar() -> None:
     assert grammar is not None
     assert rule(grammar, "integral-part").count("[0-9]") == DEFAULT_INTEGER_DIGITS
     assert rule(grammar, "decimal-part").count("[0-9]") == DEFAULT_FRACTION_DIGITS
+    assert "[eE]" not in rule(grammar, "number")
 
 
 def test_the_schema_s_own_bounds_win_when_every_number_has_them() -> None:
