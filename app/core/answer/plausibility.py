@@ -39,6 +39,8 @@ Path = tuple[str | int, ...]
 
 # Numbers with at most this many digits are never called runaway.
 FREE_DIGITS: Final = 3
+# A number this many integral digits wider than the input's widest is a runaway.
+WIDER_BY: Final = 2
 # A string of at least this many characters that is part of a description or the task is
 # a copy of the prompt's text.
 COPIED_CHARS: Final = 16
@@ -69,11 +71,15 @@ def _fold(text: str) -> str:
 
 
 def significant_digits(number: Decimal) -> int:
-    """How many digits ``number`` carries from its first non-zero one (trailing zeros count:
-    a model's digits that ran on as ``3000000000`` are as wrong as ``3141592653``; 45.5 has
-    3, 0.05 has 1)."""
-    digits = "".join(str(d) for d in number.as_tuple().digits).lstrip("0")
+    """How many significant digits ``number`` carries (2000 has 1, 45.5 has 3, 0.05 has 1)."""
+    digits = "".join(str(d) for d in number.as_tuple().digits).strip("0")
     return max(len(digits), 1)
+
+
+def integral_digits(number: Decimal) -> int:
+    """How many digits the whole part of ``number`` has (0.5 has 0, 3000000000 has 10)."""
+    whole = abs(int(number))
+    return len(str(whole)) if whole else 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,7 +88,8 @@ class Plausibility:
 
     input_text: str  # folded
     known: frozenset[Decimal]  # every number the input states
-    most_digits: int  # the most digits of a number in the input
+    most_digits: int  # the most significant digits of a number in the input
+    widest: int | None  # the most integral digits of a number in the input (None: no number)
     exact: frozenset[str]  # folded prompt words a value must not be
     phrases: tuple[str, ...]  # folded descriptions and the task
     allowed: frozenset[str]  # folded enum and const strings: the schema's own answers
@@ -95,9 +102,11 @@ class Plausibility:
         text = text[:_INPUT_CHARS]
         known: set[Decimal] = set()
         most = 0
+        widest: int | None = None
         for numeral in numerals(text):
             known.update(numeral.values)
             most = max(most, *(significant_digits(v) for v in numeral.values))
+            widest = max(widest or 0, *(integral_digits(v) for v in numeral.values))
         known.update(word_numbers(text))
         exact, phrases, allowed = _prompt_text(schema)
         task_folded = _fold(task)
@@ -105,6 +114,7 @@ class Plausibility:
             input_text=_fold(text),
             known=frozenset(known),
             most_digits=most,
+            widest=widest,
             exact=frozenset(exact),
             phrases=(*phrases, task_folded),
             allowed=frozenset(allowed),
@@ -126,13 +136,22 @@ class Plausibility:
         if exact is None or exact in self.known or -exact in self.known:
             return None
         digits = significant_digits(exact)
-        if digits <= max(self.most_digits, FREE_DIGITS):
-            return None
-        return (
-            f"{brief(number)} occurs nowhere in the input and has {digits} digits, "
-            f"more than any number there (at most {self.most_digits}); "
-            "give the number as the input states it"
-        )
+        if digits > max(self.most_digits, FREE_DIGITS):
+            return (
+                f"{brief(number)} occurs nowhere in the input and has {digits} significant "
+                f"digits, more than any number there (at most {self.most_digits}); "
+                "give the number as the input states it"
+            )
+        # Digits that ran on as zeros (3 -> 3000000000): far wider than any number the
+        # input holds (an input without numbers says nothing about widths).
+        width = integral_digits(exact)
+        if self.widest is not None and width > max(self.widest + WIDER_BY, FREE_DIGITS):
+            return (
+                f"{brief(number)} occurs nowhere in the input and has {width} digits before "
+                f"the point, far more than any number there (at most {self.widest}); "
+                "give the number as the input states it"
+            )
+        return None
 
     def _string(self, text: str) -> str | None:
         folded = _fold(text)

@@ -27,8 +27,8 @@ def check(job_input: Any, value: Any, task: str = "Extract the visit.") -> str |
 
 @pytest.mark.parametrize(
     ("number", "digits"),
-    [(Decimal("2000"), 4), (Decimal("45.5"), 3), (Decimal("1205.8924563229766"), 17),
-     (Decimal("0.05"), 1), (Decimal("0"), 1), (Decimal("3000000000"), 10)],
+    [(Decimal("2000"), 1), (Decimal("45.5"), 3), (Decimal("1205.8924563229766"), 17),
+     (Decimal("0.05"), 1), (Decimal("0"), 1)],
 )  # fmt: skip
 def test_significant_digits(number: Decimal, digits: int) -> None:
     assert significant_digits(number) == digits
@@ -48,6 +48,14 @@ def test_numbers_the_input_states_pass_in_any_written_form() -> None:
 
 def test_small_numbers_and_sums_are_never_questioned() -> None:
     assert check("Three chairs at 3.50 and a table at 4.00.", {"weight": 7.5, "count": 999}) is None
+
+
+def test_digits_that_ran_on_as_zeros_are_rejected_when_the_input_has_numbers() -> None:
+    problem = check("In 2016 the club had three coaches.", {"count": 3000000000})
+    assert problem is not None
+    assert "10 digits before the point" in problem
+    assert check("In 2016 the club had three coaches.", {"count": 30000}) is None
+    assert check("Name the capital of Chad.", {"count": 1500000}) is None  # no number to compare
 
 
 def test_a_number_with_no_more_digits_than_the_input_passes() -> None:
