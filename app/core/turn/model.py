@@ -127,6 +127,11 @@ class Choice:
     finish_reason: FinishReason
     tool_calls: tuple[ToolCall, ...] = ()
     refusal: str | None = None
+    logprobs: Logprobs | None = None
+
+
+# The answer's tokens with their log-probabilities, as the provider returned them.
+Logprobs = tuple[tuple[str, float], ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,6 +159,7 @@ class LLMResponse:
     # The other answers when several were asked for, in order; ``usage`` and ``cost_usd``
     # count them all.
     alternatives: tuple[Choice, ...] = ()
+    logprobs: Logprobs | None = None  # where the provider was asked for them and gave them
 
     def settled(
         self,
@@ -184,6 +190,7 @@ class LLMResponse:
             warnings,
             self.response_model,
             self.alternatives,
+            self.logprobs,
         )
 
     @property
@@ -198,6 +205,7 @@ class LLMResponse:
                     finish_reason=c.finish_reason,
                     tool_calls=c.tool_calls,
                     refusal=c.refusal,
+                    logprobs=c.logprobs,
                     alternatives=(),
                 )
                 for c in self.alternatives
