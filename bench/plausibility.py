@@ -194,7 +194,9 @@ def rejections(jobs: list[Job]) -> dict[str, int]:
             nxt = parsed(turns[i + 1].get("answer")) if i + 1 < len(turns) else None
             if i + 1 < len(turns):
                 out["re-asked"] += 1
-                out["fixed by the re-ask"] += nxt is not None and is_correct(task, nxt)
+                # Fixed: the next answer is right and the checks let it through.
+                passed = kind_of(turns[i + 1].get("diagnosis")) is None
+                out["fixed by the re-ask"] += nxt is not None and is_correct(task, nxt) and passed
                 out["same answer again"] += turns[i + 1].get("answer") == turn.get("answer")
         if rejected:
             out["jobs with a rejection"] += 1
@@ -294,9 +296,10 @@ def section(
         *failures_table(results),
         "",
         "The default checks' rejections (an answer the checks rejected; *fixed by the re-ask*: "
-        "the next answer was the expected one; *correct rejected*: a rejected answer that was "
-        "the expected one exactly; *correct to the cent*: one that the correct % would count, "
-        "its digits run on past the input's, as `723.820496` for `723.82`):",
+        "the next answer was the expected one and passed the checks; *correct rejected*: a "
+        "rejected answer that was the expected one exactly; *correct to the cent*: one that "
+        "the correct % would count, its digits run on past the input's, as `723.820496` for "
+        "`723.82`):",
         "",
         "| | " + " | ".join(checks) + " |",
         "|---|" + "---|" * len(checks),
