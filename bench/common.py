@@ -272,7 +272,9 @@ class Stack(contextlib.ExitStack):
         env.update({k: str(v) for k, v in extra.items()})
         return env
 
-    def service(self, command: str, env: dict[str, str], *, name: str | None = None) -> Proc:
+    def service(
+        self, command: str, env: dict[str, str], *, name: str | None = None, ready_s: float = 90
+    ) -> Proc:
         """``reprompt serve|api`` (waits for /readyz) or ``reprompt worker`` (waits for its
         /metrics when a metrics port is set, else for its start-up log line)."""
         env = dict(env)
@@ -288,12 +290,12 @@ class Stack(contextlib.ExitStack):
         self.callback(stop, proc)
         if command in ("serve", "api"):
             proc.url = f"http://127.0.0.1:{port}"
-            wait_http(f"{proc.url}/readyz", proc, timeout=90)
+            wait_http(f"{proc.url}/readyz", proc, timeout=ready_s)
             if command == "serve":  # the embedded redis-server is its child
                 proc.extra_pids = children(proc.pid)
         else:
             proc.metrics_url = f"http://127.0.0.1:{port}/metrics"
-            wait_http(proc.metrics_url, proc, timeout=90)
+            wait_http(proc.metrics_url, proc, timeout=ready_s)
         return proc
 
 

@@ -26,6 +26,7 @@ ANSWER_MODES: Final = (
     "truncation",
     "semantic",
     "missing_comma",
+    "runaway_number",
 )
 # What goes wrong before the model answers. "overloaded" is a 503 (OpenAI) or 529 (Anthropic).
 TRANSPORT_MODES: Final = ("rate_limit", "server_error", "overloaded", "slow")

@@ -180,6 +180,25 @@ def _semantic(expected: Any, schema: js.Schema | None, rnd: random.Random) -> An
     return _NO_VALUE
 
 
+def _runaway_number(expected: Any, schema: js.Schema | None, rnd: random.Random) -> Any:
+    """One number whose digits ran on, as a small model's under a grammar do (2 -> 2016,
+    45.88 -> 45.88639742302659), where the schema still takes it."""
+    candidates = [leaf for leaf in leaves(expected) if leaf[0]]
+    rnd.shuffle(candidates)
+    for path, leaf in candidates:
+        if isinstance(leaf, bool) or not isinstance(leaf, int | float) or "e" in repr(leaf):
+            continue
+        tail = "".join(str(rnd.randrange(10)) for _ in range(12))
+        if isinstance(leaf, int):
+            grown: Any = int(f"{leaf}{tail}")
+        else:
+            grown = float(f"{leaf!r}{'' if '.' in repr(leaf) else '.'}{tail}1")
+        value = _set(expected, path, grown)
+        if schema is None or js.is_valid(schema, value):
+            return value
+    return _NO_VALUE
+
+
 def _alternatives(leaf: Any, sub: dict[str, Any], root: js.Schema, rnd: random.Random) -> list[Any]:
     enum = sub.get("enum")
     if isinstance(enum, list):
@@ -289,4 +308,5 @@ _STRUCTURAL: Final[dict[str, Callable[[Any, js.Schema | None, random.Random], An
     "missing_field": _missing_field,
     "extra_field": _extra_field,
     "semantic": _semantic,
+    "runaway_number": _runaway_number,
 }

@@ -21,6 +21,7 @@ from reprompt_sim.cache import PromptCache, Segment
 from reprompt_sim.config import DEFAULT_MODEL
 from reprompt_sim.conversation import Conversation, Role, Turn
 from reprompt_sim.errors import InvalidRequest
+from reprompt_sim.logprobs import token_logprobs
 from reprompt_sim.scenario import Scenario, ToolChoice
 
 _ROLES: Final[dict[str, Role]] = {
@@ -73,7 +74,10 @@ def parse_request(body: object) -> Scenario:
         json_mode=json_mode or format_schema is not None,
         extra_prompt_chars=extra,
     )
-    return replace(scenario, n=n)
+    logprobs = body.get("logprobs", False)
+    if not isinstance(logprobs, bool):
+        raise InvalidRequest("'logprobs' must be a boolean")
+    return replace(scenario, n=n, logprobs=logprobs)
 
 
 def render_reply(
@@ -93,7 +97,11 @@ def render_reply(
             {
                 "index": index,
                 "message": _message(r),
-                "logprobs": None,
+                "logprobs": (
+                    token_logprobs(r.text, outcome=r.outcome, key=f"{key}:{index}")
+                    if scenario.logprobs and r.text
+                    else None
+                ),
                 "finish_reason": _FINISH[r.finish],
             }
             for index, r in enumerate(replies)

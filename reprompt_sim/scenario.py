@@ -74,6 +74,7 @@ class Scenario:
     tools: tuple[str, ...] = ()
     tool_choice: ToolChoice = ToolChoice()
     n: int = 1  # answers asked for (OpenAI's ``n``)
+    logprobs: bool = False  # OpenAI's ``logprobs: true``: the answer's token log-probabilities
 
     @property
     def client_tools(self) -> tuple[str, ...]:

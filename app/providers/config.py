@@ -159,6 +159,12 @@ class ModelConfig(_Strict):
     # tag, the $fail instruction) or "compact" for small models that copy such scaffolding
     # into their answers (docs/providers.md, "Prompt profiles").
     prompt: PromptProfile = "full"
+    # Ask for the answer's token log-probabilities (OpenAI-compatible ``logprobs``): the
+    # envelope's ``confidence`` comes from them (docs/providers.md, "Confidence").
+    logprobs: bool = False
+    # json_object_schema only: send the schema as a GBNF ``grammar`` (llama.cpp), with the
+    # digits of its numbers bounded (app/providers/grammar.py).
+    grammar: bool = False
 
     @model_validator(mode="after")
     def _both_prices(self) -> ModelConfig:

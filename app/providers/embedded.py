@@ -96,6 +96,7 @@ def with_local_model(config: ProvidersConfig, server: LocalModelServer) -> Provi
         system_role=False,
         tools=False,
         prompt=settings.prompt,
+        grammar=True,  # numbers' digits bounded in the grammar: no runaway digits
     )
     provider = ProviderConfig(
         kind="openai", base_url=server.base_url, max_attempts=2, batch_api=False

@@ -18,6 +18,7 @@ content filtering and truncation are answers (``finish_reason`` "refusal",
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any, Final
@@ -27,6 +28,7 @@ from app.core.turn.model import (
     FinishReason,
     LLMRequest,
     LLMResponse,
+    Logprobs,
     Message,
     StreamTally,
     TextSink,
@@ -35,6 +37,7 @@ from app.core.turn.model import (
 )
 from app.providers.adapter import HttpAdapter, StreamReader, reported_model
 from app.providers.config import ModelConfig
+from app.providers.grammar import bounded_grammar
 from app.providers.streaming import malformed
 from app.providers.structured import (
     OUTPUT_TOOL,
@@ -85,7 +88,13 @@ def request_body(
     elif schema is not None and mechanism != "prompt":
         if mechanism == "json_object_schema" and request.max_items is not None:
             schema = bound_arrays(schema, request.max_items)
-        body["response_format"] = _response_format(schema, mechanism, strict=spec.strict)
+        grammar = (
+            bounded_grammar(schema) if mechanism == "json_object_schema" and spec.grammar else None
+        )
+        if grammar is not None:
+            body["grammar"] = grammar  # llama.cpp: the schema's grammar, numbers bounded
+        else:
+            body["response_format"] = _response_format(schema, mechanism, strict=spec.strict)
     if tools:
         body["tools"] = tools
         if choice is not None:
@@ -104,6 +113,10 @@ def _sampling(request: LLMRequest, spec: ModelConfig) -> dict[str, Any]:
         fields["seed"] = request.seed
     if request.n > 1:
         fields["n"] = request.n
+    if spec.logprobs:
+        # top_logprobs too: llama-cpp-python's server returns none without it.
+        fields["logprobs"] = True
+        fields["top_logprobs"] = 0
     return fields
 
 
@@ -150,6 +163,7 @@ def parse_response(
         structured_mode=seam_mode(mechanism),
         alternatives=tuple(others),
         response_model=reported_model(body),
+        logprobs=first.logprobs,
     )
 
 
@@ -178,7 +192,35 @@ def _choice(choice: Mapping[str, Any], *, mechanism: Capability, wrapped: bool) 
         reason = "tool_calls"
     else:
         reason = "stop"
-    return Choice(content=content, finish_reason=reason, tool_calls=tuple(calls), refusal=refusal)
+    return Choice(
+        content=content,
+        finish_reason=reason,
+        tool_calls=tuple(calls),
+        refusal=refusal,
+        logprobs=None if mechanism == "tool" else token_logprobs(choice.get("logprobs")),
+    )
+
+
+# More tokens than an answer can have are not read (the answer itself is bounded the same way).
+MAX_LOGPROB_TOKENS: Final = 65_536
+
+
+def token_logprobs(raw: Any) -> Logprobs | None:
+    """``choices[i].logprobs.content`` as ``(token, logprob)`` pairs; ``None`` when absent or
+    not well-formed (a hostile or odd server's logprobs are dropped, never trusted)."""
+    content = raw.get("content") if isinstance(raw, Mapping) else None
+    if not isinstance(content, list) or not content or len(content) > MAX_LOGPROB_TOKENS:
+        return None
+    pairs: list[tuple[str, float]] = []
+    for item in content:
+        token = item.get("token") if isinstance(item, Mapping) else None
+        value = item.get("logprob") if isinstance(item, Mapping) else None
+        if not isinstance(token, str) or isinstance(value, bool):
+            return None
+        if not isinstance(value, int | float) or not math.isfinite(value) or value > 0:
+            return None
+        pairs.append((token, float(value)))
+    return tuple(pairs)
 
 
 def _fold_system(messages: tuple[Message, ...], system_role: bool) -> tuple[Message, ...]:

@@ -42,7 +42,6 @@ ANCHORED = {
     "app.core.answer.repair._DOUBLE",
     "app.core.answer.repair._SINGLE",
     "app.core.schema.signature._TOKEN",
-    "app.core.schema.validation._URI",
     "app.tracecontext._VALUE",
 }
 SEARCHING = (".search(", ".finditer(", ".findall(", ".sub(", ".subn(", ".split(")

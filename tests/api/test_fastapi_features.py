@@ -141,7 +141,7 @@ def raising(monkeypatch: pytest.MonkeyPatch) -> None:
             raise QueueFull(7, retry_after_s=2.5)
         return admit(spec, **outside)
 
-    monkeypatch.setattr("app.api.jobs.admit", check)
+    monkeypatch.setattr("app.api.resources.admit", check)
 
 
 @pytest.mark.usefixtures("raising")

@@ -20,6 +20,7 @@ import jsonschema
 import pytest
 
 from app.core.wire.errors import ProviderConfigError
+from app.providers.grammar import bounded_grammar
 from app.providers.local import (
     MODEL_NAME,
     LocalModelServer,
@@ -228,6 +229,35 @@ def test_json_object_with_schema_answer_is_valid_json_for_the_schema(
     choice = response.json()["choices"][0]
     assert choice["finish_reason"] == "stop"
     jsonschema.validate(json.loads(choice["message"]["content"]), PERSON_SCHEMA)
+
+
+@needs_local
+def test_the_bounded_grammar_is_obeyed(server: LocalModelServer, client: httpx.Client) -> None:
+    # The request app/providers/openai.py sends the embedded model: a grammar whose numbers
+    # have at most 2 integral and 1 fractional digits.
+    schema = {
+        "type": "object",
+        "properties": {"w": {"type": "number", "minimum": 0, "maximum": 99, "multipleOf": 0.1}},
+        "required": ["w"],
+    }
+    grammar = bounded_grammar(schema)
+    assert grammar is not None
+    response = client.post(
+        "/chat/completions",
+        json={
+            "model": server.model_name,
+            "messages": [{"role": "user", "content": "The parcel weighs 45.8 kg. Its weight?"}],
+            "max_tokens": 24,
+            "temperature": 0,
+            "grammar": grammar,
+        },
+    )
+    assert response.status_code == 200, response.text
+    choice = response.json()["choices"][0]
+    weight = json.loads(choice["message"]["content"])["w"]
+    integral, _, fraction = repr(weight).partition(".")
+    assert len(integral.lstrip("-")) <= 2
+    assert len(fraction) <= 1
 
 
 @needs_local

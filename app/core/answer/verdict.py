@@ -66,6 +66,7 @@ class Accepted:
     value: Any
     warnings: tuple[str, ...]
     grounding: tuple[GroundingSpan, ...] = ()  # the evidence grounded validators found
+    confidence: float | None = None  # from the answer's token log-probabilities, if any
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,7 +24,6 @@ import json
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any, Final, Protocol, TypeVar, cast
 
 from jsonschema import Draft202012Validator, FormatChecker
@@ -33,8 +32,10 @@ from referencing import Registry
 from referencing.exceptions import Unresolvable
 from referencing.jsonschema import DRAFT202012
 
+from app.core.schema.formats import CHECKS as FORMAT_CHECKS
+from app.core.schema.formats import conforms, unknown_formats
 from app.core.schema.keywords import Validator, additional, identity, resolving
-from app.core.schema.pattern import PatternError, compile_pattern, is_regex
+from app.core.schema.pattern import PatternError, compile_pattern
 from app.core.schema.plain import plain_check
 from app.core.schema.steps import BASE_STEPS, charge, tentatively, work_budget
 from app.core.wire.errors import InvalidInput
@@ -50,44 +51,11 @@ _VALUE_LIMIT = 40
 _LIST_LIMIT = 10
 
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_DATE_TIME = re.compile(
-    r"\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:[Zz]|[+-]\d{2}:\d{2})",
-)
-_TIME = re.compile(r"(\d{2}):(\d{2}):(\d{2})(?:\.\d+)?(?:[Zz]|[+-]\d{2}:\d{2})")
-_URI = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*:[^\s]*")
-
-# jsonschema checks date-time, time and uri only when optional packages are
-# installed; these stand-ins keep the check deterministic across environments.
-FORMATS = FormatChecker(formats=Draft202012Validator.FORMAT_CHECKER.checkers)
-
-
-@FORMATS.checks("regex")
-def _is_regex(value: object) -> bool:
-    # ECMA-262 syntax, checked by translating for RE2: never a backtracking compile.
-    return not isinstance(value, str) or is_regex(value)
-
-
-@FORMATS.checks("date-time", raises=ValueError)
-def _is_date_time(value: object) -> bool:
-    if not isinstance(value, str):
-        return True
-    if not _DATE_TIME.fullmatch(value):
-        return False
-    datetime.fromisoformat(value.upper().replace("Z", "+00:00"))
-    return True
-
-
-@FORMATS.checks("time")
-def _is_time(value: object) -> bool:
-    if not isinstance(value, str):
-        return True
-    match = _TIME.fullmatch(value)
-    return match is not None and int(match[1]) < 24 and int(match[2]) < 60 and int(match[3]) < 61
-
-
-@FORMATS.checks("uri")
-def _is_uri(value: object) -> bool:
-    return not isinstance(value, str) or _URI.fullmatch(value) is not None
+# Every 2020-12 format, checked by ``app.core.schema.formats`` (the same in every install:
+# jsonschema's own checkers depend on which optional packages happen to be there).
+FORMATS = FormatChecker(formats=())
+for _name, _check in FORMAT_CHECKS.items():
+    FORMATS.checks(_name)(functools.partial(conforms, name=_name))
 
 
 FORMAT_DESCRIPTIONS: dict[str, str] = {
@@ -102,6 +70,14 @@ FORMAT_DESCRIPTIONS: dict[str, str] = {
     "ipv6": "an IPv6 address",
     "hostname": "a host name",
     "regex": "a regular expression",
+    "duration": "an ISO 8601 duration like P3DT4H",
+    "idn-hostname": "a host name",
+    "uri-reference": "a URI or relative reference like /path?q=1",
+    "iri": "an absolute IRI like https://example.com/ünï",
+    "iri-reference": "an IRI or relative reference",
+    "uri-template": "a URI template like /users/{id}",
+    "json-pointer": "a JSON Pointer like /a/0",
+    "relative-json-pointer": "a relative JSON Pointer like 1/a",
 }
 
 
@@ -418,16 +394,45 @@ def check_schema(schema: Any, *, max_depth: int = 32) -> None:
             f"schema is nested too deeply (over {max_depth} levels)", field="schema"
         ) from None
     except SchemaError as exc:
+        _name_pattern_problem(exc)
         lines = [f"{json_path(path)}: {message}" for path, message in _describe(exc)]
         detail = lines[0] if lines else exc.message
         raise InvalidInput(
             _clip(f"schema is not valid JSON Schema 2020-12: {detail}", _LINE_LIMIT),
             field="schema",
         ) from exc
+    unknown = unknown_formats(schema)
+    if unknown:
+        raise InvalidInput(
+            _clip(
+                f"schema uses format {_choices(unknown)}, which this service cannot check; "
+                f"the formats it asserts are {', '.join(FORMAT_CHECKS)}",
+                _LINE_LIMIT * 2,
+            ),
+            field="schema",
+        )
     root = DRAFT202012.create_resource(schema)
     walked: list[tuple[Scope, Path]] = []
     _check_refs(Scope(schema, Registry().resolver_with_root(root)), (), 1, max_depth, walked)
     _check_cycles(walked)
+
+
+def _name_pattern_problem(exc: SchemaError) -> None:
+    """A pattern the meta-schema's ``format: regex`` refused: say what in it is refused
+    (``\\p{Letter}``), not that the meta-schema wants a regular expression."""
+    if exc.validator != "format" or exc.validator_value != "regex":
+        return
+    source = exc.instance
+    if not isinstance(source, str):
+        return
+    try:
+        compile_pattern(source)
+    except PatternError as problem:
+        where = json_path(tuple(exc.absolute_path))
+        raise InvalidInput(
+            _clip(f"schema pattern {_brief(source, 60)} at {where}: {problem}", 300),
+            field="schema",
+        ) from None
 
 
 def json_path(path: Sequence[str | int]) -> str:

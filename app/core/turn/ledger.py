@@ -128,7 +128,11 @@ class Ledger:
         )
 
     def success(
-        self, data: Any, repairs: tuple[str, ...], grounding: tuple[GroundingSpan, ...] = ()
+        self,
+        data: Any,
+        repairs: tuple[str, ...],
+        grounding: tuple[GroundingSpan, ...] = (),
+        confidence: float | None = None,
     ) -> Envelope:
         provenance = None
         if self.history:
@@ -143,6 +147,8 @@ class Ledger:
             provenance=provenance,
             grounding=grounding,
             execution=self.execution(True),
+            confidence=confidence,
+            confidence_source=None if confidence is None else "logprobs",
         )
 
     def failure(

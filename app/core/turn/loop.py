@@ -21,6 +21,7 @@ from collections.abc import Coroutine
 from dataclasses import dataclass, replace
 from typing import Any, Final
 
+from app.core.answer.confidence import confidence
 from app.core.answer.verdict import Accepted, GaveUp, Refused, Rejected, Verdict, Work
 from app.core.text.unicode import scrub, surrogate_at
 from app.core.turn.budget import Limits
@@ -137,7 +138,7 @@ class _Run:
             accepted = await self._turn(setup, reader, conversation)
             if accepted is not None:
                 envelope = state.ledger.success(
-                    accepted.value, accepted.warnings, accepted.grounding
+                    accepted.value, accepted.warnings, accepted.grounding, accepted.confidence
                 )
                 return self._finish(envelope, conversation)
         last = state.last_failure
@@ -212,6 +213,10 @@ class _Run:
                     call, response, "success", answer=content, warnings=warnings, best=best
                 )
                 conversation.add_final((turn.merged or content)[:RECORDED_ANSWER_CHARS])
+                # Only a whole answer's own tokens say how sure the model was of it.
+                logprobs = response.logprobs if turn.merged is None else None
+                if logprobs:
+                    verdict = replace(verdict, confidence=confidence(content, logprobs))
                 return verdict
             case Rejected():
                 await reject(setup, self.state, self.record, conversation, turn, verdict)

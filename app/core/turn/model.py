@@ -154,6 +154,11 @@ class Choice:
     finish_reason: FinishReason
     tool_calls: tuple[ToolCall, ...] = ()
     refusal: str | None = None
+    logprobs: Logprobs | None = None
+
+
+# The answer's tokens with their log-probabilities, as the provider returned them.
+Logprobs = tuple[tuple[str, float], ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,6 +186,7 @@ class LLMResponse:
     # The other answers when several were asked for, in order; ``usage`` and ``cost_usd``
     # count them all.
     alternatives: tuple[Choice, ...] = ()
+    logprobs: Logprobs | None = None  # where the provider was asked for them and gave them
 
     def settled(
         self,
@@ -211,6 +217,7 @@ class LLMResponse:
             warnings,
             self.response_model,
             self.alternatives,
+            self.logprobs,
         )
 
     @property
@@ -225,6 +232,7 @@ class LLMResponse:
                     finish_reason=c.finish_reason,
                     tool_calls=c.tool_calls,
                     refusal=c.refusal,
+                    logprobs=c.logprobs,
                     alternatives=(),
                 )
                 for c in self.alternatives

@@ -9,10 +9,12 @@ from __future__ import annotations
 import json
 import logging
 from dataclasses import replace
+from decimal import Decimal
 from typing import Any
 
 from app.core.answer.contract import Contract
 from app.core.answer.patch import Patch, merge
+from app.core.answer.plausibility import Plausibility
 from app.core.answer.validators import first_failing
 from app.core.answer.verdict import (
     ANSWER_CHARS_PER_TOKEN,
@@ -41,6 +43,16 @@ class Reader:
     def __init__(self, setup: Setup, state: RunState) -> None:
         self.setup = setup
         self.state = state
+        spec = setup.spec
+        # The default checks (``app.core.answer.plausibility``): for jobs with an input.
+        self.plausibility: Plausibility | None = None
+        if spec.checks.plausibility and spec.input not in (None, "", [], {}):
+            self.plausibility = Plausibility.of(
+                job_input=spec.input, schema=setup.contract.output_schema, task=spec.task
+            )
+        self.implausible = 0  # answers the default checks rejected in this run
+        # Numbers they rejected: the same one again is answered with the input's numbers.
+        self.runaways: set[Decimal] = set()
 
     async def pick(
         self, call: Call, choices: tuple[LLMResponse, ...]
@@ -69,8 +81,20 @@ class Reader:
         prompt_text = "\n".join(m.content for m in request.messages)
         if call.patch is None:
             verdict = await self._classify(response, self.setup.contract, prompt_text, request)
-            return verdict, None
-        return await self._merged(call.patch, response, prompt_text, request)
+            return self._noted(verdict), None
+        verdict, merged = await self._merged(call.patch, response, prompt_text, request)
+        return self._noted(verdict), merged
+
+    def _noted(self, verdict: Verdict) -> Verdict:
+        """An accepted answer says when the default checks rejected an earlier one."""
+        if not isinstance(verdict, Accepted) or not self.implausible:
+            return verdict
+        note = (
+            f"plausibility: rejected {self.implausible} earlier answer(s) "
+            "(a number or text the input does not hold); the re-ask fixed it"
+        )
+        self.implausible = 0
+        return replace(verdict, warnings=(*verdict.warnings, note))
 
     async def _merged(
         self, patch: Patch, response: LLMResponse, prompt_text: str, request: LLMRequest
@@ -126,6 +150,13 @@ class Reader:
 
         A validator is a black box: its crash ends the job, not the worker.
         """
+        if self.plausibility is not None:
+            found = self.plausibility.check(value, again=self.runaways)
+            if found is not None:
+                self.implausible += 1
+                if found.number is not None:
+                    self.runaways.add(found.number)
+                return found.diagnosis
         try:
             failed = await first_failing(self.setup.contract.validators, value)
             if failed is None:

@@ -121,7 +121,18 @@ class Envelope(Wire):
     cause: str | None = Field(
         default=None, description="Code of the last rejected answer when the budget ran out."
     )
-    confidence: float | None = None
+    confidence: float | None = Field(
+        default=None,
+        ge=0,
+        le=1,
+        description="Success only, when an honest source gave one: how sure the model was "
+        "of the answer's least sure value (0-1).",
+    )
+    confidence_source: Literal["logprobs"] | None = Field(
+        default=None,
+        description="Where confidence came from: logprobs (the provider's token "
+        "log-probabilities of the answer's values).",
+    )
     warnings: tuple[str, ...] = ()
     provenance: str | None = None
     grounding: tuple[GroundingSpan, ...] = Field(
@@ -199,7 +210,7 @@ class Envelope(Wire):
             drop = {"data", "progress"} | ({"cause"} if self.cause is None else set())
         else:
             drop = {"data", "error", "detail", "cause"}
-        for key in ("confidence", "provenance", "execution"):
+        for key in ("confidence", "confidenceSource", "provenance", "execution"):
             if out.get(key) is None:
                 drop.add(key)
         if not self.grounding:

@@ -236,6 +236,16 @@ class CallbackSpec(_Wire):
         return events
 
 
+class ChecksSpec(_Wire):
+    """The service's default checks of an answer (docs/validators.md#default-checks)."""
+
+    plausibility: StrictBool = Field(
+        default=True,
+        description="With an input: reject numbers the input never states that carry more "
+        "digits than any number in it, and strings that copy the prompt's own text.",
+    )
+
+
 class JobSpec(_Wire):
     """A generation job: a task, the shape of the answer, a budget and options."""
 
@@ -312,6 +322,10 @@ class JobSpec(_Wire):
     )
     callback: CallbackSpec | None = Field(
         default=None, description="POST the job to a URL when it ends (or pauses), signed."
+    )
+    checks: ChecksSpec = Field(
+        default_factory=ChecksSpec,
+        description='Default checks, e.g. {"plausibility": false} to turn them off.',
     )
 
     @model_validator(mode="after")

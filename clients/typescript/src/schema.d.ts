@@ -738,6 +738,18 @@ export interface components {
              */
             on?: "all" | "final";
         };
+        /**
+         * ChecksSpec
+         * @description The service's default checks of an answer (docs/validators.md#default-checks).
+         */
+        ChecksSpec: {
+            /**
+             * Plausibility
+             * @description With an input: reject numbers the input never states that carry more digits than any number in it, and strings that copy the prompt's own text.
+             * @default true
+             */
+            plausibility?: boolean;
+        };
         /** Circuit */
         Circuit: {
             /**
@@ -821,8 +833,16 @@ export interface components {
              * @description Code of the last rejected answer when the budget ran out.
              */
             cause?: string | null;
-            /** Confidence */
+            /**
+             * Confidence
+             * @description Success only, when an honest source gave one: how sure the model was of the answer's least sure value (0-1).
+             */
             confidence?: number | null;
+            /**
+             * Confidencesource
+             * @description Where confidence came from: logprobs (the provider's token log-probabilities of the answer's values).
+             */
+            confidenceSource?: "logprobs" | null;
             /**
              * Data
              * @description The validated answer (success only).
@@ -1210,6 +1230,8 @@ export interface components {
             callback?: components["schemas"]["CallbackSpec"] | null;
             /** @description Best-of-N, e.g. {"n": 3, "on": "final"}; a bare number N means {"n": N, "on": "all"}. */
             candidates?: components["schemas"]["CandidatesSpec"] | null;
+            /** @description Default checks, e.g. {"plausibility": false} to turn them off. */
+            checks?: components["schemas"]["ChecksSpec"];
             /**
              * Escalateafter
              * @default 1

@@ -26,6 +26,7 @@ def test_settled_is_replace_of_its_five_fields_and_carries_every_other_one() -> 
         warnings=("w",),
         response_model="m-2026",
         alternatives=(Choice("[]", "stop"),),
+        logprobs=(("{}", -0.1),),
     )
     defaults = LLMResponse(content=None, finish_reason="stop", model="", provider="")
     assert all(getattr(response, f.name) != getattr(defaults, f.name) for f in fields(response))
