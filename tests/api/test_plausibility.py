@@ -1,6 +1,6 @@
-"""The default checks through the API, over the simulator: a runaway number is rejected
-and re-asked, a number the input writes in words is accepted, a copied instruction is
-rejected, and a job can turn the checks off."""
+"""The plausibility checks through the API, over the simulator: a runaway number is
+rejected and re-asked, a number the input writes in words is accepted, a copied instruction
+is rejected, and a job that does not ask for the checks does not get them."""
 
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ def job(
         "input": job_input,
         "signature": signature,
         "budget": {"maxTurns": 1, "returnRetries": 2},
+        "checks": {"plausibility": True},
         **extra,
     }
 
@@ -66,15 +67,15 @@ def test_a_copied_instruction_is_rejected(alice: httpx.Client) -> None:
     assert "the prompt's own wording" in done["turns"][0]["diagnosis"]
 
 
-def test_a_job_can_turn_the_checks_off(alice: httpx.Client) -> None:
+def test_the_checks_are_off_unless_asked_for(alice: httpx.Client) -> None:
     expect = {"weight": 45.5, "books": 2}
     body = job(
         ["runaway_number", "ok"],
         expect,
         PARCEL,
         "{weight :float, books :int}",
-        checks={"plausibility": False},
     )
+    del body["checks"]
     done = run(alice, body)
     assert done["status"] == "succeeded", done
     assert len(done["turns"]) == 1
