@@ -36,7 +36,6 @@ IMG = "<img src=x onerror=\"alert('xss-img')\">"
 def _providers(sim_url: str) -> ProvidersConfig:
     """``slow``: a batch API whose batches take ten minutes (they stay running until
     cancelled); ``plain``: no batch API, so its batches run on the worker and end soon."""
-    price = {"input_usd_per_mtok": 2.5, "output_usd_per_mtok": 10.0}
     return ProvidersConfig(
         default="plain",
         providers={
@@ -44,8 +43,13 @@ def _providers(sim_url: str) -> ProvidersConfig:
             "plain": ProviderConfig(kind="openai", base_url=f"{sim_url}/v1", batch_api=False),
         },
         models={
-            "slow": ModelConfig(provider="batchy", structured="prompt", **price),
-            "plain": ModelConfig(provider="plain", structured="prompt", **price),
+            name: ModelConfig(
+                provider=provider,
+                structured="prompt",
+                input_usd_per_mtok=2.5,
+                output_usd_per_mtok=10.0,
+            )
+            for name, provider in (("slow", "batchy"), ("plain", "plain"))
         },
     )
 

@@ -329,6 +329,7 @@ def test_tools_with_a_json_response_format(api: str, client: openai.OpenAI) -> N
     choice = asked.choices[0]
     assert choice.finish_reason == "tool_calls"
     (call,) = choice.message.tool_calls or []
+    assert call.type == "function"
     assert json.loads(call.function.arguments) == {"city": "Lyon"}
     assert raw.headers["x-reprompt-attempts"] == "2"
     first = job_of(api, asked.id)

@@ -28,6 +28,9 @@ class SmallCaps:
     max_tool_output_bytes: int = 256
     max_schema_bytes: int = 512
     max_schema_depth: int = 6
+    max_images: int = 2
+    max_image_bytes: int = 64
+    max_images_bytes: int = 96
 
 
 class TwoModels:
