@@ -27,7 +27,9 @@ def monitor(url: str) -> Iterator[list[str]]:
     lines: list[str] = []
     marker = redis.Redis.from_url(url)
     watcher = redis.Redis.from_url(url)
-    conn = watcher.connection_pool.get_connection()
+    # A connection of its own, outside the pool: get_connection() needs a command name on
+    # redis 5.0 and warns when given one on later redis-py.
+    conn = watcher.connection_pool.make_connection()
     conn.send_command("MONITOR")  # type: ignore[no-untyped-call]
     conn.read_response()
 
