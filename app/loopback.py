@@ -48,6 +48,21 @@ def uvicorn_server(
     )
 
 
+def _run(server: uvicorn.Server, sock: socket.socket) -> None:
+    """``server.serve`` on a loop of this thread's own: uvloop's when it is installed, as
+    uvicorn's ``loop="auto"`` would choose. Not ``server.run``: before uvicorn 0.36 it sets
+    uvloop's policy for the whole process, and the main thread's ``get_event_loop()`` then
+    fails (pytest-asyncio 0.24: "There is no current event loop")."""
+    try:
+        import uvloop
+
+        factory: Any = uvloop.new_event_loop
+    except ImportError:  # pragma: no cover - uvloop does not build on every platform
+        factory = None
+    with asyncio.Runner(loop_factory=factory) as runner:
+        runner.run(server.serve(sockets=[sock]))
+
+
 @contextmanager
 def serve_in_thread(
     app: Any,
@@ -73,7 +88,7 @@ def serve_in_thread(
             app, host=host, port=port, lifespan=lifespan, graceful_s=graceful_s, http=http
         )
         thread = threading.Thread(
-            target=server.run, kwargs={"sockets": [sock]}, name=f"{name}-{port}", daemon=True
+            target=_run, args=(server, sock), name=f"{name}-{port}", daemon=True
         )
         thread.start()
         try:
