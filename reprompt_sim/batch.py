@@ -335,7 +335,9 @@ def _mount_files(app: FastAPI, sim: BatchSim) -> None:
     async def upload(request: Request) -> JSONResponse:
         if int(request.headers.get("content-length") or 0) > MAX_FILE_BYTES + 65536:
             return _oai_error(400, "file too large")
-        async with request.form(max_files=1, max_fields=4, max_part_size=MAX_FILE_BYTES) as form:
+        # The body's size is bounded above; the JSONL comes as a file part, which Starlette's
+        # max_part_size (0.44+, for fields only) does not limit.
+        async with request.form(max_files=1, max_fields=4) as form:
             upload = form.get("file")
             purpose = form.get("purpose")
             if upload is None or isinstance(upload, str) or purpose != "batch":
