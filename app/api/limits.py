@@ -13,12 +13,15 @@ from typing import Any, Final
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from app.api.chat.errors import ChatError
 from app.api.problems import CONTENT_TOO_LARGE, problem
 from app.core.wire import codes
 from app.core.wire.spec import JobSpec
 from app.settings import Settings
 
 HTTP1: Final = ("1.1", "1.0")
+# Paths that answer errors in OpenAI's shape (app/api/chat), as their document says.
+OPENAI_PATHS: Final = ("/v1/chat/",)
 
 
 class BodyLimit:
@@ -28,7 +31,7 @@ class BodyLimit:
     without one (chunked) is counted as it streams and refused as soon as it passes the
     cap. The body, once read in full, is replayed to the app. A JSON body must be UTF-8
     (RFC 8259): any other bytes are a 422 naming ``body`` (the JSON decoder would take
-    encoded surrogates, or answer a bare 400).
+    encoded surrogates, or answer a bare 400); under ``OPENAI_PATHS``, OpenAI's 400.
     """
 
     def __init__(
@@ -77,12 +80,13 @@ class BodyLimit:
         await self.app(scope, _replaying(replay, receive), send)
 
     async def _refuse(self, scope: Scope, receive: Receive, send: Send) -> None:
-        response = problem(
-            413,
-            CONTENT_TOO_LARGE,
-            f"the request body is larger than {self.max_bytes} bytes",
-            instance=scope.get("path", ""),
-            headers={"Connection": "close"},
+        detail = f"the request body is larger than {self.max_bytes} bytes"
+        path: str = scope.get("path", "")
+        headers = {"Connection": "close"}
+        response = (
+            ChatError(413, CONTENT_TOO_LARGE, detail).response(headers)
+            if path.startswith(OPENAI_PATHS)
+            else problem(413, CONTENT_TOO_LARGE, detail, instance=path, headers=headers)
         )
         await response(scope, receive, send)
 
@@ -122,12 +126,18 @@ async def _utf8(body: bytes, scope: Scope, receive: Receive, send: Send) -> bool
         body.decode("utf-8")
     except UnicodeDecodeError as exc:
         detail = f"body: not valid UTF-8 at byte {exc.start} (JSON must be UTF-8 text)"
-        response = problem(
-            422,
-            codes.INVALID_INPUT,
-            detail,
-            instance=scope.get("path", ""),
-            errors=[{"field": "body", "message": detail}],
+        path: str = scope.get("path", "")
+        response = (
+            # OpenAI's dialect: a body that does not parse is a 400 naming no field.
+            ChatError(400, codes.INVALID_INPUT, detail).response()
+            if path.startswith(OPENAI_PATHS)
+            else problem(
+                422,
+                codes.INVALID_INPUT,
+                detail,
+                instance=path,
+                errors=[{"field": "body", "message": detail}],
+            )
         )
         await response(scope, receive, send)
         return False

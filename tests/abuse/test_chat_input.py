@@ -151,9 +151,16 @@ def test_text_over_the_task_cap(alice: httpx.Client) -> None:
     refused(alice.post(ROUTE, json=plain), 400, "messages")
 
 
-def test_a_body_over_the_cap_is_413(alice: httpx.Client) -> None:
+def test_a_body_over_the_cap_or_not_utf8_is_refused_in_openais_shape(
+    alice: httpx.Client,
+) -> None:
     body = chat(messages=[{"role": "user", "content": "a" * CAPS["max_body_bytes"]}])
-    assert alice.post(ROUTE, json=body).status_code == 413
+    over = refused(alice.post(ROUTE, json=body), 413, None)
+    assert over["code"] == "content-too-large"
+    latin1 = b'{"model": "sim-model", "messages": [{"role": "user", "content": "caf\xe9"}]}'
+    sent = alice.post(ROUTE, content=latin1, headers={"content-type": "application/json"})
+    assert "not valid UTF-8" in refused(sent, 400, None)["message"]
+    assert sent.headers["content-type"] == "application/json"
 
 
 def test_a_schema_over_its_caps(alice: httpx.Client) -> None:
