@@ -49,7 +49,7 @@ async def _find(store: BatchStore | None, viewer: Viewer, batch_id: str) -> Batc
 
 
 def _missing(request: Request, viewer: Viewer, batch_id: str) -> HTMLResponse:
-    return render(request, "batch_missing.html", 404, viewer=viewer, batch_id=batch_id[:64])
+    return render(request, "missing.html", 404, viewer=viewer, noun="batch", ident=batch_id[:64])
 
 
 @router.get("")

@@ -198,7 +198,7 @@ async def _job_values(res: Resources, job: JobView) -> dict[str, Any]:
 
 
 def _missing(request: Request, viewer: Viewer, job_id: str) -> HTMLResponse:
-    return render(request, "missing.html", 404, viewer=viewer, job_id=job_id[:64])
+    return render(request, "missing.html", 404, viewer=viewer, noun="job", ident=job_id[:64])
 
 
 @router.get("/jobs/{job_id}")

@@ -32,7 +32,6 @@ from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from email.utils import parsedate_to_datetime
 from http.cookiejar import CookieJar, DefaultCookiePolicy
 from types import TracebackType
 from typing import Final
@@ -41,6 +40,7 @@ import httpx
 
 from app.outbound.errors import OutboundFailed
 from app.outbound.guard import Guard, IPAddress, Target
+from app.replies import read_capped, retry_after
 
 logger = logging.getLogger(__name__)
 
@@ -335,21 +335,14 @@ def _redirected(response: httpx.Response, target: Target) -> OutboundFailed:
 async def _read(
     response: httpx.Response, limit: int, target: Target, *, cut: bool = False
 ) -> bytes:
-    """At most ``limit`` bytes of the body, raw (never decompressed); nothing more is read.
+    """At most ``limit`` bytes of the body, raw (never decompressed)."""
 
-    Past ``limit``: ``too_large``, or with ``cut`` the first ``limit`` bytes.
-    """
-    declared = response.headers.get("content-length", "").strip()
-    if not cut and declared.isdigit() and int(declared) > limit:
-        raise _too_large(target, limit, f"declared {int(declared)} bytes")
-    content = bytearray()
-    async for chunk in response.aiter_raw():
-        content += chunk
-        if len(content) > limit:
-            if cut:
-                return bytes(content[:limit])
-            raise _too_large(target, limit, "still sending")
-    return bytes(content)
+    def too_large(seen: str) -> OutboundFailed:
+        return _too_large(target, limit, seen)
+
+    return await read_capped(
+        response.aiter_raw(), response.headers, limit, too_large=too_large, cut=cut
+    )
 
 
 def _too_large(target: Target, limit: int, seen: str) -> OutboundFailed:
@@ -425,20 +418,7 @@ def _headers(headers: Mapping[str, str], target: Target) -> httpx.Headers:
 
 def retry_after_s(headers: httpx.Headers, *, now: datetime | None = None) -> float | None:
     """``Retry-After`` in seconds (a number or an HTTP date), or ``None``."""
-    value = headers.get("retry-after")
-    if value is None:
-        return None
-    try:
-        return max(float(value), 0.0)
-    except ValueError:
-        pass
-    try:
-        when = parsedate_to_datetime(value)
-    except (TypeError, ValueError, IndexError):
-        return None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=UTC)
-    return max((when - (now or datetime.now(UTC))).total_seconds(), 0.0)
+    return retry_after(headers.get("retry-after"), now or datetime.now(UTC))
 
 
 def _scrubber(headers: Iterable[str], secrets: Iterable[str]) -> Callable[[str], str]:

@@ -35,6 +35,20 @@ class StreamReader(Protocol):
     def body(self) -> Mapping[str, Any]: ...
 
 
+class ReaderClass(Protocol):
+    """How an adapter makes the reader of one streamed reply."""
+
+    def __call__(
+        self,
+        sink: TextSink,
+        tally: StreamTally,
+        *,
+        mechanism: Capability,
+        wrapped: bool,
+        edge: Edge,
+    ) -> StreamReader: ...
+
+
 class HttpAdapter:
     path: ClassVar[str]
     noun: ClassVar[str]  # what a reply is called in error messages
@@ -104,11 +118,14 @@ class HttpAdapter:
             headers.update(self.auth_headers(key))
         sink = request.stream
         try:
-            if sink is not None and request.n <= 1 and self.streams:
+            if sink is not None and request.n <= 1 and self.stream_reader is not None:
                 # A retry or a fallback model: the answer starts over, counted afresh.
                 tally = sink.restart(self._provider, model)
+                reader = self.stream_reader(
+                    sink, tally, mechanism=mechanism, wrapped=wrapped, edge=edge
+                )
                 answer: Mapping[str, Any] = await self._streamed(
-                    request, body, headers, timeout_s, edge, sink, tally, mechanism, wrapped
+                    request, body, headers, timeout_s, edge, reader
                 )
             else:
                 answer, _ = await post_json(
@@ -146,14 +163,9 @@ class HttpAdapter:
         headers: dict[str, str],
         timeout_s: float,
         edge: Edge,
-        sink: TextSink,
-        tally: StreamTally,
-        mechanism: Capability,
-        wrapped: bool,
+        reader: StreamReader,
     ) -> Mapping[str, Any]:
-        """The reply read as it streams, its answer's text sent to ``sink`` on the way and
-        what it used counted in ``tally``."""
-        reader = self.stream_reader(sink, tally, mechanism=mechanism, wrapped=wrapped, edge=edge)
+        """The reply read as it streams by ``reader``."""
         await post_events(
             self._http,
             self._target(),
@@ -168,22 +180,11 @@ class HttpAdapter:
 
     # -- the wire format ------------------------------------------------------------------
 
-    # Whether this wire can stream an answer (``LLMRequest.stream``).
-    streams: ClassVar[bool] = False
+    # What reads this wire's streamed reply; ``None``: the wire cannot stream an answer.
+    stream_reader: ClassVar[ReaderClass | None] = None
 
     def streaming_body(self, body: dict[str, Any]) -> dict[str, Any]:
         """``body`` asking for the answer as a stream."""
-        raise NotImplementedError
-
-    def stream_reader(
-        self,
-        sink: TextSink,
-        tally: StreamTally,
-        *,
-        mechanism: Capability,
-        wrapped: bool,
-        edge: Edge,
-    ) -> StreamReader:
         raise NotImplementedError
 
     def fixed_headers(self, config: ProviderConfig) -> dict[str, str]:

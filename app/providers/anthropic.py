@@ -32,7 +32,7 @@ from app.core.turn.model import (
     ToolCall,
     Usage,
 )
-from app.providers.adapter import HttpAdapter, StreamReader, reported_model
+from app.providers.adapter import HttpAdapter, reported_model
 from app.providers.config import ModelConfig, ProviderConfig
 from app.providers.streaming import malformed
 from app.providers.structured import (
@@ -381,18 +381,7 @@ class AnthropicAdapter(HttpAdapter):
     request_body = staticmethod(request_body)
     parse_response = staticmethod(parse_response)
 
-    streams = True
+    stream_reader = EventReader
 
     def streaming_body(self, body: dict[str, Any]) -> dict[str, Any]:
         return {**body, "stream": True}
-
-    def stream_reader(
-        self,
-        sink: TextSink,
-        tally: StreamTally,
-        *,
-        mechanism: Capability,
-        wrapped: bool,
-        edge: Edge,
-    ) -> StreamReader:
-        return EventReader(sink, tally, mechanism=mechanism, wrapped=wrapped, edge=edge)

@@ -35,7 +35,7 @@ from app.core.turn.model import (
     ToolCall,
     Usage,
 )
-from app.providers.adapter import HttpAdapter, StreamReader, reported_model
+from app.providers.adapter import HttpAdapter, reported_model
 from app.providers.config import ModelConfig
 from app.providers.grammar import bounded_grammar
 from app.providers.streaming import malformed
@@ -436,19 +436,8 @@ class OpenAIAdapter(HttpAdapter):
     request_body = staticmethod(request_body)
     parse_response = staticmethod(parse_response)
 
-    streams = True
+    stream_reader = ChunkReader
 
     def streaming_body(self, body: dict[str, Any]) -> dict[str, Any]:
         # The usage comes in a last chunk of its own: cost from the stream, exact.
         return {**body, "stream": True, "stream_options": {"include_usage": True}}
-
-    def stream_reader(
-        self,
-        sink: TextSink,
-        tally: StreamTally,
-        *,
-        mechanism: Capability,
-        wrapped: bool,
-        edge: Edge,
-    ) -> StreamReader:
-        return ChunkReader(sink, tally, mechanism=mechanism, wrapped=wrapped, edge=edge)

@@ -36,7 +36,6 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from email.utils import parsedate_to_datetime
 from typing import Any, Final
 
 import aiohttp
@@ -52,6 +51,7 @@ from app.core.wire.errors import (
     ProviderUnavailable,
 )
 from app.providers.http import proxy_label
+from app.replies import read_capped, retry_after
 
 logger = logging.getLogger(__name__)
 
@@ -187,24 +187,16 @@ async def post_json(
 async def read_body(
     response: httpx.Response, limit: int, edge: Edge, *, cut: bool = False
 ) -> bytes:
-    """The body, at most ``limit`` bytes of it; nothing more is read.
+    """The body, at most ``limit`` bytes of it (``ProviderOversized`` past it, unless
+    ``cut``); nothing more is read."""
+    # Decoded when the provider compressed it; else as it comes, past httpx's decoder.
+    compressed = "content-encoding" in response.headers
+    chunks = response.aiter_bytes() if compressed else response.aiter_raw()
 
-    Past ``limit``: ``ProviderOversized``, or with ``cut`` the first ``limit`` bytes.
-    """
-    declared = response.headers.get("content-length", "").strip()
-    if not cut and declared.isdigit() and int(declared) > limit:
-        raise oversized(edge, limit, f"declared {int(declared)} bytes")
-    content = bytearray()
-    # Decoded when the provider compressed it; else as it comes, past httpx's decoder (a
-    # reply already read, as a mock transport's, is only there for aiter_bytes).
-    raw = not response.is_stream_consumed and "content-encoding" not in response.headers
-    async for chunk in response.aiter_raw() if raw else response.aiter_bytes():
-        content += chunk
-        if len(content) > limit:
-            if cut:
-                return bytes(content[:limit])
-            raise oversized(edge, limit, "still sending")
-    return bytes(content)
+    def too_large(seen: str) -> ProviderOversized:
+        return oversized(edge, limit, seen)
+
+    return await read_capped(chunks, response.headers, limit, too_large=too_large, cut=cut)
 
 
 def oversized(edge: Edge, limit: int, seen: str) -> ProviderOversized:
@@ -410,24 +402,10 @@ def retry_after_seconds(headers: httpx.Headers, *, now: datetime | None = None) 
         except ValueError:
             pass
     if (value := headers.get("retry-after")) is not None:
-        seconds = _parse_retry_after(value, now)
+        seconds = retry_after(value, now)
         if seconds is not None:
             return seconds
     return _anthropic_reset(headers, now)
-
-
-def _parse_retry_after(value: str, now: datetime) -> float | None:
-    try:
-        return max(float(value), 0.0)
-    except ValueError:
-        pass
-    try:
-        when = parsedate_to_datetime(value)
-    except (TypeError, ValueError, IndexError):
-        return None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=UTC)
-    return max((when - now).total_seconds(), 0.0)
 
 
 def _anthropic_reset(headers: httpx.Headers, now: datetime) -> float | None:

@@ -188,18 +188,40 @@ def test_the_cap_follows_the_output_token_limit_up_to_a_ceiling() -> None:
     assert reply_cap(10**9) == CEILING_BYTES
 
 
-async def test_a_reply_within_the_cap_is_read_and_one_byte_over_is_not() -> None:
+class SizedReply(BaseHTTPRequestHandler):
+    """Answers a POST with a JSON body of exactly ``?size=`` bytes."""
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("content-length", "0")))
+        size = int(self.path.partition("size=")[2])
+        body = json.dumps({"pad": "x" * (size - len('{"pad": ""}'))}).encode()
+        self.send_response(200)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def sized() -> Iterator[str]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), SizedReply)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    host, port = server.server_address[:2]
+    yield f"http://{host!s}:{port}"
+    server.shutdown()
+    server.server_close()
+
+
+async def test_a_reply_within_the_cap_is_read_and_one_byte_over_is_not(sized: str) -> None:
     limit = reply_cap(16)
-
-    def handler(request: httpx.Request) -> httpx.Response:
-        size = int(request.url.params["size"])
-        text = "x" * (size - len('{"pad": ""}'))
-        return httpx.Response(200, content=json.dumps({"pad": text}).encode())
-
-    async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as http:
+    async with httpx.AsyncClient() as http:
         fits, _ = await post_json(
             http,
-            f"http://p/?size={limit}",
+            f"{sized}/?size={limit}",
             headers={},
             body={},
             timeout_s=5,
@@ -210,7 +232,7 @@ async def test_a_reply_within_the_cap_is_read_and_one_byte_over_is_not() -> None
         with pytest.raises(ProviderOversized) as over:
             await post_json(
                 http,
-                f"http://p/?size={limit + 1}",
+                f"{sized}/?size={limit + 1}",
                 headers={},
                 body={},
                 timeout_s=5,

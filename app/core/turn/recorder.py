@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TypedDict, Unpack
 
 from app.core.answer.feedback import quote
 from app.core.turn.model import LLMResponse
@@ -31,6 +32,17 @@ class Answered:
     best: Best | None
 
 
+class Extras(TypedDict, total=False):
+    """What a turn record may say besides its outcome (``Recorder.note``'s keywords)."""
+
+    answer: str | None
+    calls: tuple[str, ...]
+    details: tuple[ToolCallRecord, ...]
+    warnings: tuple[str, ...]
+    repeat_of: int | None
+    best: Best | None
+
+
 class Recorder:
     """``await record(call, response, outcome, code, diagnosis, answer=...)`` after a call."""
 
@@ -45,27 +57,9 @@ class Recorder:
         outcome: Outcome,
         code: str | None = None,
         diagnosis: str | None = None,
-        *,
-        answer: str | None = None,
-        calls: tuple[str, ...] = (),
-        details: tuple[ToolCallRecord, ...] = (),
-        warnings: tuple[str, ...] = (),
-        repeat_of: int | None = None,
-        best: Best | None = None,
+        **extras: Unpack[Extras],
     ) -> None:
-        record = self.note(
-            call,
-            response,
-            outcome,
-            code,
-            diagnosis,
-            answer=answer,
-            calls=calls,
-            details=details,
-            warnings=warnings,
-            repeat_of=repeat_of,
-            best=best,
-        )
+        record = self.note(call, response, outcome, code, diagnosis, **extras)
         budget = self.state.budget
         ended = TurnEnded(
             record=record, remaining=budget.retry_remaining, calls_left=budget.calls_left

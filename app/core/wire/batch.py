@@ -15,7 +15,7 @@ from pydantic import Field, StrictBool, StrictFloat, StrictInt, StrictStr, field
 
 from app.core.wire.base import Wire
 from app.core.wire.callback import DeliveryState
-from app.core.wire.spec import Budget, FallbackSpec, JobSpec, _Wire
+from app.core.wire.spec import Budget, FallbackSpec, JobSpec, _Wire, listed_once
 
 CUSTOM_ID_PATTERN: Final = r"^[A-Za-z0-9_.:-]{1,64}$"
 MAX_BATCH_DEADLINE_MS: Final = 7 * 24 * 3600 * 1000
@@ -66,13 +66,7 @@ class BatchCallbackSpec(_Wire):
         description="The end states that are sent (default: all of them).",
     )
 
-    @field_validator("events")
-    @classmethod
-    def _once_each(cls, events: list[BatchEvent]) -> list[BatchEvent]:
-        for event in events:
-            if events.count(event) > 1:
-                raise ValueError(f"the event {event!r} is listed twice")
-        return events
+    _once_each = field_validator("events")(listed_once)
 
 
 class BatchOptions(_Wire):

@@ -8,7 +8,7 @@ spec.output_schema()   # the JSON Schema every answer is checked against
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Final, Literal, cast
+from typing import Any, Final, Literal, TypeVar, cast
 
 from pydantic import (
     BaseModel,
@@ -210,6 +210,17 @@ class CandidatesSpec(_Wire):
     )
 
 
+_E = TypeVar("_E")
+
+
+def listed_once(events: list[_E]) -> list[_E]:
+    """``events`` when none stands twice (a validator of the callback specs' ``events``)."""
+    for event in events:
+        if events.count(event) > 1:
+            raise ValueError(f"the event {event!r} is listed twice")
+    return events
+
+
 CallbackEvent = Literal["succeeded", "failed", "cancelled", "requires_action"]
 CALLBACK_EVENTS: tuple[CallbackEvent, ...] = ("succeeded", "failed", "cancelled", "requires_action")
 TERMINAL_EVENTS: tuple[CallbackEvent, ...] = ("succeeded", "failed", "cancelled")
@@ -227,13 +238,7 @@ class CallbackSpec(_Wire):
         description="The states that are sent (default: the three terminal ones).",
     )
 
-    @field_validator("events")
-    @classmethod
-    def _once_each(cls, events: list[CallbackEvent]) -> list[CallbackEvent]:
-        for event in events:
-            if events.count(event) > 1:
-                raise ValueError(f"the event {event!r} is listed twice")
-        return events
+    _once_each = field_validator("events")(listed_once)
 
 
 class ChecksSpec(_Wire):
