@@ -468,7 +468,7 @@ class LocalModelServer(ManagedServer):
                 code = process.poll()
                 if code is not None:
                     tail = log_tail(self.log_path)
-                    if self._fixed_port is None and "address already in use" in tail:
+                    if self._fixed_port is None and "address already in use" in tail.lower():
                         raise _PortTaken
                     raise _config_error(
                         f"llama.cpp server {describe_exit(code)} before answering; "
