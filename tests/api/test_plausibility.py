@@ -1,6 +1,7 @@
 """The plausibility checks through the API, over the simulator: a runaway number is
-rejected and re-asked, a number the input writes in words is accepted, a copied instruction
-is rejected, and a job that does not ask for the checks does not get them."""
+rejected and re-asked, or trimmed back to the input's number its decimals ran on from, a
+number the input writes in words is accepted, a copied instruction is rejected, and a job
+that does not ask for the checks does not get them."""
 
 from __future__ import annotations
 
@@ -47,6 +48,24 @@ def test_a_runaway_number_is_rejected_re_asked_and_the_fix_noted(alice: httpx.Cl
     assert "occurs nowhere in the input" in first["diagnosis"]
     assert "give the number as the input states it" in first["diagnosis"]
     assert any(w.startswith("plausibility: rejected 1") for w in done["result"]["warnings"])
+
+
+def test_a_number_of_the_input_with_decimals_run_on_is_trimmed_without_a_re_ask(
+    alice: httpx.Client,
+) -> None:
+    # The simulated model's first answer is 45.5 with a dozen more decimals run on.
+    body = job(["runaway_number", "ok"], {"weight": 45.5}, PARCEL, "{weight :float}")
+    done = run(alice, body)
+    assert done["status"] == "succeeded", done
+    assert done["result"]["data"] == {"weight": 45.5}
+    assert len(done["turns"]) == 1
+    ran_on = json.loads(done["turns"][0]["answer"])["weight"]
+    assert str(ran_on).startswith("45.5")
+    assert ran_on != 45.5
+    assert (
+        f"plausibility: /weight {ran_on!r} trimmed to 45.5, the number the input states"
+        in done["result"]["warnings"]
+    )
 
 
 def test_a_number_the_input_writes_in_words_is_accepted(alice: httpx.Client) -> None:

@@ -17,6 +17,11 @@ Two checks, each a rejection the model can act on (the loop re-asks with it):
   a field name, a type word, a schema keyword or constraint (``">=10"``), or a field's
   description or the task (or a long part of one).
 
+Before them, a runaway number that is a number of the input with more decimals run on
+(``45.88639742302659`` where the input states ``45.88``) is trimmed back to that number
+(``Plausibility.repaired``, with a warning); the caller checks the trimmed answer against
+the schema again. A model that ran on once writes the same digits when re-asked.
+
 A job turns them off with ``"checks": {"plausibility": false}``. Pure and bounded: the
 input is read once (``Plausibility.of``), every answer value is looked at once.
 """
@@ -26,10 +31,11 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterator, Mapping, Set
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any, Final
 
+from app.core.answer.patch import pointer
 from app.core.schema.steps import charge
 from app.core.schema.validation import brief, json_path
 from app.core.text.number_words import word_numbers
@@ -100,6 +106,8 @@ class Plausibility:
     phrases: tuple[str, ...]  # folded descriptions and the task
     allowed: frozenset[str]  # folded enum and const strings: the schema's own answers
     stated: tuple[str, ...] = ()  # the input's numbers as it writes them (words as digits)
+    # The input's numerals by sign and whole part: their decimals as written ("45.80": "80").
+    decimals: Mapping[tuple[bool, str], frozenset[str]] = field(default_factory=dict)
 
     @classmethod
     def of(cls, *, job_input: Any, schema: Mapping[str, Any], task: str) -> Plausibility:
@@ -114,8 +122,12 @@ class Plausibility:
         stated: dict[str, None] = {}
         most = 0
         widest: int | None = None
+        decimals: dict[tuple[bool, str], set[str]] = {}
         for numeral in numerals(text):
             known.update(numeral.values)
+            for v in numeral.values:
+                negative, whole, fraction = _parts(v)
+                decimals.setdefault((negative, whole), set()).add(fraction)
             stated[text[numeral.start : numeral.end]] = None
             most = max(most, *(significant_digits(v) for v in numeral.values))
             widest = max(widest or 0, *(integral_digits(v) for v in numeral.values))
@@ -133,7 +145,50 @@ class Plausibility:
             phrases=(*phrases, task_folded),
             allowed=frozenset(allowed),
             stated=tuple(stated)[: STATED_NUMBERS + 1],
+            decimals={k: frozenset(v) for k, v in decimals.items()},
         )
+
+    def repaired(self, value: Any) -> tuple[Any, tuple[str, ...]]:
+        """``value`` with every runaway number that is a number of the input with more
+        decimals run on trimmed back to that number, and a warning for each.
+
+        Only a number the checks would reject, only to a numeral the input writes with
+        decimals, with the same sign and whole part and the input's decimals as the first
+        of its own (``13.204567`` for ``13.2``). Never ``3000000000`` for ``3``, nor
+        ``3.3333333`` for ``3`` (a quotient, perhaps), nor ``13.21234`` for ``13.2``.
+        ``value`` itself and no warnings when nothing is trimmed. The caller checks the
+        trimmed value against the schema.
+        """
+        notes: list[str] = []
+        for path, leaf in _leaves(value):
+            charge(1)
+            exact = value_of(leaf) if _is_number(leaf) else None
+            if exact is None or exact in self.known or -exact in self.known:
+                continue
+            if self._runaway(exact) is None:
+                continue
+            stated = self._stated_prefix(exact)
+            if stated is None:
+                continue
+            value = _with(value, path, float(stated))
+            notes.append(
+                f"plausibility: {pointer(path) or 'the answer'} {brief(leaf)} trimmed to {stated}, "
+                "the number the input states"
+            )
+        return value, tuple(notes)
+
+    def _stated_prefix(self, exact: Decimal) -> str | None:
+        """The input's numeral (as written, signed) whose digits ``exact`` begins with and
+        runs on from, past its decimals (it has some); the one with the most. None: none."""
+        negative, whole, fraction = _parts(exact)
+        found = [
+            f
+            for f in self.decimals.get((negative, whole), ())
+            if f and len(fraction) > len(f) and fraction.startswith(f)
+        ]
+        if not found:
+            return None
+        return ("-" if negative else "") + whole + "." + max(found, key=len)
 
     def diagnosis(self, value: Any, again: Set[Decimal] = frozenset()) -> str | None:
         """None when every value is plausible; else what is wrong, and what to do instead."""
@@ -241,6 +296,24 @@ class Implausible:
 
     diagnosis: str
     number: Decimal | None
+
+
+def _parts(number: Decimal) -> tuple[bool, str, str]:
+    """A number's sign, whole digits and decimals as written: -13.20 -> (True, "13", "20")."""
+    text = format(number, "f")
+    negative = text.startswith("-")
+    whole, _, fraction = text.lstrip("-").partition(".")
+    return negative, whole, fraction
+
+
+def _with(value: Any, path: Path, leaf: Any) -> Any:
+    """A copy of ``value`` with ``leaf`` at ``path`` (only the containers on the path copied)."""
+    if not path:
+        return leaf
+    step, rest = path[0], path[1:]
+    copied: Any = dict(value) if isinstance(value, Mapping) else list(value)
+    copied[step] = _with(value[step], rest, leaf)
+    return copied
 
 
 def _digits(number: Decimal) -> str:

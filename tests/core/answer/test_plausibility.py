@@ -9,6 +9,9 @@ import pytest
 
 from app.core.answer.plausibility import Plausibility, significant_digits
 from app.core.text.number_words import word_numbers
+from app.core.turn.loop import Runtime, run_job
+from app.core.wire.spec import JobSpec
+from tests.core.fakes import ScriptedClient, answer
 
 SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -143,3 +146,91 @@ def test_a_runaway_number_names_the_input_number_its_digits_ran_on_from(
     problem = check(text, {"weight": number})
     assert problem is not None
     assert problem.endswith(f"give the number as the input states it {hint}")
+
+
+def repaired(job_input: Any, value: Any) -> tuple[Any, tuple[str, ...]]:
+    return Plausibility.of(job_input=job_input, schema=SCHEMA, task="t").repaired(value)
+
+
+@pytest.mark.parametrize(
+    ("text", "number", "trimmed", "written"),
+    [("A blender for 723.82 euros.", 723.820496, 723.82, "723.82"),
+     ("The parcel weighs 13.2 kg.", 13.204567, 13.2, "13.2"),
+     ("A lamp for 45.80 euros.", 45.8012345, 45.8, "45.80"),
+     ("Prices: 45.8 and 45.88 euros.", 45.88639742302659, 45.88, "45.88"),
+     ("It was -2.5 degrees.", -2.5123456, -2.5, "-2.5"),
+     ({"total": "1,234.50 EUR"}, 1234.5012345, 1234.5, "1234.50")],
+)  # fmt: skip
+def test_a_number_of_the_input_with_decimals_run_on_is_trimmed_back_to_it(
+    text: Any, number: float, trimmed: float, written: str
+) -> None:
+    value, notes = repaired(text, {"city": "Leeds", "weight": number})
+    assert value == {"city": "Leeds", "weight": trimmed}
+    assert notes == (
+        f"plausibility: /weight {number!r} trimmed to {written}, the number the input states",
+    )
+
+
+def test_a_trimmed_number_deep_in_the_answer_leaves_the_rest_as_it_was() -> None:
+    answer = {"lines": [{"weight": 13.204567}, {"weight": 2}]}
+    value, notes = repaired("13.2 kg and 2 kg", answer)
+    assert value == {"lines": [{"weight": 13.2}, {"weight": 2}]}
+    assert answer == {"lines": [{"weight": 13.204567}, {"weight": 2}]}  # not changed in place
+    assert notes[0].startswith("plausibility: /lines/0/weight 13.204567 trimmed to 13.2")
+
+
+@pytest.mark.parametrize(
+    ("text", "number"),
+    [("Alice moved to Lyon.", 45.88639742302659),  # the input states no number
+     ("In 2019 the club had 3 coaches.", 3000000000),  # digits added to an integer
+     ("In 2019 the club had three coaches.", 3000000000),  # said in words
+     ("3 items for 10 euros.", 3.3333333),  # an integer of the input: a quotient, perhaps
+     ("The parcel weighs 13.2 kg.", 13.31234),  # not the input's decimals
+     ("The parcel weighs 13.20 kg.", 13.21234),  # not its decimals as written
+     ("The parcel weighs 13.2 kg.", 14.204567),  # not its whole part
+     ("The parcel weighs 13.2 kg.", -13.204567),  # not its sign
+     ("The parcel weighs 1.5 kg.", 1.55),  # not a runaway: the checks let it through
+     ("The parcel weighs 13.2 kg.", 13.2),  # the input's own
+     ("The parcel weighs 0.5 kg.", 0.5)]
+)  # fmt: skip
+def test_a_number_is_not_trimmed_unless_the_input_states_the_digits_it_ran_on_from(
+    text: str, number: float
+) -> None:
+    assert repaired(text, {"weight": number}) == ({"weight": number}, ())
+
+
+def weight_job(schema: dict[str, Any]) -> JobSpec:
+    return JobSpec.model_validate(
+        {
+            "task": "Extract the weight.",
+            "input": "The parcel weighs 13.2 kg.",
+            "schema": {"type": "object", "properties": {"weight": schema}, "required": ["weight"]},
+            "budget": {"maxTurns": 1, "returnRetries": 1},
+            "checks": {"plausibility": True},
+        }
+    )
+
+
+async def test_a_trimmed_answer_is_accepted_with_a_warning_and_no_re_ask() -> None:
+    client = ScriptedClient([answer({"weight": 13.204567})])
+    result = await run_job(weight_job({"type": "number"}), Runtime(client=client))
+    assert result.envelope.status == "success"
+    assert result.envelope.data == {"weight": 13.2}
+    assert len(result.turns) == 1
+    assert (
+        "plausibility: /weight 13.204567 trimmed to 13.2, the number the input states"
+        in result.envelope.warnings
+    )
+
+
+async def test_a_trimmed_answer_the_schema_refuses_is_not_trimmed_but_re_asked() -> None:
+    client = ScriptedClient([answer({"weight": 13.204567}), answer({"weight": 13.3})])
+    result = await run_job(
+        weight_job({"type": "number", "exclusiveMinimum": 13.2}), Runtime(client=client)
+    )
+    assert result.envelope.data == {"weight": 13.3}
+    first = result.turns[0]
+    assert first.outcome == "rejected"
+    assert first.diagnosis is not None
+    assert "13.204567 occurs nowhere in the input" in first.diagnosis
+    assert not any("trimmed" in w for w in result.envelope.warnings)
