@@ -77,6 +77,7 @@ PLAIN = "plain one-line"
 # The default checks' diagnoses (app/core/answer/plausibility.py), by kind.
 KINDS = {
     "occurs nowhere in the input": "runaway number",
+    "ran on past the number the input states": "runaway number",
     "the prompt's own wording": "copied instruction",
     "copies the instructions": "copied instruction",
 }
@@ -207,6 +208,9 @@ def rejections(jobs: list[Job]) -> dict[str, int]:
             out["jobs with a rejection"] += 1
             out["... that ended correct"] += job.run.correct
         out["warned"] += any(w.startswith("plausibility:") for w in job.warnings)
+        trimmed = sum(w.startswith("plausibility:") and " trimmed to " in w for w in job.warnings)
+        out["trimmed to the input's number"] += trimmed
+        out["... in jobs that ended correct"] += trimmed if job.run.correct else 0
     return dict(out)
 
 
@@ -273,6 +277,8 @@ def section(
         "jobs with a rejection",
         "... that ended correct",
         "warned",
+        "trimmed to the input's number",
+        "... in jobs that ended correct",
     ]
     lines = [
         SECTION,
@@ -304,7 +310,8 @@ def section(
         "the next answer was the expected one and passed the checks; *correct rejected*: a "
         "rejected answer that was the expected one exactly; *correct to the cent*: one that "
         "the correct % would count, its digits run on past the input's, as `723.820496` for "
-        "`723.82`):",
+        "`723.82`; *trimmed*: a number the input states with decimals run on, trimmed back "
+        "to it instead of a rejection, with a warning):",
         "",
         "| | " + " | ".join(checks) + " |",
         "|---|" + "---|" * len(checks),
