@@ -16,7 +16,7 @@ diagnosis. Rows:
 - *plain one-line*: one call straight to the llama.cpp server, the schema's grammar
   (``response_format``), the plain one-line prompt of issue 14 (``bench/tasks.py``);
 - *reprompt checks on*: ``"checks": {"plausibility": true}``, bounded grammar;
-- *reprompt*: the defaults (checks off, bounded grammar);
+- *reprompt checks off*: ``"checks": {"plausibility": false}``, bounded grammar;
 - *reprompt grammar unbounded*: checks on, the schema's plain grammar (the bound's effect).
 
 At most 3 calls a job, temperature 0, ``maxOutputTokens`` 96, one job at a time.
@@ -64,7 +64,11 @@ ROWS = (
         '`"checks": {"plausibility": true}`, numbers\' digits bounded in the grammar',
         {"checks": {"plausibility": True}},
     ),
-    Row("reprompt", "defaults: checks off, numbers' digits bounded in the grammar", {}),
+    Row(
+        "reprompt checks off",
+        '`"checks": {"plausibility": false}`, numbers\' digits bounded in the grammar',
+        {"checks": {"plausibility": False}},
+    ),
     Row(
         "reprompt grammar unbounded",
         "checks on, the schema's plain grammar",
