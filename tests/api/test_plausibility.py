@@ -1,7 +1,7 @@
 """The plausibility checks through the API, over the simulator: a runaway number is
 rejected and re-asked, or trimmed back to the input's number its decimals ran on from, a
-number the input writes in words is accepted, a copied instruction is rejected, and a job
-that does not ask for the checks does not get them."""
+number the input writes in words is accepted, a copied instruction is rejected; they are
+on by default, and a job can turn them off."""
 
 from __future__ import annotations
 
@@ -89,19 +89,22 @@ def test_a_copied_instruction_is_rejected(alice: httpx.Client) -> None:
     assert "the prompt's own wording" in done["turns"][0]["diagnosis"]
 
 
-def test_the_checks_are_off_unless_asked_for(alice: httpx.Client) -> None:
-    expect = {"weight": 45.5, "books": 2}
-    body = job(
-        ["runaway_number", "ok"],
-        expect,
-        PARCEL,
-        "{weight :float, books :int}",
-    )
-    del body["checks"]
+def test_a_job_can_turn_the_checks_off(alice: httpx.Client) -> None:
+    body = job(["runaway_number", "ok"], {"books": 2}, PARCEL, "{books :int}")
+    body["checks"] = {"plausibility": False}
     done = run(alice, body)
     assert done["status"] == "succeeded", done
     assert len(done["turns"]) == 1
-    assert done["result"]["data"] != expect  # the runaway number, unquestioned
+    assert done["result"]["data"] != {"books": 2}  # the runaway number, unquestioned
+
+
+def test_the_checks_are_on_by_default_for_a_job_with_an_input(alice: httpx.Client) -> None:
+    body = job(["runaway_number", "ok"], {"weight": 45.5}, PARCEL, "{weight :float}")
+    del body["checks"]
+    done = run(alice, body)
+    assert done["status"] == "succeeded", done
+    assert done["result"]["data"] == {"weight": 45.5}
+    assert any(" trimmed to 45.5" in w for w in done["result"]["warnings"])
 
 
 def test_a_runaway_number_given_again_is_re_asked_with_the_input_s_numbers(
