@@ -16,7 +16,7 @@ diagnosis. Rows:
 - *plain one-line*: one call straight to the llama.cpp server, the schema's grammar
   (``response_format``), the plain one-line prompt of issue 14 (``bench/tasks.py``);
 - *reprompt checks on*: ``"checks": {"plausibility": true}``, bounded grammar;
-- *reprompt*: the defaults (checks off, bounded grammar);
+- *reprompt checks off*: ``"checks": {"plausibility": false}``, bounded grammar;
 - *reprompt grammar unbounded*: checks on, the schema's plain grammar (the bound's effect).
 
 At most 3 calls a job, temperature 0, ``maxOutputTokens`` 96, one job at a time.
@@ -64,7 +64,11 @@ ROWS = (
         '`"checks": {"plausibility": true}`, numbers\' digits bounded in the grammar',
         {"checks": {"plausibility": True}},
     ),
-    Row("reprompt", "defaults: checks off, numbers' digits bounded in the grammar", {}),
+    Row(
+        "reprompt checks off",
+        '`"checks": {"plausibility": false}`, numbers\' digits bounded in the grammar',
+        {"checks": {"plausibility": False}},
+    ),
     Row(
         "reprompt grammar unbounded",
         "checks on, the schema's plain grammar",
@@ -77,6 +81,7 @@ PLAIN = "plain one-line"
 # The default checks' diagnoses (app/core/answer/plausibility.py), by kind.
 KINDS = {
     "occurs nowhere in the input": "runaway number",
+    "ran on past the number the input states": "runaway number",
     "the prompt's own wording": "copied instruction",
     "copies the instructions": "copied instruction",
 }
@@ -207,6 +212,9 @@ def rejections(jobs: list[Job]) -> dict[str, int]:
             out["jobs with a rejection"] += 1
             out["... that ended correct"] += job.run.correct
         out["warned"] += any(w.startswith("plausibility:") for w in job.warnings)
+        trimmed = sum(w.startswith("plausibility:") and " trimmed to " in w for w in job.warnings)
+        out["trimmed to the input's number"] += trimmed
+        out["... in jobs that ended correct"] += trimmed if job.run.correct else 0
     return dict(out)
 
 
@@ -273,6 +281,8 @@ def section(
         "jobs with a rejection",
         "... that ended correct",
         "warned",
+        "trimmed to the input's number",
+        "... in jobs that ended correct",
     ]
     lines = [
         SECTION,
@@ -304,7 +314,8 @@ def section(
         "the next answer was the expected one and passed the checks; *correct rejected*: a "
         "rejected answer that was the expected one exactly; *correct to the cent*: one that "
         "the correct % would count, its digits run on past the input's, as `723.820496` for "
-        "`723.82`):",
+        "`723.82`; *trimmed*: a number the input states with decimals run on, trimmed back "
+        "to it instead of a rejection, with a warning):",
         "",
         "| | " + " | ".join(checks) + " |",
         "|---|" + "---|" * len(checks),

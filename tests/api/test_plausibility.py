@@ -1,6 +1,7 @@
 """The plausibility checks through the API, over the simulator: a runaway number is
-rejected and re-asked, a number the input writes in words is accepted, a copied instruction
-is rejected, and a job that does not ask for the checks does not get them."""
+rejected and re-asked, or trimmed back to the input's number its decimals ran on from, a
+number the input writes in words is accepted, a copied instruction is rejected; they are
+on by default, and a job can turn them off."""
 
 from __future__ import annotations
 
@@ -37,16 +38,37 @@ def run(http: httpx.Client, body: dict[str, Any]) -> dict[str, Any]:
 
 
 def test_a_runaway_number_is_rejected_re_asked_and_the_fix_noted(alice: httpx.Client) -> None:
-    expect = {"weight": 45.5, "books": 2}
-    body = job(["runaway_number", "ok"], expect, PARCEL, "{weight :float, books :int}")
-    done = run(alice, body)
+    # The simulated model's first answer is 2 with a dozen more digits run on.
+    expect = {"books": 2}
+    done = run(alice, job(["runaway_number", "ok"], expect, PARCEL, "{books :int}"))
     assert done["status"] == "succeeded", done
     assert done["result"]["data"] == expect
     first, second = done["turns"]
     assert (first["outcome"], second["outcome"]) == ("rejected", "success")
-    assert "occurs nowhere in the input" in first["diagnosis"]
-    assert "give the number as the input states it" in first["diagnosis"]
+    assert str(json.loads(first["answer"])["books"]).startswith("2")
+    # The re-ask shows the answer cut back to the input's number, not the runaway one.
+    assert first["diagnosis"].endswith(
+        '$.books: the digits ran on past the number the input states. Answer {"books": 2}'
+    )
     assert any(w.startswith("plausibility: rejected 1") for w in done["result"]["warnings"])
+
+
+def test_a_number_of_the_input_with_decimals_run_on_is_trimmed_without_a_re_ask(
+    alice: httpx.Client,
+) -> None:
+    # The simulated model's first answer is 45.5 with a dozen more decimals run on.
+    body = job(["runaway_number", "ok"], {"weight": 45.5}, PARCEL, "{weight :float}")
+    done = run(alice, body)
+    assert done["status"] == "succeeded", done
+    assert done["result"]["data"] == {"weight": 45.5}
+    assert len(done["turns"]) == 1
+    ran_on = json.loads(done["turns"][0]["answer"])["weight"]
+    assert str(ran_on).startswith("45.5")
+    assert ran_on != 45.5
+    assert (
+        f"plausibility: /weight {ran_on!r} trimmed to 45.5, the number the input states"
+        in done["result"]["warnings"]
+    )
 
 
 def test_a_number_the_input_writes_in_words_is_accepted(alice: httpx.Client) -> None:
@@ -67,19 +89,22 @@ def test_a_copied_instruction_is_rejected(alice: httpx.Client) -> None:
     assert "the prompt's own wording" in done["turns"][0]["diagnosis"]
 
 
-def test_the_checks_are_off_unless_asked_for(alice: httpx.Client) -> None:
-    expect = {"weight": 45.5, "books": 2}
-    body = job(
-        ["runaway_number", "ok"],
-        expect,
-        PARCEL,
-        "{weight :float, books :int}",
-    )
-    del body["checks"]
+def test_a_job_can_turn_the_checks_off(alice: httpx.Client) -> None:
+    body = job(["runaway_number", "ok"], {"books": 2}, PARCEL, "{books :int}")
+    body["checks"] = {"plausibility": False}
     done = run(alice, body)
     assert done["status"] == "succeeded", done
     assert len(done["turns"]) == 1
-    assert done["result"]["data"] != expect  # the runaway number, unquestioned
+    assert done["result"]["data"] != {"books": 2}  # the runaway number, unquestioned
+
+
+def test_the_checks_are_on_by_default_for_a_job_with_an_input(alice: httpx.Client) -> None:
+    body = job(["runaway_number", "ok"], {"weight": 45.5}, PARCEL, "{weight :float}")
+    del body["checks"]
+    done = run(alice, body)
+    assert done["status"] == "succeeded", done
+    assert done["result"]["data"] == {"weight": 45.5}
+    assert any(" trimmed to 45.5" in w for w in done["result"]["warnings"])
 
 
 def test_a_runaway_number_given_again_is_re_asked_with_the_input_s_numbers(

@@ -17,6 +17,11 @@ Two checks, each a rejection the model can act on (the loop re-asks with it):
   a field name, a type word, a schema keyword or constraint (``">=10"``), or a field's
   description or the task (or a long part of one).
 
+Before them, a runaway number that is a number of the input with more decimals run on
+(``45.88639742302659`` where the input states ``45.88``) is trimmed back to that number
+(``Plausibility.repaired``, with a warning); the caller checks the trimmed answer against
+the schema again. A model that ran on once writes the same digits when re-asked.
+
 A job turns them off with ``"checks": {"plausibility": false}``. Pure and bounded: the
 input is read once (``Plausibility.of``), every answer value is looked at once.
 """
@@ -26,12 +31,13 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterator, Mapping, Set
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any, Final
 
+from app.core.answer.patch import pointer
 from app.core.schema.steps import charge
-from app.core.schema.validation import brief, json_path
+from app.core.schema.validation import brief, compiled, json_path
 from app.core.text.number_words import word_numbers
 from app.core.text.numerals import numerals, value_of
 
@@ -53,6 +59,9 @@ DESCRIPTION_CHARS: Final = 12
 _INPUT_CHARS: Final = 1_000_000  # read at most this much of the input
 # A re-ask after a repeated runaway number lists at most this many of the input's numbers.
 STATED_NUMBERS: Final = 12
+RAN_ON: Final = "the digits ran on past the number the input states"
+# A re-ask shows the answer with its runaway numbers replaced when it is at most this long.
+INSTEAD_CHARS: Final = 400
 _WORDS: Final = {
     "string", "integer", "number", "boolean", "null", "object", "array", "float", "int",
     "str", "bool", "list", "value", "text", "name", "none", "n/a", "...", "…", "<string>",
@@ -100,6 +109,10 @@ class Plausibility:
     phrases: tuple[str, ...]  # folded descriptions and the task
     allowed: frozenset[str]  # folded enum and const strings: the schema's own answers
     stated: tuple[str, ...] = ()  # the input's numbers as it writes them (words as digits)
+    stated_values: tuple[Decimal, ...] = ()  # their values, in the same order
+    schema: Mapping[str, Any] = field(default_factory=dict)  # the job's output schema
+    # The input's numerals by sign and whole part: their decimals as written ("45.80": "80").
+    decimals: Mapping[tuple[bool, str], frozenset[str]] = field(default_factory=dict)
 
     @classmethod
     def of(cls, *, job_input: Any, schema: Mapping[str, Any], task: str) -> Plausibility:
@@ -111,17 +124,24 @@ class Plausibility:
         # answer's strings are looked for in them.
         strings = "" if isinstance(job_input, str) else "\n".join(_strings(job_input))
         known: set[Decimal] = set()
-        stated: dict[str, None] = {}
+        stated: dict[str, Decimal] = {}
         most = 0
         widest: int | None = None
+        decimals: dict[tuple[bool, str], set[str]] = {}
         for numeral in numerals(text):
             known.update(numeral.values)
-            stated[text[numeral.start : numeral.end]] = None
+            for v in numeral.values:
+                negative, whole, fraction = _parts(v)
+                decimals.setdefault((negative, whole), set()).add(fraction)
+            # "1,234" is 1234 or 1.234: the reading with the widest whole part.
+            wide = max(numeral.values, key=lambda v: (integral_digits(v), v))
+            stated.setdefault(text[numeral.start : numeral.end], wide)
             most = max(most, *(significant_digits(v) for v in numeral.values))
             widest = max(widest or 0, *(integral_digits(v) for v in numeral.values))
         words = word_numbers(text)
         known.update(words)
-        stated.update((_num_text(v), None) for v in sorted(words))
+        for v in sorted(words):
+            stated.setdefault(_num_text(v), v)
         exact, phrases, allowed = _prompt_text(schema)
         task_folded = _fold(task)
         return cls(
@@ -133,7 +153,52 @@ class Plausibility:
             phrases=(*phrases, task_folded),
             allowed=frozenset(allowed),
             stated=tuple(stated)[: STATED_NUMBERS + 1],
+            stated_values=tuple(stated.values())[: STATED_NUMBERS + 1],
+            schema=schema,
+            decimals={k: frozenset(v) for k, v in decimals.items()},
         )
+
+    def repaired(self, value: Any) -> tuple[Any, tuple[str, ...]]:
+        """``value`` with every runaway number that is a number of the input with more
+        decimals run on trimmed back to that number, and a warning for each.
+
+        Only a number the checks would reject, only to a numeral the input writes with
+        decimals, with the same sign and whole part and the input's decimals as the first
+        of its own (``13.204567`` for ``13.2``). Never ``3000000000`` for ``3``, nor
+        ``3.3333333`` for ``3`` (a quotient, perhaps), nor ``13.21234`` for ``13.2``.
+        ``value`` itself and no warnings when nothing is trimmed. The caller checks the
+        trimmed value against the schema.
+        """
+        notes: list[str] = []
+        for path, leaf in _leaves(value):
+            charge(1)
+            exact = value_of(leaf) if _is_number(leaf) else None
+            if exact is None or exact in self.known or -exact in self.known:
+                continue
+            if self._runaway(exact) is None:
+                continue
+            stated = self._stated_prefix(exact)
+            if stated is None:
+                continue
+            value = _with(value, path, float(stated))
+            notes.append(
+                f"plausibility: {pointer(path) or 'the answer'} {brief(leaf)} trimmed to {stated}, "
+                "the number the input states"
+            )
+        return value, tuple(notes)
+
+    def _stated_prefix(self, exact: Decimal) -> str | None:
+        """The input's numeral (as written, signed) whose digits ``exact`` begins with and
+        runs on from, past its decimals (it has some); the one with the most. None: none."""
+        negative, whole, fraction = _parts(exact)
+        found = [
+            f
+            for f in self.decimals.get((negative, whole), ())
+            if f and len(fraction) > len(f) and fraction.startswith(f)
+        ]
+        if not found:
+            return None
+        return ("-" if negative else "") + whole + "." + max(found, key=len)
 
     def diagnosis(self, value: Any, again: Set[Decimal] = frozenset()) -> str | None:
         """None when every value is plausible; else what is wrong, and what to do instead."""
@@ -156,8 +221,39 @@ class Plausibility:
             elif isinstance(leaf, str):
                 problem = self._string(leaf)
             if problem is not None:
+                instead = self._instead(value, path) if number is not None else None
+                if instead is not None:
+                    # Not the runaway number: shown it, the model writes it again.
+                    problem = f"{RAN_ON}. Answer {instead}"
                 return Implausible(f"{json_path(path)}: {problem}", number)
         return None
+
+    def _instead(self, value: Any, rejected: Path) -> str | None:
+        """The answer with each runaway number replaced by the input's number its digits
+        begin with (``3000000000`` -> ``3`` for "three"), as JSON; None when the rejected
+        one at ``rejected`` has no such number, the result does not fit the schema, or it
+        is long."""
+        replaced = False
+        for path, leaf in _leaves(value):
+            charge(1)
+            exact = value_of(leaf) if _is_number(leaf) else None
+            if exact is None or exact in self.known or -exact in self.known:
+                continue
+            if self._runaway(exact) is None:
+                continue
+            at = self._begun_at(exact)
+            if at is None:
+                continue
+            stated = self.stated_values[at]
+            integral = stated == stated.to_integral_value()
+            if isinstance(leaf, int) and not integral:
+                continue
+            value = _with(value, path, int(stated) if integral else float(stated))
+            replaced = replaced or path == rejected
+        if not replaced or not compiled(self.schema).is_valid(value):
+            return None
+        shown = json.dumps(value, ensure_ascii=False)
+        return shown if len(shown) <= INSTEAD_CHARS else None
 
     def _number(
         self, number: int | float, exact: Decimal | None, again: Set[Decimal]
@@ -209,11 +305,18 @@ class Plausibility:
         """``" (it states 45.88)"`` when the number's digits begin with those of a number of
         the input (45.88639742302659, 3000000000 for "three"): the one the digits ran on
         from, most likely. The longest such number; "" when there is none."""
+        at = self._begun_at(exact)
+        return "" if at is None else f" (it states {self.stated[at]})"
+
+    def _begun_at(self, exact: Decimal) -> int | None:
+        """Where in ``stated`` the longest input number is whose digits ``exact``'s begin with."""
         digits = _digits(exact)
-        begun = [s for s in self.stated if (d := _digits_of(s)) and digits.startswith(d)]
-        if not begun:
-            return ""
-        return f" (it states {max(begun, key=lambda s: len(_digits_of(s)))})"
+        begun = [
+            (len(d), -i)
+            for i, s in enumerate(self.stated)
+            if (d := _digits_of(s)) and digits.startswith(d)
+        ]
+        return -max(begun)[1] if begun else None
 
     def _string(self, text: str) -> str | None:
         folded = _fold(text)
@@ -241,6 +344,24 @@ class Implausible:
 
     diagnosis: str
     number: Decimal | None
+
+
+def _parts(number: Decimal) -> tuple[bool, str, str]:
+    """A number's sign, whole digits and decimals as written: -13.20 -> (True, "13", "20")."""
+    text = format(number, "f")
+    negative = text.startswith("-")
+    whole, _, fraction = text.lstrip("-").partition(".")
+    return negative, whole, fraction
+
+
+def _with(value: Any, path: Path, leaf: Any) -> Any:
+    """A copy of ``value`` with ``leaf`` at ``path`` (only the containers on the path copied)."""
+    if not path:
+        return leaf
+    step, rest = path[0], path[1:]
+    copied: Any = dict(value) if isinstance(value, Mapping) else list(value)
+    copied[step] = _with(value[step], rest, leaf)
+    return copied
 
 
 def _digits(number: Decimal) -> str:

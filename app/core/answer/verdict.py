@@ -39,6 +39,7 @@ from app.core.answer.feedback import (
     failure_truncated,
 )
 from app.core.schema.steps import TooMuchWork, steps_for, work_budget
+from app.core.schema.validation import compiled
 from app.core.text.unicode import described, scrub, surrogate_at
 from app.core.turn.model import LLMResponse, ToolCall
 from app.core.wire.envelope import GroundingSpan
@@ -98,6 +99,9 @@ class GaveUp:
 Verdict = Accepted | Rejected | Work | Refused | GaveUp
 # A semantic check of a schema-valid value: None when it passes, else the diagnosis.
 Validate = Callable[[Any], Awaitable[str | None]]
+# A repair of a schema-valid value before the checks: the value (repaired or not) and a
+# warning for each repair. Kept only when the repaired value still fits the schema.
+Repair = Callable[[Any], tuple[Any, tuple[str, ...]]]
 
 
 async def classify(
@@ -109,6 +113,7 @@ async def classify(
     tools_offered: bool,
     max_output_tokens: int,
     validate: Validate,
+    repair: Repair | None = None,
 ) -> Verdict:
     content = response.content or ""
     if response.finish_reason in ("refusal", "content_filter"):
@@ -125,14 +130,12 @@ async def classify(
     if response.finish_reason == "length":
         # A rambling model may have written a whole answer before the cut; never one
         # copied from the prompt, and never in strict mode.
-        if not spec.strict:
-            salvaged = await _check(content, schema, prompt=prompt_text, allow_echo=False)
-            if salvaged.ok and await _passes(validate, salvaged.value, content):
-                return Accepted(
-                    salvaged.value,
-                    (*salvaged.warnings, _SALVAGED),
-                    contract.grounding(salvaged.value),
-                )
+        salvaged = None if spec.strict else await _salvaged(content, contract, prompt_text)
+        if salvaged is not None:
+            value, repairs = _repaired(repair, salvaged.value, schema, content)
+            if await _passes(validate, value, content):
+                warnings = (*salvaged.warnings, _SALVAGED, *repairs)
+                return Accepted(value, warnings, contract.grounding(value))
         return Rejected(failure_truncated(max_output_tokens))
     fail = _FAIL.fullmatch(unfenced(content))
     if fail is not None:
@@ -143,13 +146,14 @@ async def classify(
         return Rejected(
             failure_from_check(checked), value=checked.value if parsed else None, parsed=parsed
         )
+    value, repairs = _repaired(repair, checked.value, schema, content)
     try:
-        problem = await _validated(validate, checked.value, content)
+        problem = await _validated(validate, value, content)
     except TooMuchWork as exc:
         return Rejected(failure_too_complex(f"the checks needed more than {exc.limit} steps"))
     if problem is not None:
-        return Rejected(failure_from_validator(problem), value=checked.value, parsed=True)
-    return Accepted(checked.value, checked.warnings, contract.grounding(checked.value))
+        return Rejected(failure_from_validator(problem), value=value, parsed=True)
+    return Accepted(value, (*checked.warnings, *repairs), contract.grounding(value))
 
 
 def answer_limit(max_output_tokens: int) -> int:
@@ -168,10 +172,32 @@ def _unreadable(content: str, max_output_tokens: int) -> Failure | None:
     return None
 
 
+async def _salvaged(content: str, contract: Contract, prompt_text: str) -> Checked | None:
+    """The complete JSON value a cut-off answer holds, if it fits the schema."""
+    salvaged = await _check(content, contract.output_schema, prompt=prompt_text, allow_echo=False)
+    return salvaged if salvaged.ok else None
+
+
 async def _check(content: str, schema: Mapping[str, Any], **options: Any) -> Checked:
     if len(content) <= THREAD_ABOVE_CHARS:
         return check_answer(content, schema, **options)
     return await asyncio.to_thread(check_answer, content, schema, **options)
+
+
+def _repaired(
+    repair: Repair | None, value: Any, schema: Mapping[str, Any], content: str
+) -> tuple[Any, tuple[str, ...]]:
+    """``value`` repaired, with its warnings, when the repair fits the schema; else as it was."""
+    if repair is None:
+        return value, ()
+    try:
+        with work_budget(steps_for(len(content))):
+            repaired, warnings = repair(value)
+            if not warnings or not compiled(schema).is_valid(repaired):
+                return value, ()
+    except TooMuchWork:
+        return value, ()
+    return repaired, warnings
 
 
 async def _validated(validate: Validate, value: Any, content: str) -> str | None:

@@ -143,6 +143,7 @@ class Reader:
             tools_offered=bool(request.tools),
             max_output_tokens=request.max_output_tokens,
             validate=self._validate,
+            repair=None if self.plausibility is None else self.plausibility.repaired,
         )
 
     async def _validate(self, value: Any) -> str | None:

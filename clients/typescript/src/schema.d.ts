@@ -740,13 +740,13 @@ export interface components {
         };
         /**
          * ChecksSpec
-         * @description Optional checks of an answer (docs/validators.md#plausibility-checks).
+         * @description The service's default checks of an answer (docs/validators.md#plausibility-checks).
          */
         ChecksSpec: {
             /**
              * Plausibility
-             * @description With an input: reject numbers the input never states that carry more digits than any number in it, and strings that copy the prompt's own text.
-             * @default false
+             * @description With an input: reject numbers the input never states that carry more digits than any number in it (trim one that is an input number with more decimals run on back to it), and strings that copy the prompt's own text.
+             * @default true
              */
             plausibility?: boolean;
         };
@@ -1230,7 +1230,7 @@ export interface components {
             callback?: components["schemas"]["CallbackSpec"] | null;
             /** @description Best-of-N, e.g. {"n": 3, "on": "final"}; a bare number N means {"n": N, "on": "all"}. */
             candidates?: components["schemas"]["CandidatesSpec"] | null;
-            /** @description Optional checks, e.g. {"plausibility": true} to turn them on. */
+            /** @description Default checks, e.g. {"plausibility": false} to turn them off. */
             checks?: components["schemas"]["ChecksSpec"];
             /**
              * Escalateafter
