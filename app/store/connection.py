@@ -231,7 +231,8 @@ def _pubsub_client(redis: RedisClient) -> Redis:
     subscribers on every node, so one node's connection hears them all: the node the URL
     names (a new client has not discovered the others yet)."""
     if isinstance(redis, RedisCluster):
-        node = redis.get_default_node() or (redis.get_nodes() or redis.startup_nodes)[0]
+        startup = list(redis.nodes_manager.startup_nodes.values())
+        node = redis.get_default_node() or (redis.get_nodes() or startup)[0]
         kwargs = dict(getattr(redis, "connection_kwargs", {}))
         kwargs.pop("max_connections", None)
         return use_hiredis(Redis(host=node.host, port=int(node.port), **_plain(kwargs)))

@@ -384,7 +384,10 @@ def test_a_real_prometheus_scrapes_the_api_and_two_workers_and_evaluates_the_ale
         return result
 
     def scraped() -> bool:
-        active = httpx.get(f"{prom}/targets").json()["data"]["activeTargets"]
+        answer = httpx.get(f"{prom}/targets")
+        if answer.status_code == 503:  # still starting: "Service Unavailable", not JSON
+            return False
+        active = answer.json()["data"]["activeTargets"]
         return len(active) == 3 and all(t["health"] == "up" for t in active)
 
     _wait("prometheus to scrape the API and both workers", scraped, procs)

@@ -39,9 +39,17 @@ def packed(connection: Connection, *args: Any) -> bytes:
     return b"".join(bytes(chunk) for chunk in connection.pack_command(*args))
 
 
+def outcome(connection: Connection, *args: Any) -> bytes | str:
+    """The packed bytes, or the refusal (redis-py before 8.0 refuses a memoryview)."""
+    try:
+        return packed(connection, *args)
+    except DataError as refused:
+        return str(refused)
+
+
 @pytest.mark.parametrize("args", SAME, ids=range(len(SAME)))
 def test_hiredis_packs_the_bytes_redis_py_packs(args: tuple[Any, ...]) -> None:
-    assert packed(HiredisConnection(), *args) == packed(Connection(), *args)
+    assert outcome(HiredisConnection(), *args) == outcome(Connection(), *args)
 
 
 @pytest.mark.parametrize("value", [True, None, [1]])
@@ -88,9 +96,9 @@ async def test_every_client_connect_makes_packs_with_hiredis_and_round_trips(
             assert await script(keys=[f"{prefix}:k"], args=["é", 7]) == "é7".encode()
             await client.delete(f"{prefix}:k", f"{prefix}:f", f"{prefix}:n", f"{prefix}:h")
             # The pool's connections are the class that was put in before any opened.
-            connection = await cast(Any, client.connection_pool).get_connection()
+            connection = cast(Any, client.connection_pool).make_connection()
             assert isinstance(connection, HiredisConnection)
-            await client.connection_pool.release(connection)
+            await connection.disconnect()
         # Both roles over a hiredis client: the store's scripts and pub/sub work.
         jobs, leases = JobStore(plain, prefix=prefix), Leases(queued, prefix=prefix)
         try:
