@@ -170,13 +170,7 @@ class Plausibility:
         trimmed value against the schema.
         """
         notes: list[str] = []
-        for path, leaf in _leaves(value):
-            charge(1)
-            exact = value_of(leaf) if _is_number(leaf) else None
-            if exact is None or exact in self.known or -exact in self.known:
-                continue
-            if self._runaway(exact) is None:
-                continue
+        for path, leaf, exact in self._runaways(value):
             stated = self._stated_prefix(exact)
             if stated is None:
                 continue
@@ -186,6 +180,16 @@ class Plausibility:
                 "the number the input states"
             )
         return value, tuple(notes)
+
+    def _runaways(self, value: Any) -> Iterator[tuple[Path, Any, Decimal]]:
+        """Each number of ``value`` the input does not state and the checks would reject."""
+        for path, leaf in _leaves(value):
+            charge(1)
+            exact = value_of(leaf) if _is_number(leaf) else None
+            if exact is None or exact in self.known or -exact in self.known:
+                continue
+            if self._runaway(exact) is not None:
+                yield path, leaf, exact
 
     def _stated_prefix(self, exact: Decimal) -> str | None:
         """The input's numeral (as written, signed) whose digits ``exact`` begins with and
@@ -234,13 +238,7 @@ class Plausibility:
         one at ``rejected`` has no such number, the result does not fit the schema, or it
         is long."""
         replaced = False
-        for path, leaf in _leaves(value):
-            charge(1)
-            exact = value_of(leaf) if _is_number(leaf) else None
-            if exact is None or exact in self.known or -exact in self.known:
-                continue
-            if self._runaway(exact) is None:
-                continue
+        for path, leaf, exact in self._runaways(value):
             at = self._begun_at(exact)
             if at is None:
                 continue
